@@ -1,0 +1,109 @@
+// Option groups shared by commands. Every option can also come from a VELO_* environment
+// variable (named after the long flag: --ctx-size → VELO_CTX_SIZE).
+import { type Command, Option } from "commander";
+import { existsSync, statSync } from "node:fs";
+import { CliError } from "./ui";
+
+export function envName(flag: string): string {
+  return "VELO_" + flag.replace(/^--/, "").replace(/-/g, "_").toUpperCase();
+}
+
+/** An option whose default comes from its VELO_* variable. */
+export function opt(flags: string, description: string): Option {
+  const long = flags.split(/[ ,|]+/).find((f) => f.startsWith("--"))!;
+  return new Option(flags, description).env(envName(long));
+}
+
+export function parseIntArg(name: string, min: number, max = Number.MAX_SAFE_INTEGER) {
+  return (value: string): number => {
+    if (!/^-?\d+$/.test(value.trim())) throw new CliError(`${name} must be an integer, got '${value}'`, 2);
+    const n = Number(value);
+    if (n < min || n > max) throw new CliError(`${name} must be between ${min} and ${max}, got ${n}`, 2);
+    return n;
+  };
+}
+
+export function parseFloatArg(name: string, min: number, max: number) {
+  return (value: string): number => {
+    const n = Number(value);
+    if (value.trim() === "" || !Number.isFinite(n)) throw new CliError(`${name} must be a number, got '${value}'`, 2);
+    if (n < min || n > max) throw new CliError(`${name} must be between ${min} and ${max}, got ${n}`, 2);
+    return n;
+  };
+}
+
+/** A model path that must name an existing regular file. */
+export function requireModelPath(path: string | undefined): string {
+  if (!path) throw new CliError("no model given: pass a GGUF file (or set VELO_MODEL)", 2);
+  if (!existsSync(path)) throw new CliError(`model file not found: ${path}`);
+  if (!statSync(path).isFile()) throw new CliError(`model path is not a file: ${path}`);
+  return path;
+}
+
+/** Reads the text input of a command: an argument, --file, or piped stdin (exactly one). */
+export async function readTextInput(arg: string | undefined, file: string | undefined, what = "text"): Promise<string> {
+  if (arg !== undefined && file !== undefined) throw new CliError(`give the ${what} either as an argument or with --file, not both`, 2);
+  if (arg !== undefined) return arg;
+  if (file !== undefined) {
+    if (!existsSync(file)) throw new CliError(`file not found: ${file}`);
+    return await Bun.file(file).text();
+  }
+  if (process.stdin.isTTY) throw new CliError(`no ${what}: pass it as an argument, with --file, or on stdin`, 2);
+  return await Bun.stdin.text();
+}
+
+export function addCommandHelpEnv(cmd: Command): Command {
+  return cmd.addHelpText("after", "\nEvery option can also be set with a VELO_* environment variable (e.g. --ctx-size → VELO_CTX_SIZE).");
+}
+
+/** Engine settings every model-running command shares. */
+export function addEngineOptions(cmd: Command): Command {
+  return cmd
+    .addOption(opt("-t, --threads <n>", "CPU threads (default: all cores)").argParser(parseIntArg("--threads", 1, 1024)))
+    .addOption(opt("-c, --ctx-size <n>", "context size per sequence (default: the model's, at most 4096)").argParser(parseIntArg("--ctx-size", 2, 1 << 20)));
+}
+
+export interface EngineFlags {
+  threads?: number;
+  ctxSize?: number;
+}
+
+/** Sampling flags, named as llama.cpp names them. */
+export function addSamplingOptions(cmd: Command): Command {
+  return cmd
+    .addOption(opt("--temp <t>", "temperature; 0 = greedy").default(0.8).argParser(parseFloatArg("--temp", 0, 100)))
+    .addOption(opt("--top-k <k>", "keep the k most likely tokens; 0 = off").default(40).argParser(parseIntArg("--top-k", 0)))
+    .addOption(opt("--top-p <p>", "nucleus sampling; 1 = off").default(0.95).argParser(parseFloatArg("--top-p", 0, 1)))
+    .addOption(opt("--min-p <p>", "drop tokens below p × the top probability; 0 = off").default(0.05).argParser(parseFloatArg("--min-p", 0, 1)))
+    .addOption(opt("--repeat-penalty <x>", "penalise repeated tokens; 1 = off").default(1).argParser(parseFloatArg("--repeat-penalty", 0.01, 100)))
+    .addOption(opt("--repeat-last-n <n>", "tokens the penalties look back over; -1 = all").default(64).argParser(parseIntArg("--repeat-last-n", -1)))
+    .addOption(opt("--presence-penalty <x>", "presence penalty").default(0).argParser(parseFloatArg("--presence-penalty", -2, 2)))
+    .addOption(opt("--frequency-penalty <x>", "frequency penalty").default(0).argParser(parseFloatArg("--frequency-penalty", -2, 2)))
+    .addOption(opt("-s, --seed <n>", "random seed (default: random)").argParser(parseIntArg("--seed", 0, 2 ** 53 - 1)));
+}
+
+export interface SamplingFlags {
+  temp: number;
+  topK: number;
+  topP: number;
+  minP: number;
+  repeatPenalty: number;
+  repeatLastN: number;
+  presencePenalty: number;
+  frequencyPenalty: number;
+  seed?: number;
+}
+
+export function samplingRequest(f: SamplingFlags) {
+  return {
+    temperature: f.temp,
+    topK: f.topK,
+    topP: f.topP,
+    minP: f.minP,
+    repeatPenalty: f.repeatPenalty,
+    penaltyWindow: f.repeatLastN,
+    presencePenalty: f.presencePenalty,
+    frequencyPenalty: f.frequencyPenalty,
+    seed: f.seed ?? Math.floor(Math.random() * 2 ** 32),
+  };
+}

@@ -1,0 +1,253 @@
+import type { Pointer } from "bun:ffi";
+import { cstr, lib } from "../ffi/library";
+import { check, ErrorCode } from "./errors";
+import type { Model } from "./model";
+
+export interface EngineOptions {
+  threads?: number;
+  ctxSize?: number;
+  maxBatchSize?: number;
+  batchTokens?: number;
+  kvPages?: number;
+  pageSize?: number;
+  maxSessions?: number;
+}
+
+export interface SamplingOptions {
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  repeatPenalty?: number;
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  penaltyWindow?: number;
+  seed?: number;
+}
+
+export interface GenerateRequest extends SamplingOptions {
+  prompt?: string;
+  promptTokens?: ArrayLike<number>;
+  /** Add BOS/EOS to a text prompt as the model says (default true). */
+  addSpecial?: boolean;
+  parseSpecial?: boolean;
+  maxTokens?: number;
+  stop?: string[];
+  ignoreEos?: boolean;
+  /** Requests of one session reuse the KV of its previous request's common prefix. */
+  session?: string;
+  /** Report the k largest raw logits with every token. */
+  topLogits?: number;
+}
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  cached_tokens: number;
+  ttft_ms: number;
+  prompt_ms: number;
+  generation_ms: number;
+}
+
+export type FinishReason = "stop" | "length" | "cancelled" | "error";
+
+export interface Finish {
+  reason: FinishReason;
+  message: string | null;
+  usage: Usage;
+}
+
+export interface Chunk {
+  tokens: number[];
+  text: string;
+  /** [token id, logit] pairs, most likely first (when requested). */
+  top_logits?: [number, number][];
+}
+
+type RawEvent = { id: number; tokens: number[]; text: string; top_logits?: [number, number][] } | { id: number; finish: FinishReason; message: string | null; usage: Usage };
+
+const decoder = new TextDecoder();
+
+/** One request in flight: iterate it for text chunks; `finished` resolves at the end. */
+export class Generation implements AsyncIterable<Chunk> {
+  readonly finished: Promise<Finish>;
+  #queue: Chunk[] = [];
+  #done = false;
+  #notify: (() => void) | null = null;
+  #resolve!: (f: Finish) => void;
+
+  constructor(
+    readonly id: number,
+    private readonly engine: Engine,
+  ) {
+    this.finished = new Promise((r) => (this.#resolve = r));
+  }
+
+  /** @internal */
+  deliver(e: RawEvent) {
+    if ("finish" in e) {
+      this.#done = true;
+      this.#resolve({ reason: e.finish, message: e.message, usage: e.usage });
+    } else {
+      this.#queue.push({ tokens: e.tokens, text: e.text, top_logits: e.top_logits });
+    }
+    this.#notify?.();
+  }
+
+  cancel(): void {
+    if (!this.#done) this.engine.cancel(this.id);
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<Chunk> {
+    while (true) {
+      if (this.#queue.length) {
+        yield this.#queue.shift()!;
+        continue;
+      }
+      if (this.#done) return;
+      await new Promise<void>((r) => (this.#notify = r));
+      this.#notify = null;
+    }
+  }
+
+  /** All text and tokens, then the finish. */
+  async collect(): Promise<{ text: string; tokens: number[]; finish: Finish }> {
+    let text = "";
+    const tokens: number[] = [];
+    for await (const c of this) {
+      text += c.text;
+      tokens.push(...c.tokens);
+    }
+    return { text, tokens, finish: await this.finished };
+  }
+}
+
+/**
+ * The engine thread of one model. Requests are submitted without blocking; a polling loop
+ * (every millisecond while anything is in flight) hands events to their generations.
+ */
+export class Engine {
+  #handle: Pointer | null;
+  #active = new Map<number, Generation>();
+  #pumping = false;
+  #buf = new Uint8Array(1 << 16);
+
+  private constructor(
+    handle: Pointer,
+    readonly model: Model,
+  ) {
+    this.#handle = handle;
+  }
+
+  static create(model: Model, opts: EngineOptions = {}): Engine {
+    const json = JSON.stringify({
+      threads: opts.threads,
+      ctx_size: opts.ctxSize,
+      max_batch_size: opts.maxBatchSize,
+      batch_tokens: opts.batchTokens,
+      kv_pages: opts.kvPages,
+      page_size: opts.pageSize,
+      max_sessions: opts.maxSessions,
+    });
+    const out = new BigUint64Array(1);
+    check(lib().velo_engine_create(model.handle, cstr(json), out));
+    return new Engine(Number(out[0]) as Pointer, model);
+  }
+
+  get handle(): Pointer {
+    if (this.#handle === null) throw new Error("engine is closed");
+    return this.#handle;
+  }
+
+  submit(req: GenerateRequest): Generation {
+    const json = JSON.stringify({
+      prompt: req.prompt,
+      prompt_tokens: req.promptTokens ? Array.from(req.promptTokens) : undefined,
+      add_special: req.addSpecial,
+      parse_special: req.parseSpecial,
+      max_tokens: req.maxTokens,
+      temperature: req.temperature,
+      top_k: req.topK,
+      top_p: req.topP,
+      min_p: req.minP,
+      repeat_penalty: req.repeatPenalty,
+      presence_penalty: req.presencePenalty,
+      frequency_penalty: req.frequencyPenalty,
+      penalty_window: req.penaltyWindow,
+      seed: req.seed,
+      stop: req.stop,
+      ignore_eos: req.ignoreEos,
+      session: req.session,
+      top_logits: req.topLogits,
+    });
+    const out = new BigInt64Array(1);
+    check(lib().velo_engine_submit(this.handle, cstr(json), out));
+    const g = new Generation(Number(out[0]), this);
+    this.#active.set(g.id, g);
+    this.#pump();
+    return g;
+  }
+
+  cancel(id: number): void {
+    if (this.#handle !== null) check(lib().velo_engine_cancel(this.#handle, id));
+  }
+
+  stats(): Record<string, number> {
+    const out = new BigInt64Array(1);
+    const buf = new Uint8Array(4096);
+    check(lib().velo_engine_stats(this.handle, buf, buf.length, out));
+    return JSON.parse(decoder.decode(buf.subarray(0, Number(out[0]))));
+  }
+
+  get inFlight(): number {
+    return this.#active.size;
+  }
+
+  /** Drains ready events once; returns how many were delivered. */
+  pollOnce(): number {
+    const out = new BigInt64Array(1);
+    let status = lib().velo_engine_poll(this.handle, this.#buf, this.#buf.length, out);
+    if (status === ErrorCode.bufferTooSmall) {
+      this.#buf = new Uint8Array(Number(out[0]) * 2);
+      status = lib().velo_engine_poll(this.handle, this.#buf, this.#buf.length, out);
+    }
+    check(status);
+    const n = Number(out[0]);
+    if (n === 0) return 0;
+    const lines = decoder.decode(this.#buf.subarray(0, n)).split("\n");
+    let count = 0;
+    for (const line of lines) {
+      if (!line) continue;
+      const e = JSON.parse(line) as RawEvent;
+      const g = this.#active.get(e.id);
+      if (!g) continue;
+      g.deliver(e);
+      if ("finish" in e) this.#active.delete(e.id);
+      count++;
+    }
+    return count;
+  }
+
+  async #pump() {
+    if (this.#pumping) return;
+    this.#pumping = true;
+    try {
+      while (this.#active.size > 0 && this.#handle !== null) {
+        if (this.pollOnce() === 0) await Bun.sleep(1);
+      }
+    } finally {
+      this.#pumping = false;
+    }
+  }
+
+  /** Cancels whatever is in flight and stops the engine thread. */
+  close(): void {
+    if (this.#handle === null) return;
+    const h = this.#handle;
+    check(lib().velo_engine_destroy(h));
+    this.#handle = null;
+    const usage: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0, ttft_ms: 0, prompt_ms: 0, generation_ms: 0 };
+    for (const g of this.#active.values()) g.deliver({ id: g.id, finish: "cancelled", message: "engine closed", usage });
+    this.#active.clear();
+  }
+}

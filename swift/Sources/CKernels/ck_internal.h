@@ -1,0 +1,173 @@
+/* ck_internal.h — block layouts, scalar helpers and the per-ISA kernel tables. */
+#ifndef CK_INTERNAL_H
+#define CK_INTERNAL_H
+
+#include "ckernels.h"
+#include <string.h>
+
+#define CK_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define CK_TARGET_AVX512 \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define CK_INLINE static inline __attribute__((always_inline))
+
+#define CK_NTYPES 31 /* type ids are < 31 */
+
+/* ---- ggml block layouts (ggml-common.h); all little-endian, packed without padding ---- */
+
+#define QK 32  /* elements per block of the *_0 / *_1 types */
+#define QKK 256 /* elements per super-block of the K types */
+
+typedef struct { uint16_t d; uint8_t qs[QK / 2]; } blk_q4_0;                 /* q = nibble - 8 */
+typedef struct { uint16_t d, m; uint8_t qs[QK / 2]; } blk_q4_1;              /* x = d*q + m */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK / 2]; } blk_q5_0; /* q = 5 bits - 16 */
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK / 2]; } blk_q5_1;
+typedef struct { uint16_t d; int8_t qs[QK]; } blk_q8_0;
+typedef struct { uint16_t d, s; int8_t qs[QK]; } blk_q8_1; /* s = d * sum(qs) */
+
+/* 8 sub-blocks of 32 with 6-bit scales and mins packed in 12 bytes. */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QKK / 2]; } blk_q4_K;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QKK / 8]; uint8_t qs[QKK / 2]; } blk_q5_K;
+/* 16 sub-blocks of 16 with int8 scales; q = 6 bits - 32. */
+typedef struct { uint8_t ql[QKK / 2]; uint8_t qh[QKK / 4]; int8_t scales[QKK / 16]; uint16_t d; } blk_q6_K;
+/* Activations for the K types: f32 scale, and sums of each group of 16 quants. */
+typedef struct { float d; int8_t qs[QKK]; int16_t bsums[QKK / 16]; } blk_q8_K;
+
+_Static_assert(sizeof(blk_q4_0) == 18, "q4_0");
+_Static_assert(sizeof(blk_q4_1) == 20, "q4_1");
+_Static_assert(sizeof(blk_q5_0) == 22, "q5_0");
+_Static_assert(sizeof(blk_q5_1) == 24, "q5_1");
+_Static_assert(sizeof(blk_q8_0) == 34, "q8_0");
+_Static_assert(sizeof(blk_q8_1) == 36, "q8_1");
+_Static_assert(sizeof(blk_q4_K) == 144, "q4_K");
+_Static_assert(sizeof(blk_q5_K) == 176, "q5_K");
+_Static_assert(sizeof(blk_q6_K) == 210, "q6_K");
+_Static_assert(sizeof(blk_q8_K) == 292, "q8_K");
+
+/* ---- scalar conversions ---- */
+
+static inline uint16_t ck_ld16(const void *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline uint32_t ck_ld32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+static inline float ck_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t ck_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* IEEE half -> float, exact (subnormals, inf, nan included). */
+static inline float ck_h2f(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0x1f) return ck_bits_f32(sign | 0x7f800000 | (man << 13));
+    if (exp == 0) {
+        /* zero or subnormal: man * 2^-24, exact in float */
+        float v = (float)man * (1.0f / 16777216.0f);
+        return sign ? -v : v;
+    }
+    return ck_bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+/* float -> IEEE half, round to nearest even (what F16C and ggml do). */
+static inline uint16_t ck_f2h(float f) {
+    uint32_t u = ck_f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffff;
+    if (a > 0x7f800000) return sign | 0x7e00 | (uint16_t)((a >> 13) & 0x3ff); /* nan stays nan */
+    if (a >= 0x477ff000) return sign | 0x7c00;                                /* rounds to inf */
+    if (a < 0x38800000) {
+        /* half subnormal or zero: scale so the half ulp (2^-24) becomes 1, then round */
+        float v = ck_bits_f32(a) * 16777216.0f; /* exact: power-of-two scale */
+        uint32_t q = (uint32_t)v;
+        float rem = v - (float)q;
+        if (rem > 0.5f || (rem == 0.5f && (q & 1))) q++;
+        return sign | (uint16_t)q;
+    }
+    uint32_t r = a + 0xfff + ((a >> 13) & 1); /* round mantissa to 10 bits, ties to even */
+    return sign | (uint16_t)((r - 0x38000000) >> 13);
+}
+
+static inline float ck_bf2f(uint16_t h) { return ck_bits_f32((uint32_t)h << 16); }
+
+/* ggml's fp32 -> bf16: round to nearest even, nan kept quiet. */
+static inline uint16_t ck_f2bf(float f) {
+    uint32_t u = ck_f32_bits(f);
+    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 64);
+    return (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
+}
+
+/* Round half away from zero, as roundf; for |x| < 2^23. */
+static inline int ck_roundf_int(float x) { return (int)__builtin_roundf(x); }
+
+/* ggml's nearest_int: round half to even (|x| < 2^22). */
+static inline int ck_nearest_int(float x) {
+    float v = x + 12582912.0f;
+    return (int)(ck_f32_bits(v) & 0x007fffff) - 0x00400000;
+}
+
+/* Unpacks the 8 6-bit scales and 8 6-bit mins of a Q4_K/Q5_K super-block. */
+static inline void ck_kscales(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        mn[j] = q[j + 4] & 63;
+        sc[j + 4] = (q[j + 8] & 0xf) | ((q[j] >> 6) << 4);
+        mn[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
+    }
+}
+
+/* Same, on 32-bit words: out[0..1] = 8 scales, out[2..3] = 8 mins (bytes). */
+static inline void ck_kscales_u32(const uint8_t *q, uint32_t out[4]) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, q, 4); memcpy(&u1, q + 4, 4); memcpy(&u2, q + 8, 4);
+    out[0] = u0 & 0x3f3f3f3f;
+    out[1] = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4);
+    out[2] = u1 & 0x3f3f3f3f;
+    out[3] = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
+}
+
+/* ---- kernel tables: one per ISA, NULL entries fall back to the next lower ISA ---- */
+
+/* y[m*ldy + r] for r in [r0,r1), m in [0,M); see ck_matmul. */
+typedef void (*ck_matmul_fn)(int64_t n, const void *w, size_t ws, int64_t r0, int64_t r1,
+                             const void *a, size_t as, int64_t M, float *y, int64_t ldy);
+typedef void (*ck_quant_fn)(const float *x, void *y, int64_t n);
+
+typedef struct {
+    float (*dot)(const float *, const float *, int64_t);
+    void (*axpy)(float, const float *, float *, int64_t);
+    float (*sumsq)(const float *, int64_t);
+    void (*scale_mul)(const float *, const float *, float, float *, int64_t); /* y = x*s*w (w may be NULL) */
+    void (*swiglu)(const float *, const float *, float *, int64_t);
+    float (*max)(const float *, int64_t);
+    float (*exp_sum)(float *, float, int64_t); /* x = exp(x - m); returns the sum */
+    void (*scale)(float *, float, int64_t);
+    void (*add)(const float *, const float *, float *, int64_t);
+    void (*f16_to_f32)(const uint16_t *, float *, int64_t);
+    void (*f32_to_f16)(const float *, uint16_t *, int64_t);
+} ck_f32_ops;
+
+typedef struct {
+    const char *name;
+    ck_matmul_fn matmul[CK_NTYPES];  /* by weight type */
+    ck_quant_fn quantize[CK_NTYPES]; /* activation quantizers: Q8_0, Q8_1, Q8_K */
+    ck_f32_ops f32;
+} ck_table;
+
+/* Per-thread scratch of at least `bytes` (64-byte aligned), reused across calls; NULL if out of memory. */
+void *ck_scratch(size_t bytes);
+
+/* The table in use, every entry filled. */
+const ck_table *ck_active(void);
+
+extern const ck_matmul_fn ck_matmul_scalar[CK_NTYPES];
+extern const ck_quant_fn ck_quant_scalar[CK_NTYPES];
+extern const ck_f32_ops ck_f32_scalar;
+#if defined(__x86_64__) || defined(_M_X64)
+#define CK_X86 1
+extern const ck_matmul_fn ck_matmul_avx2[CK_NTYPES], ck_matmul_avx512[CK_NTYPES];
+extern const ck_quant_fn ck_quant_avx2[CK_NTYPES], ck_quant_avx512[CK_NTYPES];
+extern const ck_f32_ops ck_f32_avx2, ck_f32_avx512;
+#endif
+#if defined(__aarch64__)
+#define CK_ARM64 1
+extern const ck_matmul_fn ck_matmul_neon[CK_NTYPES];
+extern const ck_f32_ops ck_f32_neon;
+#endif
+
+#endif

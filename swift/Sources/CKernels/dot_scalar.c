@@ -1,0 +1,199 @@
+/* dot_scalar.c — portable dot products, block by block with integer inner sums and ggml's
+ * float order. The reference the SIMD kernels are checked against, and the fallback. */
+#include "ck_internal.h"
+
+static float dot_q4_0(int64_t n, const void *vw, const void *va) {
+    const blk_q4_0 *w = vw;
+    const blk_q8_0 *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK; i++) {
+        int s = 0;
+        for (int j = 0; j < QK / 2; j++)
+            s += ((w[i].qs[j] & 0xf) - 8) * a[i].qs[j] + ((w[i].qs[j] >> 4) - 8) * a[i].qs[j + QK / 2];
+        sum += (float)s * (ck_h2f(w[i].d) * ck_h2f(a[i].d));
+    }
+    return sum;
+}
+
+static float dot_q4_1(int64_t n, const void *vw, const void *va) {
+    const blk_q4_1 *w = vw;
+    const blk_q8_1 *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK; i++) {
+        int s = 0;
+        for (int j = 0; j < QK / 2; j++)
+            s += (w[i].qs[j] & 0xf) * a[i].qs[j] + (w[i].qs[j] >> 4) * a[i].qs[j + QK / 2];
+        sum += (float)s * (ck_h2f(w[i].d) * ck_h2f(a[i].d)) + ck_h2f(w[i].m) * ck_h2f(a[i].s);
+    }
+    return sum;
+}
+
+static float dot_q5_0(int64_t n, const void *vw, const void *va) {
+    const blk_q5_0 *w = vw;
+    const blk_q8_0 *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK; i++) {
+        uint32_t qh;
+        memcpy(&qh, w[i].qh, 4);
+        int s = 0;
+        for (int j = 0; j < QK / 2; j++) {
+            const int q0 = ((w[i].qs[j] & 0xf) | ((qh >> j) & 1) << 4) - 16;
+            const int q1 = ((w[i].qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16;
+            s += q0 * a[i].qs[j] + q1 * a[i].qs[j + QK / 2];
+        }
+        sum += (float)s * (ck_h2f(w[i].d) * ck_h2f(a[i].d));
+    }
+    return sum;
+}
+
+static float dot_q5_1(int64_t n, const void *vw, const void *va) {
+    const blk_q5_1 *w = vw;
+    const blk_q8_1 *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK; i++) {
+        uint32_t qh;
+        memcpy(&qh, w[i].qh, 4);
+        int s = 0;
+        for (int j = 0; j < QK / 2; j++) {
+            const int q0 = (w[i].qs[j] & 0xf) | ((qh >> j) & 1) << 4;
+            const int q1 = (w[i].qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+            s += q0 * a[i].qs[j] + q1 * a[i].qs[j + QK / 2];
+        }
+        sum += (float)s * (ck_h2f(w[i].d) * ck_h2f(a[i].d)) + ck_h2f(w[i].m) * ck_h2f(a[i].s);
+    }
+    return sum;
+}
+
+static float dot_q8_0(int64_t n, const void *vw, const void *va) {
+    const blk_q8_0 *w = vw;
+    const blk_q8_0 *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK; i++) {
+        int s = 0;
+        for (int j = 0; j < QK; j++) s += w[i].qs[j] * a[i].qs[j];
+        sum += (float)s * (ck_h2f(w[i].d) * ck_h2f(a[i].d));
+    }
+    return sum;
+}
+
+static float dot_q4_K(int64_t n, const void *vw, const void *va) {
+    const blk_q4_K *w = vw;
+    const blk_q8_K *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QKK; i++) {
+        uint8_t sc[8], mn[8];
+        ck_kscales(w[i].scales, sc, mn);
+        int isum = 0, msum = 0;
+        for (int c = 0; c < 4; c++) {
+            const uint8_t *q = w[i].qs + 32 * c;
+            const int8_t *y = a[i].qs + 64 * c;
+            int s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += (q[l] & 0xf) * y[l];
+                s1 += (q[l] >> 4) * y[l + 32];
+            }
+            isum += s0 * sc[2 * c] + s1 * sc[2 * c + 1];
+        }
+        for (int j = 0; j < 8; j++) msum += mn[j] * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+        sum += a[i].d * ck_h2f(w[i].d) * (float)isum - a[i].d * ck_h2f(w[i].dmin) * (float)msum;
+    }
+    return sum;
+}
+
+static float dot_q5_K(int64_t n, const void *vw, const void *va) {
+    const blk_q5_K *w = vw;
+    const blk_q8_K *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QKK; i++) {
+        uint8_t sc[8], mn[8];
+        ck_kscales(w[i].scales, sc, mn);
+        int isum = 0, msum = 0;
+        for (int c = 0; c < 4; c++) {
+            const uint8_t *q = w[i].qs + 32 * c, *qh = w[i].qh;
+            const int8_t *y = a[i].qs + 64 * c;
+            int s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += ((q[l] & 0xf) | ((qh[l] >> (2 * c)) & 1) << 4) * y[l];
+                s1 += ((q[l] >> 4) | ((qh[l] >> (2 * c + 1)) & 1) << 4) * y[l + 32];
+            }
+            isum += s0 * sc[2 * c] + s1 * sc[2 * c + 1];
+        }
+        for (int j = 0; j < 8; j++) msum += mn[j] * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+        sum += a[i].d * ck_h2f(w[i].d) * (float)isum - a[i].d * ck_h2f(w[i].dmin) * (float)msum;
+    }
+    return sum;
+}
+
+static float dot_q6_K(int64_t n, const void *vw, const void *va) {
+    const blk_q6_K *w = vw;
+    const blk_q8_K *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QKK; i++) {
+        int isum = 0;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w[i].ql + 64 * h, *qh = w[i].qh + 32 * h;
+            const int8_t *y = a[i].qs + 128 * h, *sc = w[i].scales + 8 * h;
+            int s[8] = {0}; /* one per group of 16 */
+            for (int l = 0; l < 32; l++) {
+                const int g = l / 16;
+                s[g] += (((ql[l] & 0xf) | ((qh[l] >> 0) & 3) << 4) - 32) * y[l];
+                s[g + 2] += (((ql[l + 32] & 0xf) | ((qh[l] >> 2) & 3) << 4) - 32) * y[l + 32];
+                s[g + 4] += (((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32) * y[l + 64];
+                s[g + 6] += (((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32) * y[l + 96];
+            }
+            for (int g = 0; g < 8; g++) isum += s[g] * sc[g];
+        }
+        sum += a[i].d * ck_h2f(w[i].d) * (float)isum;
+    }
+    return sum;
+}
+
+static float dot_f32(int64_t n, const void *vw, const void *va) {
+    const float *w = vw, *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) sum += w[i] * a[i];
+    return sum;
+}
+
+static float dot_f16(int64_t n, const void *vw, const void *va) {
+    const uint16_t *w = vw;
+    const float *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) sum += ck_h2f(w[i]) * a[i];
+    return sum;
+}
+
+static float dot_bf16(int64_t n, const void *vw, const void *va) {
+    const uint16_t *w = vw;
+    const float *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) sum += ck_bf2f(w[i]) * a[i];
+    return sum;
+}
+
+#define SCALAR_MATMUL(name)                                                                              \
+    static void mm_##name(int64_t n, const void *w, size_t ws, int64_t r0, int64_t r1, const void *a,   \
+                          size_t as, int64_t M, float *y, int64_t ldy) {                                \
+        for (int64_t m = 0; m < M; m++)                                                                  \
+            for (int64_t r = r0; r < r1; r++)                                                            \
+                y[m * ldy + r] = dot_##name(n, (const char *)w + r * ws, (const char *)a + m * as);      \
+    }
+
+SCALAR_MATMUL(q4_0)
+SCALAR_MATMUL(q4_1)
+SCALAR_MATMUL(q5_0)
+SCALAR_MATMUL(q5_1)
+SCALAR_MATMUL(q8_0)
+SCALAR_MATMUL(q4_K)
+SCALAR_MATMUL(q5_K)
+SCALAR_MATMUL(q6_K)
+SCALAR_MATMUL(f32)
+SCALAR_MATMUL(f16)
+SCALAR_MATMUL(bf16)
+
+const ck_matmul_fn ck_matmul_scalar[CK_NTYPES] = {
+    [CK_TYPE_F32] = mm_f32,   [CK_TYPE_F16] = mm_f16,   [CK_TYPE_BF16] = mm_bf16,
+    [CK_TYPE_Q4_0] = mm_q4_0, [CK_TYPE_Q4_1] = mm_q4_1, [CK_TYPE_Q5_0] = mm_q5_0,
+    [CK_TYPE_Q5_1] = mm_q5_1, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_Q4_K] = mm_q4_K,
+    [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K,
+};

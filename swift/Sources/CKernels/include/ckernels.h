@@ -1,0 +1,85 @@
+/* ckernels.h — Velo's CPU compute kernels.
+ *
+ * Quantized weights use ggml's block layouts (GGUF); activations are quantized to 8-bit
+ * blocks (Q8_0 / Q8_1 / Q8_K) and multiplied with integer dot products, as llama.cpp does.
+ * SIMD paths (AVX2+FMA+F16C, AVX-512 VNNI, NEON dotprod) are chosen at run time.
+ * All functions are single-threaded and reentrant; callers split work across threads.
+ */
+#ifndef CKERNELS_H
+#define CKERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ggml type ids (ggml.h) of the types these kernels handle. */
+enum {
+    CK_TYPE_F32 = 0,
+    CK_TYPE_F16 = 1,
+    CK_TYPE_Q4_0 = 2,
+    CK_TYPE_Q4_1 = 3,
+    CK_TYPE_Q5_0 = 6,
+    CK_TYPE_Q5_1 = 7,
+    CK_TYPE_Q8_0 = 8,
+    CK_TYPE_Q8_1 = 9,
+    CK_TYPE_Q4_K = 12,
+    CK_TYPE_Q5_K = 13,
+    CK_TYPE_Q6_K = 14,
+    CK_TYPE_Q8_K = 15,
+    CK_TYPE_BF16 = 30,
+};
+
+/* ck_cpu_features() bits */
+enum {
+    CK_CPU_AVX2 = 1,        /* AVX2 + FMA + F16C */
+    CK_CPU_AVX512 = 2,      /* AVX-512 F/BW/VL/DQ */
+    CK_CPU_AVX512_VNNI = 4,
+    CK_CPU_AVX_VNNI = 8,
+    CK_CPU_NEON_DOTPROD = 16,
+};
+
+int ck_cpu_features(void);
+/* 0: scalar only, 1: up to AVX2 (or NEON), 2: everything available (default). */
+void ck_set_isa_limit(int level);
+/* Name of the kernel set in use now: "avx512-vnni", "avx2", "neon-dotprod" or "scalar". */
+const char *ck_isa_name(void);
+
+int ck_type_supported(int type);
+/* Activation format a weight type multiplies with (Q8_0, Q8_1, Q8_K or F32); -1 if unsupported. */
+int ck_vec_dot_type(int wtype);
+/* Bytes of a row of n elements (n a multiple of the block size); 0 for unsupported types. */
+size_t ck_row_size(int type, int64_t n);
+/* Elements per block (1 for F32/F16/BF16); 0 for unsupported types. */
+int64_t ck_block_size(int type);
+
+/* F32 -> type. Q8_0/Q8_1/Q8_K, Q4_0/Q4_1/Q5_0/Q5_1, F16, BF16 round exactly like ggml's
+ * reference quantizers; Q4_K/Q5_K/Q6_K use a simple (non-searching) max-abs/min-max fit. */
+void ck_quantize_row(int type, const float *x, void *y, int64_t n);
+/* type -> F32, every supported type (including Q8_1 and Q8_K). */
+void ck_dequantize_row(int type, const void *x, float *y, int64_t n);
+
+/* One weight row times one activation row in ck_vec_dot_type(wtype) format. */
+float ck_vec_dot(int wtype, int64_t n, const void *w, const void *a);
+
+/* y[m*ldy + r] = dot(W row r, A row m) for r in [r0, r1), m in [0, M).
+ * W row r is at (char*)w + r*w_stride, A row m at (char*)a + m*a_stride (activation format). */
+void ck_matmul(int wtype, int64_t n, const void *w, size_t w_stride, int64_t r0, int64_t r1,
+               const void *a, size_t a_stride, int64_t M, float *y, int64_t ldy);
+
+/* f32 helpers */
+float ck_dot_f32(const float *x, const float *y, int64_t n);
+void ck_axpy_f32(float a, const float *x, float *y, int64_t n);                  /* y += a*x */
+void ck_rms_norm(const float *x, const float *w, float *y, int64_t n, float eps); /* w may be NULL */
+void ck_swiglu(const float *gate, const float *up, float *y, int64_t n);         /* silu(gate)*up */
+void ck_softmax(float *x, int64_t n);                                            /* in place */
+void ck_add_f32(const float *a, const float *b, float *y, int64_t n);
+void ck_f16_to_f32(const uint16_t *x, float *y, int64_t n);
+void ck_f32_to_f16(const float *x, uint16_t *y, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,183 @@
+// Engine entry points: create / submit / poll / wait / cancel / stats / destroy.
+// Options and requests cross as small JSON documents; events come back as JSON lines.
+
+/// Reads numbers and flags out of a JSON object with type and range checks, naming the
+/// offending field in the error.
+struct JSONFields {
+    let object: JSON
+    let what: String
+
+    init(_ text: String, what: String) throws {
+        let parsed = try JSON.parse(text)
+        guard case .object = parsed else { throw VeloError(.invalidArgument, "\(what) must be a JSON object") }
+        object = parsed
+        self.what = what
+    }
+
+    func int(_ key: String, _ range: ClosedRange<Int>) throws -> Int? {
+        guard let v = object[key], v != .null else { return nil }
+        guard let i = v.intValue else { throw VeloError(.invalidArgument, "\(key) must be an integer") }
+        guard range.contains(i) else { throw VeloError(.invalidArgument, "\(key) must be between \(range.lowerBound) and \(range.upperBound), got \(i)") }
+        return i
+    }
+
+    func float(_ key: String, _ range: ClosedRange<Double>) throws -> Float? {
+        guard let v = object[key], v != .null else { return nil }
+        guard let d = v.doubleValue, d.isFinite else { throw VeloError(.invalidArgument, "\(key) must be a number") }
+        guard range.contains(d) else { throw VeloError(.invalidArgument, "\(key) must be between \(range.lowerBound) and \(range.upperBound), got \(d)") }
+        return Float(d)
+    }
+
+    func bool(_ key: String) throws -> Bool? {
+        guard let v = object[key], v != .null else { return nil }
+        guard let b = v.boolValue else { throw VeloError(.invalidArgument, "\(key) must be true or false") }
+        return b
+    }
+
+    func string(_ key: String) throws -> String? {
+        guard let v = object[key], v != .null else { return nil }
+        guard let s = v.stringValue else { throw VeloError(.invalidArgument, "\(key) must be a string") }
+        return s
+    }
+}
+
+func engineOptions(from text: String) throws -> EngineOptions {
+    let f = try JSONFields(text, what: "engine options")
+    var o = EngineOptions()
+    if let v = try f.int("threads", 0...1024), v > 0 { o.threads = v }
+    if let v = try f.int("ctx_size", 2...1 << 20) { o.contextSize = v }
+    if let v = try f.int("max_batch_size", 1...1024) { o.maxBatchSize = v }
+    if let v = try f.int("batch_tokens", 1...1 << 16) { o.batchTokens = v }
+    if let v = try f.int("kv_pages", 0...1 << 24) { o.kvPages = v }
+    if let v = try f.int("page_size", 1...4096) { o.pageSize = v }
+    if let v = try f.int("max_sessions", 0...1 << 16) { o.maxSessions = v }
+    return o
+}
+
+func generationRequest(from text: String, tokenizer: Tokenizer) throws -> GenerationRequest {
+    let f = try JSONFields(text, what: "request")
+    var prompt: [Int32]
+    if let ids = f.object["prompt_tokens"], ids != .null {
+        guard let arr = ids.arrayValue else { throw VeloError(.invalidArgument, "prompt_tokens must be an array of token ids") }
+        prompt = try arr.map {
+            guard let i = $0.intValue, i >= 0, i <= Int(Int32.max) else { throw VeloError(.invalidArgument, "prompt_tokens must hold token ids") }
+            return Int32(i)
+        }
+    } else if let p = try f.string("prompt") {
+        prompt = tokenizer.encode(p, addSpecial: try f.bool("add_special") ?? true, parseSpecial: try f.bool("parse_special") ?? false)
+    } else {
+        throw VeloError(.invalidArgument, "the request needs prompt or prompt_tokens")
+    }
+    var r = GenerationRequest(prompt: prompt)
+    if let v = try f.int("max_tokens", 0...1 << 24) { r.maxTokens = v }
+    var s = SamplingParams()
+    if let v = try f.float("temperature", 0...100) { s.temperature = v }
+    if let v = try f.int("top_k", 0...1 << 24) { s.topK = v }
+    if let v = try f.float("top_p", 0...1) { s.topP = v }
+    if let v = try f.float("min_p", 0...1) { s.minP = v }
+    if let v = try f.float("repeat_penalty", 0.01...100) { s.repeatPenalty = v }
+    if let v = try f.float("presence_penalty", -2...2) { s.presencePenalty = v }
+    if let v = try f.float("frequency_penalty", -2...2) { s.frequencyPenalty = v }
+    if let v = try f.int("penalty_window", -1...1 << 24) { s.penaltyWindow = v }
+    if let v = f.object["seed"], v != .null {
+        guard let d = v.doubleValue, d == d.rounded(), abs(d) <= 9.007e15 else { throw VeloError(.invalidArgument, "seed must be an integer") }
+        s.seed = UInt64(bitPattern: Int64(d))
+    }
+    r.sampling = s
+    if let stop = f.object["stop"], stop != .null {
+        if let one = stop.stringValue {
+            r.stop = [one]
+        } else if let many = stop.arrayValue {
+            r.stop = try many.map {
+                guard let s = $0.stringValue else { throw VeloError(.invalidArgument, "stop must be a string or a list of strings") }
+                return s
+            }
+        } else {
+            throw VeloError(.invalidArgument, "stop must be a string or a list of strings")
+        }
+    }
+    r.ignoreEOS = try f.bool("ignore_eos") ?? false
+    r.session = try f.string("session")
+    r.topLogits = try f.int("top_logits", 0...1000) ?? 0
+    return r
+}
+
+@_cdecl("velo_engine_create")
+public func velo_engine_create(_ model: UnsafeMutableRawPointer?, _ optionsJSON: UnsafePointer<CChar>?,
+                               _ out: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 {
+    CABI.call {
+        guard let out else { throw VeloError(.invalidArgument, "null output handle") }
+        out.pointee = nil
+        let file = try CABI.lookup(model, as: ModelFile.self)
+        let options = try engineOptions(from: optionsJSON.map { String(cString: $0) } ?? "{}")
+        out.pointee = CABI.register(try Engine(file: file, options: options))
+    }
+}
+
+@_cdecl("velo_engine_destroy")
+public func velo_engine_destroy(_ h: UnsafeMutableRawPointer?) -> Int32 {
+    CABI.call {
+        let engine = try CABI.lookup(h, as: Engine.self)
+        engine.shutdown()
+        CABI.release(h)
+    }
+}
+
+@_cdecl("velo_engine_submit")
+public func velo_engine_submit(_ h: UnsafeMutableRawPointer?, _ requestJSON: UnsafePointer<CChar>?, _ outId: UnsafeMutablePointer<Int64>?) -> Int32 {
+    CABI.call {
+        let engine = try CABI.lookup(h, as: Engine.self)
+        guard let requestJSON else { throw VeloError(.invalidArgument, "null request") }
+        let request = try generationRequest(from: String(cString: requestJSON), tokenizer: engine.file.requireTokenizer())
+        let id = try engine.submit(request)
+        outId?.pointee = Int64(id)
+    }
+}
+
+@_cdecl("velo_engine_cancel")
+public func velo_engine_cancel(_ h: UnsafeMutableRawPointer?, _ id: Int64) -> Int32 {
+    CABI.call { try CABI.lookup(h, as: Engine.self).cancel(Int(id)) }
+}
+
+/// Events since the last poll as JSON lines. A too-small buffer fails with code 5 and the
+/// size needed; the events stay queued for the next call.
+@_cdecl("velo_engine_poll")
+public func velo_engine_poll(_ h: UnsafeMutableRawPointer?, _ out: UnsafeMutablePointer<UInt8>?, _ cap: Int64, _ outLen: UnsafeMutablePointer<Int64>?) -> Int32 {
+    CABI.call {
+        let engine = try CABI.lookup(h, as: Engine.self)
+        let events = engine.poll()
+        var text = ""
+        for e in events {
+            e.json.write(to: &text)
+            text += "\n"
+        }
+        let bytes = Array(text.utf8)
+        do {
+            try copyOut(bytes, out, Int(cap), outLen)
+        } catch {
+            engine.unpoll(events)
+            throw error
+        }
+    }
+}
+
+/// Blocks up to timeout_ms until events are ready: returns 1 if so, 0 on timeout, <0 on error.
+@_cdecl("velo_engine_wait")
+public func velo_engine_wait(_ h: UnsafeMutableRawPointer?, _ timeoutMs: Int32) -> Int32 {
+    do {
+        return try CABI.lookup(h, as: Engine.self).wait(timeoutMs: Int(max(0, timeoutMs))) ? 1 : 0
+    } catch let e as VeloError {
+        CABI.setError(e.message)
+        return -e.code.rawValue
+    } catch {
+        return -VeloError.Code.internalError.rawValue
+    }
+}
+
+@_cdecl("velo_engine_stats")
+public func velo_engine_stats(_ h: UnsafeMutableRawPointer?, _ out: UnsafeMutablePointer<UInt8>?, _ cap: Int64, _ outLen: UnsafeMutablePointer<Int64>?) -> Int32 {
+    CABI.call {
+        let engine = try CABI.lookup(h, as: Engine.self)
+        try copyOut(Array(engine.statsJSON.serialized.utf8), out, Int(cap), outLen)
+    }
+}

@@ -1,0 +1,162 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// One loaded model served by one engine thread (ARCHITECTURE §2). Callers never block on a
+/// forward pass: `submit` queues a request, `poll` drains the events produced so far, and
+/// `cancel` asks for a request to stop. Everything crossing threads goes through `lock`.
+public final class Engine: @unchecked Sendable {
+    public let file: ModelFile
+    let scheduler: Scheduler
+    private var mutex = pthread_mutex_t()
+    private var wake = pthread_cond_t()      // engine thread: new work
+    private var ready = pthread_cond_t()     // callers: new events
+    private var inbox: [Sequence] = []
+    private var cancels: [Int] = []
+    private var outbox: [EngineEvent] = []
+    private var nextId = 1
+    private var shuttingDown = false
+    private var thread: pthread_t?
+    private var stats: JSON = .null
+
+    public init(file: ModelFile, options: EngineOptions) throws {
+        self.file = file
+        let tokenizer = try file.requireTokenizer()
+        let model = try loadLanguageModel(file)
+        scheduler = try Scheduler(model: model, tokenizer: tokenizer, options: options)
+        stats = scheduler.statsJSON
+        pthread_mutex_init(&mutex, nil)
+        pthread_cond_init(&wake, nil)
+        pthread_cond_init(&ready, nil)
+        let unmanaged = Unmanaged.passRetained(self)
+        var t = pthread_t()
+        let rc = pthread_create(&t, nil, { arg in
+            let engine = Unmanaged<Engine>.fromOpaque(arg!).takeRetainedValue()
+            engine.loop()
+            return nil
+        }, unmanaged.toOpaque())
+        guard rc == 0 else {
+            unmanaged.release()
+            throw VeloError(.internalError, "cannot start the engine thread (error \(rc))")
+        }
+        thread = t
+    }
+
+    public var config: ModelConfig { scheduler.model.config }
+    public var options: EngineOptions { scheduler.options }
+
+    private func locked<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return try body()
+    }
+
+    /// Queues a request; returns its id. Events for it arrive through `poll`.
+    public func submit(_ request: GenerationRequest) throws -> Int {
+        guard request.maxTokens >= 0 else { throw VeloError(.invalidArgument, "max_tokens must not be negative") }
+        let vocab = scheduler.model.config.vocabSize
+        if let bad = request.prompt.first(where: { $0 < 0 || Int($0) >= vocab }) {
+            throw VeloError(.invalidArgument, "prompt token \(bad) is outside the vocabulary (0..<\(vocab))")
+        }
+        return try locked {
+            guard !shuttingDown else { throw VeloError(.invalidArgument, "the engine is shut down") }
+            let id = nextId
+            nextId += 1
+            inbox.append(Sequence(id: id, request: request, now: nowNanos()))
+            pthread_cond_signal(&wake)
+            return id
+        }
+    }
+
+    public func cancel(_ id: Int) {
+        locked {
+            cancels.append(id)
+            pthread_cond_signal(&wake)
+        }
+    }
+
+    /// Drains the events produced so far (never blocks on the engine).
+    public func poll() -> [EngineEvent] {
+        locked {
+            let out = outbox
+            outbox.removeAll(keepingCapacity: true)
+            return out
+        }
+    }
+
+    /// Puts undelivered events back at the front (a caller's buffer was too small).
+    func unpoll(_ events: [EngineEvent]) {
+        locked { outbox.insert(contentsOf: events, at: 0) }
+    }
+
+    /// Waits up to `timeoutMs` for events; true if some are ready.
+    public func wait(timeoutMs: Int) -> Bool {
+        locked {
+            if !outbox.isEmpty { return true }
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            var deadline = now
+            let ns = Int(now.tv_nsec) + (timeoutMs % 1000) * 1_000_000
+            deadline.tv_sec += timeoutMs / 1000 + ns / 1_000_000_000
+            deadline.tv_nsec = ns % 1_000_000_000
+            while outbox.isEmpty {
+                if pthread_cond_timedwait(&ready, &mutex, &deadline) != 0 { break }
+            }
+            return !outbox.isEmpty
+        }
+    }
+
+    /// A snapshot of the scheduler's counters (updated after every step).
+    public var statsJSON: JSON { locked { stats } }
+
+    /// Stops the engine thread after cancelling everything in flight.
+    public func shutdown() {
+        let t: pthread_t? = locked {
+            if shuttingDown { return nil }
+            shuttingDown = true
+            pthread_cond_signal(&wake)
+            return thread
+        }
+        if let t { pthread_join(t, nil) }
+    }
+
+    private func loop() {
+        while true {
+            var newSeqs: [Sequence] = []
+            var newCancels: [Int] = []
+            let stop: Bool = locked {
+                while inbox.isEmpty && cancels.isEmpty && !shuttingDown && !scheduler.hasWork {
+                    pthread_cond_wait(&wake, &mutex)
+                }
+                newSeqs = inbox
+                newCancels = cancels
+                inbox.removeAll()
+                cancels.removeAll()
+                return shuttingDown
+            }
+            for s in newSeqs { scheduler.submit(s) }
+            for id in newCancels { scheduler.cancel(id) }
+            if stop {
+                for s in scheduler.waiting + scheduler.running { scheduler.cancel(s.id) }
+                scheduler.step() // finishes the cancelled ones and frees their pages
+                publish()
+                return
+            }
+            if scheduler.hasWork { scheduler.step() }
+            publish()
+        }
+    }
+
+    private func publish() {
+        let events = scheduler.events
+        scheduler.events.removeAll(keepingCapacity: true)
+        let snapshot = scheduler.statsJSON
+        locked {
+            outbox.append(contentsOf: events)
+            stats = snapshot
+            if !events.isEmpty { pthread_cond_broadcast(&ready) }
+        }
+    }
+}

@@ -1,0 +1,162 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Per-request sampling settings. Names and defaults follow llama.cpp.
+public struct SamplingParams: Sendable, Equatable {
+    /// 0 or less means greedy.
+    public var temperature: Float = 0.8
+    public var topK: Int = 40
+    public var topP: Float = 0.95
+    public var minP: Float = 0.05
+    public var repeatPenalty: Float = 1.0
+    public var presencePenalty: Float = 0
+    public var frequencyPenalty: Float = 0
+    /// How many recent tokens the penalties look at (-1: the whole context).
+    public var penaltyWindow: Int = 64
+    public var seed: UInt64 = 0xC0FFEE
+
+    public init() {}
+
+    public static var greedy: SamplingParams {
+        var p = SamplingParams()
+        p.temperature = 0
+        return p
+    }
+
+    public var isGreedy: Bool { temperature <= 0 }
+}
+
+/// xoshiro256**: small, fast, and reproducible across platforms for a given seed.
+public struct SeededRandom: Sendable {
+    private var s: (UInt64, UInt64, UInt64, UInt64)
+
+    public init(seed: UInt64) {
+        var z = seed
+        func splitmix() -> UInt64 {
+            z &+= 0x9E37_79B9_7F4A_7C15
+            var x = z
+            x = (x ^ (x >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            x = (x ^ (x >> 27)) &* 0x94D0_49BB_1331_11EB
+            return x ^ (x >> 31)
+        }
+        s = (splitmix(), splitmix(), splitmix(), splitmix())
+    }
+
+    public mutating func next() -> UInt64 {
+        let result = ((s.1 &* 5) << 7 | (s.1 &* 5) >> 57) &* 9
+        let t = s.1 << 17
+        s.2 ^= s.0
+        s.3 ^= s.1
+        s.1 ^= s.2
+        s.0 ^= s.3
+        s.2 ^= t
+        s.3 = s.3 << 45 | s.3 >> 19
+        return result
+    }
+
+    /// Uniform in [0, 1).
+    public mutating func unit() -> Double {
+        Double(next() >> 11) * (1.0 / 9_007_199_254_740_992.0)
+    }
+}
+
+/// Turns logits into the next token: penalties, then greedy or top-k → top-p → min-p →
+/// temperature → a seeded draw (the order of llama.cpp's default chain).
+public struct Sampler: Sendable {
+    public let params: SamplingParams
+    private var rng: SeededRandom
+
+    public init(_ params: SamplingParams) {
+        self.params = params
+        rng = SeededRandom(seed: params.seed)
+    }
+
+    /// `history`: the tokens so far (prompt and output), for the penalties.
+    public mutating func sample(_ logits: UnsafeMutablePointer<Float>, vocab: Int, history: ArraySlice<Int32>) -> Int32 {
+        applyPenalties(logits, vocab: vocab, history: history)
+        if params.isGreedy { return Sampler.argmax(logits, vocab) }
+        let probs = distribution(logits, vocab: vocab)
+        var u = rng.unit() * probs.reduce(0) { $0 + $1.p }
+        for c in probs {
+            u -= c.p
+            if u <= 0 { return c.id }
+        }
+        return probs.last!.id
+    }
+
+    /// The candidates left after truncation, with unnormalised probabilities, most likely first.
+    func distribution(_ logits: UnsafeMutablePointer<Float>, vocab: Int) -> [(id: Int32, p: Double)] {
+        var cands = Sampler.topCandidates(logits, vocab: vocab, k: params.topK > 0 ? min(params.topK, vocab) : vocab)
+        // top-p (on the softmax at temperature 1, like llama.cpp)
+        let maxLogit = Double(cands[0].logit)
+        var probs = cands.map { exp(Double($0.logit) - maxLogit) }
+        let total = probs.reduce(0, +)
+        if params.topP < 1 {
+            var cum = 0.0
+            var keep = cands.count
+            for i in 0..<cands.count {
+                cum += probs[i] / total
+                if cum >= Double(params.topP) { keep = i + 1; break }
+            }
+            cands.removeLast(cands.count - keep)
+            probs.removeLast(probs.count - keep)
+        }
+        if params.minP > 0 {
+            // relative to the most likely token: p_i / p_max = probs[i] since probs[0] == 1
+            let keep = probs.firstIndex { $0 < Double(params.minP) } ?? probs.count
+            cands.removeLast(cands.count - max(keep, 1))
+        }
+        let t = Double(params.temperature)
+        return cands.map { (id: $0.id, p: exp((Double($0.logit) - maxLogit) / t)) }
+    }
+
+    mutating func applyPenalties(_ logits: UnsafeMutablePointer<Float>, vocab: Int, history: ArraySlice<Int32>) {
+        let p = params
+        guard p.repeatPenalty != 1 || p.presencePenalty != 0 || p.frequencyPenalty != 0 else { return }
+        let window = p.penaltyWindow < 0 ? history : history.suffix(p.penaltyWindow)
+        var counts: [Int32: Int] = [:]
+        for t in window where t >= 0 && Int(t) < vocab { counts[t, default: 0] += 1 }
+        for (t, n) in counts {
+            var l = logits[Int(t)]
+            if p.repeatPenalty != 1 { l = l > 0 ? l / p.repeatPenalty : l * p.repeatPenalty }
+            l -= Float(n) * p.frequencyPenalty + p.presencePenalty
+            logits[Int(t)] = l
+        }
+    }
+
+    public static func argmax(_ logits: UnsafePointer<Float>, _ n: Int) -> Int32 {
+        var best = 0
+        var bestV = logits[0]
+        for i in 1..<n where logits[i] > bestV {
+            best = i
+            bestV = logits[i]
+        }
+        return Int32(best)
+    }
+
+    /// The k largest logits, sorted descending (ties: lower id first, for determinism).
+    static func topCandidates(_ logits: UnsafePointer<Float>, vocab: Int, k: Int) -> [(id: Int32, logit: Float)] {
+        var all: [(id: Int32, logit: Float)] = []
+        if k >= vocab {
+            all = (0..<vocab).map { (Int32($0), logits[$0]) }
+        } else {
+            // keep a running threshold: only values above the k-th best so far are kept
+            all.reserveCapacity(4 * k)
+            var threshold = -Float.infinity
+            for i in 0..<vocab where logits[i] > threshold || all.count < k {
+                all.append((Int32(i), logits[i]))
+                if all.count >= 4 * k {
+                    all.sort { $0.logit > $1.logit || ($0.logit == $1.logit && $0.id < $1.id) }
+                    all.removeLast(all.count - k)
+                    threshold = all[k - 1].logit
+                }
+            }
+        }
+        all.sort { $0.logit > $1.logit || ($0.logit == $1.logit && $0.id < $1.id) }
+        if all.count > k { all.removeLast(all.count - k) }
+        return all
+    }
+}

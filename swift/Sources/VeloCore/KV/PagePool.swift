@@ -1,0 +1,92 @@
+/// Fixed-size KV pages, allocated once from a budget. A page holds `pageSize` token slots of
+/// K and V for every layer. Pages are reference-counted so that sequences (and later the
+/// prefix cache) can share them; a page returns to the free list when its count drops to 0.
+public final class PagePool: @unchecked Sendable {
+    public let pageSize: Int
+    public let pageCount: Int
+    public let layers: Int
+    public let kvDim: Int
+    /// Floats per (page, layer, K or V) plane.
+    let planeFloats: Int
+    let storage: UnsafeMutablePointer<Float>
+    private var refcounts: [Int32]
+    private var freeList: [Int32]
+
+    public init(pageCount: Int, pageSize: Int, layers: Int, kvDim: Int) throws {
+        guard pageCount > 0, pageSize > 0 else { throw VeloError(.invalidArgument, "the KV pool needs at least one page") }
+        self.pageSize = pageSize
+        self.pageCount = pageCount
+        self.layers = layers
+        self.kvDim = kvDim
+        planeFloats = pageSize * kvDim
+        let total = pageCount * layers * 2 * planeFloats
+        storage = .allocate(capacity: total)
+        storage.initialize(repeating: 0, count: total)
+        refcounts = [Int32](repeating: 0, count: pageCount)
+        freeList = (0..<Int32(pageCount)).reversed()
+    }
+
+    deinit { storage.deallocate() }
+
+    public static func bytesPerPage(pageSize: Int, layers: Int, kvDim: Int) -> Int {
+        pageSize * layers * 2 * kvDim * MemoryLayout<Float>.size
+    }
+
+    public var freePages: Int { freeList.count }
+    public var usedPages: Int { pageCount - freeList.count }
+
+    public func allocate() -> Int32? {
+        guard let p = freeList.popLast() else { return nil }
+        refcounts[Int(p)] = 1
+        return p
+    }
+
+    public func retain(_ page: Int32) {
+        precondition(refcounts[Int(page)] > 0, "retain of a free page")
+        refcounts[Int(page)] += 1
+    }
+
+    public func release(_ page: Int32) {
+        precondition(refcounts[Int(page)] > 0, "release of a free page")
+        refcounts[Int(page)] -= 1
+        if refcounts[Int(page)] == 0 { freeList.append(page) }
+    }
+
+    public func refcount(_ page: Int32) -> Int32 { refcounts[Int(page)] }
+
+    /// K (plane 0) or V (plane 1) of one token slot of one layer.
+    @inline(__always)
+    func slot(_ page: Int32, layer: Int, plane: Int, index: Int) -> UnsafeMutablePointer<Float> {
+        storage + ((Int(page) * layers + layer) * 2 + plane) * planeFloats + index * kvDim
+    }
+}
+
+/// The pages of one sequence, in position order, and how many positions are filled.
+public struct BlockTable: Sendable {
+    public var pages: [Int32] = []
+    public var length = 0
+
+    public init() {}
+
+    /// Makes room for `count` more positions; false (nothing changed) if the pool runs dry.
+    public mutating func reserve(_ count: Int, in pool: PagePool) -> Bool {
+        let needed = (length + count + pool.pageSize - 1) / pool.pageSize - pages.count
+        guard needed > 0 else { return true }
+        guard pool.freePages >= needed else { return false }
+        for _ in 0..<needed { pages.append(pool.allocate()!) }
+        return true
+    }
+
+    public mutating func releaseAll(to pool: PagePool) {
+        for p in pages { pool.release(p) }
+        pages.removeAll()
+        length = 0
+    }
+
+    /// Keeps the first `n` positions (drops pages past them).
+    public mutating func truncate(to n: Int, in pool: PagePool) {
+        let keep = (n + pool.pageSize - 1) / pool.pageSize
+        while pages.count > keep { pool.release(pages.removeLast()) }
+        length = min(length, n)
+    }
+}

@@ -1,0 +1,216 @@
+import CKernels
+
+/// One forward pass worth of tokens, possibly from several sequences: each token carries its
+/// sequence and position; K/V are written to and read from that sequence's pages.
+public struct ForwardBatch {
+    public var tokens: [Int32] = []
+    public var positions: [Int] = []
+    /// Index into `tables` for each token.
+    public var sequence: [Int] = []
+    /// Block tables of the sequences in this batch, already holding room for every position.
+    public var tables: [BlockTable] = []
+    /// Batch rows whose logits are wanted, in output order.
+    public var logitRows: [Int] = []
+
+    public init() {}
+    public var count: Int { tokens.count }
+}
+
+/// Scratch buffers for a forward pass of up to `maxTokens` tokens, allocated once.
+final class Workspace {
+    let maxTokens: Int
+    let x, xn, q, k, v, attn, gate, up: UnsafeMutablePointer<Float>
+    let logits: UnsafeMutablePointer<Float>
+    /// Quantized activations (the largest row format, for the widest input).
+    let quant: UnsafeMutableRawPointer
+    let quantStride: Int
+    /// Per-thread attention scores (one context's worth each).
+    let scores: UnsafeMutablePointer<Float>
+    let scoreStride: Int
+
+    init(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int) {
+        self.maxTokens = maxTokens
+        func buf(_ n: Int) -> UnsafeMutablePointer<Float> {
+            let p = UnsafeMutablePointer<Float>.allocate(capacity: max(n, 1))
+            p.initialize(repeating: 0, count: max(n, 1))
+            return p
+        }
+        x = buf(maxTokens * c.dim)
+        xn = buf(maxTokens * c.dim)
+        q = buf(maxTokens * c.qDim)
+        k = buf(maxTokens * c.kvDim)
+        v = buf(maxTokens * c.kvDim)
+        attn = buf(maxTokens * c.qDim)
+        gate = buf(maxTokens * c.ffnDim)
+        up = buf(maxTokens * c.ffnDim)
+        logits = buf(maxLogitRows * c.vocabSize)
+        let widest = max(c.dim, c.qDim, c.ffnDim)
+        // F32 activations are the largest format: 4 bytes per element, plus block headroom.
+        quantStride = (widest * 4 + 63) / 64 * 64
+        quant = .allocate(byteCount: quantStride * maxTokens, alignment: 64)
+        scoreStride = (maxContext + 15) / 16 * 16
+        scores = buf(scoreStride * threads)
+    }
+
+    deinit {
+        for p in [x, xn, q, k, v, attn, gate, up, logits, scores] { p.deallocate() }
+        quant.deallocate()
+    }
+}
+
+/// The shared pieces every architecture is built from: norms, matmuls over quantized
+/// weights, RoPE, paged attention, the gated MLP. All run on the CPU thread pool.
+struct TransformerOps {
+    let config: ModelConfig
+    let pool: ThreadPool
+
+    /// Quantizes `rows` rows of `n` floats into the activation format `type`.
+    func quantize(_ src: UnsafePointer<Float>, rows: Int, n: Int, type: Int32, into ws: Workspace) {
+        let stride = ws.quantStride
+        let dst = ws.quant
+        if rows == 1 {
+            ck_quantize_row(type, src, dst, Int64(n))
+            return
+        }
+        pool.run(work: rows * n) { ith, nth in
+            for r in ThreadPool.share(rows, ith, nth) {
+                ck_quantize_row(type, src + r * n, dst + r * stride, Int64(n))
+            }
+        }
+    }
+
+    /// out_i = W_i · x for several weights sharing one input (e.g. Q, K and V), `rows` inputs.
+    /// The input is quantized once per activation format.
+    func matmul(_ x: UnsafePointer<Float>, rows: Int, _ pairs: [(WeightMatrix, UnsafeMutablePointer<Float>)], ws: Workspace) {
+        var start = 0
+        while start < pairs.count {
+            // group consecutive weights with the same activation format
+            let type = pairs[start].0.activationType
+            var end = start + 1
+            while end < pairs.count, pairs[end].0.activationType == type { end += 1 }
+            let group = Array(pairs[start..<end])
+            quantize(x, rows: rows, n: group[0].0.cols, type: type, into: ws)
+            let a = UnsafeRawPointer(ws.quant)
+            let aStride = ws.quantStride
+            let work = group.reduce(0) { $0 + $1.0.rows * $1.0.cols } * rows
+            pool.run(work: work) { ith, nth in
+                for (w, out) in group {
+                    let share = ThreadPool.share(w.rows, ith, nth, align: 16)
+                    if share.isEmpty { continue }
+                    ck_matmul(Int32(w.type.rawValue), Int64(w.cols), w.data, w.rowBytes, Int64(share.lowerBound), Int64(share.upperBound),
+                              a, aStride, Int64(rows), out, Int64(w.rows))
+                }
+            }
+            start = end
+        }
+    }
+
+    func rmsNorm(_ x: UnsafePointer<Float>, _ w: WeightVector, rows: Int, n: Int, into y: UnsafeMutablePointer<Float>) {
+        w.values.withUnsafeBufferPointer { wp in
+            for r in 0..<rows {
+                ck_rms_norm(x + r * n, wp.baseAddress, y + r * n, Int64(n), config.normEps)
+            }
+        }
+    }
+
+    /// Rotary embedding in place on `heads` heads of each row, at each row's position.
+    func rope(_ x: UnsafeMutablePointer<Float>, rows: Int, heads: Int, positions: [Int]) {
+        let hd = config.headDim, rd = config.ropeDim
+        let half = rd / 2
+        var freqs = [Float](repeating: 0, count: half)
+        for i in 0..<half {
+            freqs[i] = Float(pow(Double(config.ropeBase), -2.0 * Double(i) / Double(rd)))
+        }
+        var cosv = [Float](repeating: 0, count: half), sinv = [Float](repeating: 0, count: half)
+        for r in 0..<rows {
+            let p = Double(Float(positions[r]) * config.ropeScale)
+            for i in 0..<half {
+                let theta = p * Double(freqs[i])
+                cosv[i] = Float(cos(theta))
+                sinv[i] = Float(sin(theta))
+            }
+            for h in 0..<heads {
+                let v = x + r * heads * hd + h * hd
+                switch config.ropeStyle {
+                case .normal:
+                    for i in 0..<half {
+                        let a = v[2 * i], b = v[2 * i + 1]
+                        v[2 * i] = a * cosv[i] - b * sinv[i]
+                        v[2 * i + 1] = a * sinv[i] + b * cosv[i]
+                    }
+                case .neox:
+                    for i in 0..<half {
+                        let a = v[i], b = v[i + half]
+                        v[i] = a * cosv[i] - b * sinv[i]
+                        v[i + half] = a * sinv[i] + b * cosv[i]
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes each token's K and V into its sequence's page slot for this layer.
+    func storeKV(_ batch: ForwardBatch, layer: Int, kv: PagePool, ws: Workspace) {
+        let kvDim = config.kvDim
+        for t in 0..<batch.count {
+            let table = batch.tables[batch.sequence[t]]
+            let pos = batch.positions[t]
+            let page = table.pages[pos / kv.pageSize]
+            let slot = pos % kv.pageSize
+            kv.slot(page, layer: layer, plane: 0, index: slot).update(from: ws.k + t * kvDim, count: kvDim)
+            kv.slot(page, layer: layer, plane: 1, index: slot).update(from: ws.v + t * kvDim, count: kvDim)
+        }
+    }
+
+    /// Causal attention of every token over its own sequence's positions 0...pos, reading
+    /// K/V through the block table. Work is split over (token, head) pairs.
+    func attention(_ batch: ForwardBatch, layer: Int, kv: PagePool, ws: Workspace) {
+        let c = config
+        let hd = c.headDim, group = c.heads / c.kvHeads
+        let scale = 1 / Float(hd).squareRoot()
+        let items = batch.count * c.heads
+        let work = batch.positions.reduce(0) { $0 + $1 + 1 } * c.heads * hd * 2
+        pool.run(work: work) { ith, nth in
+            let scores = ws.scores + ith * ws.scoreStride
+            for item in ThreadPool.share(items, ith, nth) {
+                let t = item / c.heads, h = item % c.heads
+                let kvh = h / group
+                let table = batch.tables[batch.sequence[t]]
+                let n = batch.positions[t] + 1
+                let q = ws.q + t * c.qDim + h * hd
+                for j in 0..<n {
+                    let kp = kv.slot(table.pages[j / kv.pageSize], layer: layer, plane: 0, index: j % kv.pageSize) + kvh * hd
+                    scores[j] = ck_dot_f32(q, kp, Int64(hd)) * scale
+                }
+                ck_softmax(scores, Int64(n))
+                let out = ws.attn + t * c.qDim + h * hd
+                out.update(repeating: 0, count: hd)
+                for j in 0..<n {
+                    let vp = kv.slot(table.pages[j / kv.pageSize], layer: layer, plane: 1, index: j % kv.pageSize) + kvh * hd
+                    ck_axpy_f32(scores[j], vp, out, Int64(hd))
+                }
+            }
+        }
+    }
+
+    /// x += down(silu(gate(xn)) * up(xn))
+    func gatedMLP(rows: Int, gate: WeightMatrix, up: WeightMatrix, down: WeightMatrix, ws: Workspace) {
+        let f = config.ffnDim
+        matmul(ws.xn, rows: rows, [(gate, ws.gate), (up, ws.up)], ws: ws)
+        for r in 0..<rows {
+            ck_swiglu(ws.gate + r * f, ws.up + r * f, ws.gate + r * f, Int64(f))
+        }
+        matmul(ws.gate, rows: rows, [(down, ws.xn)], ws: ws)
+        addInPlace(ws.x, ws.xn, count: rows * config.dim)
+    }
+
+    func addInPlace(_ x: UnsafeMutablePointer<Float>, _ y: UnsafePointer<Float>, count: Int) {
+        ck_add_f32(x, y, x, Int64(count))
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif

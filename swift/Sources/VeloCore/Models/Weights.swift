@@ -1,0 +1,63 @@
+import CKernels
+
+/// A 2-D weight inside the mapped file: `rows` rows of `cols` elements of `type`.
+/// y = W·x multiplies each row with the activation vector.
+public struct WeightMatrix: @unchecked Sendable {
+    public let name: String
+    public let type: GGMLType
+    public let data: UnsafeRawPointer
+    public let rows: Int
+    public let cols: Int
+    public let rowBytes: Int
+
+    /// The activation format this weight multiplies with (quantized once per input).
+    public var activationType: Int32 { ck_vec_dot_type(Int32(type.rawValue)) }
+}
+
+/// A 1-D float vector (norm weights, biases), converted to F32 once at load.
+public struct WeightVector: Sendable {
+    public let values: [Float]
+}
+
+/// Looks tensors up by name with shape and type checks, so a malformed model fails at load
+/// with a message naming the tensor, never inside a kernel.
+struct WeightLoader {
+    let gguf: GGUFFile
+
+    func matrix(_ name: String, rows: Int, cols: Int) throws -> WeightMatrix {
+        guard let t = gguf.tensor(name) else {
+            throw VeloError(.invalidFile, "\(gguf.file.path): tensor '\(name)' is missing")
+        }
+        guard t.dims.count == 2, t.dims[0] == cols, t.dims[1] == rows else {
+            throw VeloError(.invalidFile, "\(gguf.file.path): tensor '\(name)' has shape \(t.dims), expected [\(cols), \(rows)]")
+        }
+        guard ck_type_supported(Int32(t.type.rawValue)) != 0 else {
+            throw VeloError(.unsupported, "\(gguf.file.path): tensor '\(name)' has type \(t.type.name), which Velo cannot compute with yet")
+        }
+        return WeightMatrix(name: name, type: t.type, data: gguf.data(of: t), rows: rows, cols: cols,
+                            rowBytes: t.byteCount / rows)
+    }
+
+    func optionalMatrix(_ name: String, rows: Int, cols: Int) throws -> WeightMatrix? {
+        gguf.tensor(name) == nil ? nil : try matrix(name, rows: rows, cols: cols)
+    }
+
+    func vector(_ name: String, count: Int) throws -> WeightVector {
+        guard let t = gguf.tensor(name) else {
+            throw VeloError(.invalidFile, "\(gguf.file.path): tensor '\(name)' is missing")
+        }
+        guard t.elementCount == count else {
+            throw VeloError(.invalidFile, "\(gguf.file.path): tensor '\(name)' has \(t.elementCount) elements, expected \(count)")
+        }
+        guard ck_type_supported(Int32(t.type.rawValue)) != 0 else {
+            throw VeloError(.unsupported, "\(gguf.file.path): tensor '\(name)' has unsupported type \(t.type.name)")
+        }
+        var values = [Float](repeating: 0, count: count)
+        values.withUnsafeMutableBufferPointer { ck_dequantize_row(Int32(t.type.rawValue), gguf.data(of: t), $0.baseAddress, Int64(count)) }
+        return WeightVector(values: values)
+    }
+
+    func optionalVector(_ name: String, count: Int) throws -> WeightVector? {
+        gguf.tensor(name) == nil ? nil : try vector(name, count: count)
+    }
+}
