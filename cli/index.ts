@@ -5,6 +5,7 @@ import pkg from "../package.json" with { type: "json" };
 import { benchCommand } from "./commands/bench";
 import { chatCommand } from "./commands/chat";
 import { generateCommand } from "./commands/generate";
+import { serveCommand } from "./commands/serve";
 import { tokenizeCommand } from "./commands/tokenize";
 import { printError } from "./ui";
 
@@ -18,6 +19,7 @@ const program = new Command("velo")
 program.addCommand(generateCommand());
 program.addCommand(chatCommand());
 program.addCommand(benchCommand());
+program.addCommand(serveCommand());
 program.addCommand(tokenizeCommand());
 for (const c of program.commands) c.exitOverride().configureOutput({ outputError: () => {} });
 

@@ -13,8 +13,9 @@
 //   prompt (pp<P>xS: aggregate prompt tokens/s), then decode N tokens each in lockstep, one
 //   llama_decode call per step holding one token of every sequence (tg<N>xS: aggregate new
 //   tokens/s).
-// Each test runs once untimed first (warm-up), then -r times; clearing the KV cache and making
-// the tokens happen outside the timed region. Prints JSON on stdout, progress on stderr.
+// Each test starts with an untimed warm-up round (the whole prompt and one decoded token, as
+// llama-bench does; it also pages the weights in), then runs -r times. Clearing the KV cache and
+// making the tokens happen outside the timed regions. Prints JSON on stdout, progress on stderr.
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
@@ -141,7 +142,7 @@ const tests = nSeq > 1
 
 const results = [];
 for (const t of tests) {
-  if (!opt["no-warmup"]) await round(t.prompt, t.gen);
+  if (!opt["no-warmup"]) await round(t.prompt, Math.min(t.gen, 1));
   const samples = Object.fromEntries(t.report.map(([phase]) => [phase, []]));
   for (let r = 0; r < reps; r++) {
     const res = await round(t.prompt, t.gen);

@@ -9,6 +9,8 @@ export interface EngineOptions {
   maxBatchSize?: number;
   batchTokens?: number;
   kvPages?: number;
+  /** KV budget in MiB (used when kvPages is not given). */
+  kvMemoryMb?: number;
   pageSize?: number;
   maxSessions?: number;
 }
@@ -146,6 +148,7 @@ export class Engine {
       max_batch_size: opts.maxBatchSize,
       batch_tokens: opts.batchTokens,
       kv_pages: opts.kvPages,
+      kv_memory_mb: opts.kvMemoryMb,
       page_size: opts.pageSize,
       max_sessions: opts.maxSessions,
     });

@@ -288,9 +288,14 @@ if (import.meta.main) {
     console.error(`usage: bun src/gguf/synth.ts OUT.gguf --shape ${Object.keys(SHAPES).join("|")} --type ${Object.keys(TYPES).join("|")} [--vocab VOCAB.gguf] [--seed N]`);
     process.exit(2);
   }
+  const seed = Number(values.seed);
+  if (!Number.isInteger(seed)) {
+    console.error(`synth: --seed must be an integer, got ${values.seed}`);
+    process.exit(2);
+  }
   const t0 = performance.now();
   try {
-    const r = synthesize({ out: positionals[0]!, shape: values.shape!, type: values.type!, vocab: values.vocab, seed: Number(values.seed) });
+    const r = synthesize({ out: positionals[0]!, shape: values.shape!, type: values.type!, vocab: values.vocab, seed });
     const secs = ((performance.now() - t0) / 1000).toFixed(1);
     console.log(`${positionals[0]}: ${values.shape} ${values.type}, ${r.tensors} tensors, ${(r.bytes / 2 ** 20).toFixed(1)} MiB in ${secs} s`);
   } catch (e) {

@@ -8,8 +8,9 @@ public struct EngineOptions: Sendable {
     /// Most tokens in one forward pass (prefill chunks are cut to fit).
     public var batchTokens = 512
     public var pageSize = 16
-    /// KV pages in the pool; 0 = enough for maxBatchSize full contexts.
+    /// KV pages in the pool; 0 = from kvMemoryBytes, or enough for maxBatchSize full contexts.
     public var kvPages = 0
+    public var kvMemoryBytes = 0
     /// Finished chat sessions whose KV is kept for their next turn.
     public var maxSessions = 4
 
@@ -44,6 +45,10 @@ final class Scheduler {
         guard o.contextSize >= 2 else { throw VeloError(.invalidArgument, "context size must be at least 2") }
         guard o.maxBatchSize >= 1 else { throw VeloError(.invalidArgument, "max batch size must be at least 1") }
         o.batchTokens = max(o.batchTokens, o.maxBatchSize)
+        if o.kvPages <= 0 && o.kvMemoryBytes > 0 {
+            o.kvPages = o.kvMemoryBytes / PagePool.bytesPerPage(pageSize: o.pageSize, layers: c.layers, kvDim: c.kvDim)
+            guard o.kvPages > 0 else { throw VeloError(.invalidArgument, "the KV memory budget is smaller than one page") }
+        }
         if o.kvPages <= 0 {
             o.kvPages = o.maxBatchSize * ((o.contextSize + o.pageSize - 1) / o.pageSize)
         }
@@ -271,6 +276,11 @@ final class Scheduler {
         events.append(.finished(id: s.id, reason: reason, message: message, usage: u))
     }
 
+    /// Slots in pages held by running sequences, and how many of them hold a token: the
+    /// difference is the KV waste (only the tail of each sequence's last page).
+    var kvReservedSlots: Int { running.reduce(0) { $0 + $1.table.pages.count } * kv.pageSize }
+    var kvUsedSlots: Int { running.reduce(0) { $0 + $1.computed } }
+
     var statsJSON: JSON {
         .object([
             ("running", .int(running.count)), ("waiting", .int(waiting.count)),
@@ -280,6 +290,8 @@ final class Scheduler {
             ("tokens_generated", .int(tokensGenerated)), ("tokens_prefilled", .int(tokensPrefilled)),
             ("preemptions", .int(preemptions)), ("threads", .int(ops.pool.size)),
             ("context_size", .int(options.contextSize)), ("max_batch_size", .int(options.maxBatchSize)),
+            ("kv_bytes_per_page", .int(PagePool.bytesPerPage(pageSize: kv.pageSize, layers: kv.layers, kvDim: kv.kvDim))),
+            ("kv_reserved_slots", .int(kvReservedSlots)), ("kv_used_slots", .int(kvUsedSlots)),
         ])
     }
 }

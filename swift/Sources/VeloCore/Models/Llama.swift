@@ -44,11 +44,12 @@ final class LlamaModel: LanguageModel, @unchecked Sendable {
         let c = config
         let n = batch.count
         embed(batch.tokens, into: ws.x)
+        let rope = ops.ropeTable(positions: batch.positions)
         for (li, l) in layers.enumerated() {
             ops.rmsNorm(ws.x, l.attnNorm, rows: n, n: c.dim, into: ws.xn)
             ops.matmul(ws.xn, rows: n, [(l.wq, ws.q), (l.wk, ws.k), (l.wv, ws.v)], ws: ws)
-            ops.rope(ws.q, rows: n, heads: c.heads, positions: batch.positions)
-            ops.rope(ws.k, rows: n, heads: c.kvHeads, positions: batch.positions)
+            ops.rope(ws.q, rows: n, heads: c.heads, table: rope)
+            ops.rope(ws.k, rows: n, heads: c.kvHeads, table: rope)
             ops.storeKV(batch, layer: li, kv: kv, ws: ws)
             ops.attention(batch, layer: li, kv: kv, ws: ws)
             ops.matmul(ws.attn, rows: n, [(l.wo, ws.xn)], ws: ws)

@@ -113,36 +113,46 @@ struct TransformerOps {
         }
     }
 
-    /// Rotary embedding in place on `heads` heads of each row, at each row's position.
-    func rope(_ x: UnsafeMutablePointer<Float>, rows: Int, heads: Int, positions: [Int]) {
-        let hd = config.headDim, rd = config.ropeDim
-        let half = rd / 2
-        var freqs = [Float](repeating: 0, count: half)
-        for i in 0..<half {
-            freqs[i] = Float(pow(Double(config.ropeBase), -2.0 * Double(i) / Double(rd)))
-        }
-        var cosv = [Float](repeating: 0, count: half), sinv = [Float](repeating: 0, count: half)
-        for r in 0..<rows {
-            let p = Double(Float(positions[r]) * config.ropeScale)
+    /// cos/sin of every rotary frequency at every row's position, computed once per forward
+    /// pass and shared by all layers: [rows × ropeDim/2] each.
+    func ropeTable(positions: [Int]) -> (cos: [Float], sin: [Float]) {
+        let half = config.ropeDim / 2
+        var cosv = [Float](repeating: 0, count: positions.count * half)
+        var sinv = cosv
+        for (r, pos) in positions.enumerated() {
+            let p = Double(Float(pos) * config.ropeScale)
             for i in 0..<half {
-                let theta = p * Double(freqs[i])
-                cosv[i] = Float(cos(theta))
-                sinv[i] = Float(sin(theta))
+                let theta = p * pow(Double(config.ropeBase), -2.0 * Double(i) / Double(config.ropeDim))
+                cosv[r * half + i] = Float(cos(theta))
+                sinv[r * half + i] = Float(sin(theta))
             }
-            for h in 0..<heads {
-                let v = x + r * heads * hd + h * hd
-                switch config.ropeStyle {
-                case .normal:
-                    for i in 0..<half {
-                        let a = v[2 * i], b = v[2 * i + 1]
-                        v[2 * i] = a * cosv[i] - b * sinv[i]
-                        v[2 * i + 1] = a * sinv[i] + b * cosv[i]
-                    }
-                case .neox:
-                    for i in 0..<half {
-                        let a = v[i], b = v[i + half]
-                        v[i] = a * cosv[i] - b * sinv[i]
-                        v[i + half] = a * sinv[i] + b * cosv[i]
+        }
+        return (cosv, sinv)
+    }
+
+    /// Rotary embedding in place on `heads` heads of each row.
+    func rope(_ x: UnsafeMutablePointer<Float>, rows: Int, heads: Int, table: (cos: [Float], sin: [Float])) {
+        let hd = config.headDim, half = config.ropeDim / 2
+        let neox = config.ropeStyle == .neox
+        table.cos.withUnsafeBufferPointer { cp in
+            table.sin.withUnsafeBufferPointer { sp in
+                for r in 0..<rows {
+                    let c = cp.baseAddress! + r * half, s = sp.baseAddress! + r * half
+                    for h in 0..<heads {
+                        let v = x + (r * heads + h) * hd
+                        if neox {
+                            for i in 0..<half {
+                                let a = v[i], b = v[i + half]
+                                v[i] = a * c[i] - b * s[i]
+                                v[i + half] = a * s[i] + b * c[i]
+                            }
+                        } else {
+                            for i in 0..<half {
+                                let a = v[2 * i], b = v[2 * i + 1]
+                                v[2 * i] = a * c[i] - b * s[i]
+                                v[2 * i + 1] = a * s[i] + b * c[i]
+                            }
+                        }
                     }
                 }
             }

@@ -245,13 +245,17 @@ public final class Tokenizer: @unchecked Sendable {
                     out.append(id)
                     afterSpecial = true
                 case .text(let range):
-                    escaped.removeAll(keepingCapacity: true)
-                    escaped.reserveCapacity(range.count + 3)
-                    if addSpacePrefix && afterSpecial { escaped.append(contentsOf: Self.spaceMarker) }
-                    for b in bytes[range] {
-                        if b == 0x20 { escaped.append(contentsOf: Self.spaceMarker) } else { escaped.append(b) }
+                    var first = true
+                    for piece in Self.pieces(of: range, in: bytes) {
+                        escaped.removeAll(keepingCapacity: true)
+                        escaped.reserveCapacity(piece.count + 3)
+                        if addSpacePrefix && afterSpecial && first { escaped.append(contentsOf: Self.spaceMarker) }
+                        for b in bytes[piece] {
+                            if b == 0x20 { escaped.append(contentsOf: Self.spaceMarker) } else { escaped.append(b) }
+                        }
+                        escaped.withUnsafeBufferPointer { spm.encode($0, into: &out) }
+                        first = false
                     }
-                    escaped.withUnsafeBufferPointer { spm.encode($0, into: &out) }
                     afterSpecial = false
                 }
             }
@@ -259,15 +263,23 @@ public final class Tokenizer: @unchecked Sendable {
             var scratch = BytePairEncoder.Scratch()
             for fragment in fragments {
                 switch fragment {
-                case .token(let id): out.append(id)
-                case .text(let range): bpe.encode(UnsafeBufferPointer(rebasing: bytes[range]), into: &out, scratch: &scratch)
+                case .token(let id):
+                    out.append(id)
+                case .text(let range):
+                    for piece in Self.pieces(of: range, in: bytes) {
+                        bpe.encode(UnsafeBufferPointer(rebasing: bytes[piece]), into: &out, scratch: &scratch)
+                    }
                 }
             }
         case .wordPiece(let wpm):
             for fragment in fragments {
                 switch fragment {
-                case .token(let id): out.append(id)
-                case .text(let range): wpm.encode(UnsafeBufferPointer(rebasing: bytes[range]), into: &out)
+                case .token(let id):
+                    out.append(id)
+                case .text(let range):
+                    for piece in Self.pieces(of: range, in: bytes) {
+                        wpm.encode(UnsafeBufferPointer(rebasing: bytes[piece]), into: &out)
+                    }
                 }
             }
             if addSpecial && addSeparator, let separator { out.append(separator) }
@@ -341,6 +353,24 @@ public final class Tokenizer: @unchecked Sendable {
     // MARK: helpers
 
     static let spaceMarker: [UInt8] = [0xE2, 0x96, 0x81]   // ▁ U+2581
+
+    /// The tokenizers index text with 32-bit offsets; text beyond this size (256 MiB without a
+    /// special token) is tokenized in pieces cut at character boundaries.
+    private static let maxPieceLength = 1 << 28
+
+    private static func pieces(of range: Range<Int>, in bytes: UnsafeBufferPointer<UInt8>) -> [Range<Int>] {
+        guard range.count > maxPieceLength else { return [range] }
+        var result: [Range<Int>] = []
+        var start = range.lowerBound
+        while range.upperBound - start > maxPieceLength {
+            var cut = start + maxPieceLength
+            while cut > start + 1 && bytes[cut] & 0xC0 == 0x80 { cut -= 1 }   // not inside a character
+            result.append(start..<cut)
+            start = cut
+        }
+        result.append(start..<range.upperBound)
+        return result
+    }
 
     /// llama_token_to_piece (special = true) for one token.
     private static func render(_ text: [UInt8], _ attr: TokenAttributes, _ byteLevel: Bool) -> [UInt8] {

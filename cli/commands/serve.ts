@@ -1,0 +1,69 @@
+import chalk from "chalk";
+import { Command } from "commander";
+import { VeloServer } from "../../src/server/server";
+import { addCommandHelpEnv, opt, parseIntArg, requireModelPath } from "../options";
+import { action, CliError, spinner } from "../ui";
+
+interface ServeFlags {
+  host: string;
+  port: number;
+  apiKey?: string;
+  threads?: number;
+  maxBatchSize: number;
+  contextLen?: number;
+  kvMemory?: number;
+  maxQueue: number;
+  alias?: string;
+}
+
+export function serveCommand(): Command {
+  const cmd = new Command("serve")
+    .description("serve a model over an OpenAI-compatible HTTP API")
+    .argument("<model>", "GGUF model file")
+    .addOption(opt("--host <addr>", "address to bind (127.0.0.1 keeps it local)").default("127.0.0.1"))
+    .addOption(opt("--port <n>", "port").default(8080).argParser(parseIntArg("--port", 0, 65535)))
+    .addOption(opt("--api-key <key>", "require 'Authorization: Bearer <key>'"))
+    .addOption(opt("-t, --threads <n>", "CPU threads (default: all cores)").argParser(parseIntArg("--threads", 1, 1024)))
+    .addOption(opt("--max-batch-size <n>", "sequences decoded together").default(8).argParser(parseIntArg("--max-batch-size", 1, 1024)))
+    .addOption(opt("-c, --context-len <n>", "context per sequence (default: the model's, at most 4096)").argParser(parseIntArg("--context-len", 2, 1 << 20)))
+    .addOption(opt("--kv-memory <MiB>", "KV cache budget (default: max-batch-size full contexts)").argParser(parseIntArg("--kv-memory", 1, 1 << 24)))
+    .addOption(opt("--max-queue <n>", "requests that may wait beyond the batch before 503").default(64).argParser(parseIntArg("--max-queue", 0, 1 << 20)))
+    .addOption(opt("--alias <id>", "model id clients use (default: the file name)"));
+  cmd.action(
+    action(async (modelPath: string, f: ServeFlags) => {
+      requireModelPath(modelPath);
+      const server = new VeloServer({
+        modelPath, modelId: f.alias, host: f.host, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
+        engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, ctxSize: f.contextLen ?? 4096, kvMemoryMb: f.kvMemory },
+      });
+      let http;
+      try {
+        http = server.start();
+      } catch (e) {
+        throw new CliError(`cannot listen on ${f.host}:${f.port}: ${(e as Error).message}`);
+      }
+      const spin = spinner(`loading ${modelPath}`).start();
+      try {
+        server.load();
+      } catch (e) {
+        spin.stop();
+        await server.stop();
+        throw e;
+      }
+      spin.stop();
+      const stats = server.engine.stats();
+      console.error(
+        chalk.green(`velo serving '${server.modelId}' on http://${http.hostname}:${http.port}`) +
+          chalk.dim(` (batch ${stats.max_batch_size}, context ${stats.context_size}, ${stats.kv_pages_total} KV pages of ${stats.page_size} tokens, ${stats.threads} threads)`),
+      );
+      const shutdown = async () => {
+        await server.stop();
+        process.exit(0);
+      };
+      process.on("SIGINT", shutdown);
+      process.on("SIGTERM", shutdown);
+      await new Promise(() => {}); // serve until a signal
+    }),
+  );
+  return addCommandHelpEnv(cmd);
+}
