@@ -11,7 +11,62 @@ interface BenchFlags {
   nPrompt: number;
   nGen: number;
   repetitions: number;
+  maxBatchSize?: number;
+  profile?: boolean;
   json?: boolean;
+}
+
+export interface BatchResult {
+  batch: number;
+  pp: number;
+  tg: number;
+  /** Wall time until every sequence had its first token, and aggregate prefill t/s. */
+  t_pp_s: number;
+  s_pp_tps: number;
+  /** Decode phase: aggregate and per-sequence t/s. */
+  t_tg_s: number;
+  s_tg_tps: number;
+  s_tg_per_seq_tps: number;
+  ttft_avg_ms: number;
+  kv_pages_peak: number;
+}
+
+/**
+ * Continuous batching throughput (the layout of llama-batched-bench): B sequences submitted
+ * together, each with a pp-token prompt and tg generated tokens.
+ */
+export async function runBatchBench(engine: Engine, vocab: number, bos: number | null, batch: number, pp: number, tg: number): Promise<BatchResult> {
+  const t0 = performance.now();
+  let firstAll = 0;
+  let peak = 0;
+  const firsts: number[] = [];
+  const gens = Array.from({ length: batch }, (_, i) =>
+    engine.submit({ promptTokens: benchTokens(pp, vocab, bos, 12345 + i), maxTokens: tg, temperature: 0, ignoreEos: true }),
+  );
+  const sampler = setInterval(() => (peak = Math.max(peak, engine.stats().kv_pages_used!)), 20);
+  const done = await Promise.all(
+    gens.map(async (g) => {
+      let first = 0;
+      for await (const c of g) if (!first && c.tokens.length) first = performance.now();
+      firsts.push(first - t0);
+      return g.finished;
+    }),
+  );
+  clearInterval(sampler);
+  const t1 = performance.now();
+  firstAll = Math.max(...firsts);
+  for (const f of done) if (f.reason === "error") throw new Error(f.message ?? "benchmark request failed");
+  const tTg = (t1 - t0 - firstAll) / 1000;
+  return {
+    batch, pp, tg,
+    t_pp_s: firstAll / 1000,
+    s_pp_tps: (batch * pp) / (firstAll / 1000),
+    t_tg_s: tTg,
+    s_tg_tps: (batch * (tg - 1)) / tTg,
+    s_tg_per_seq_tps: (tg - 1) / tTg,
+    ttft_avg_ms: done.reduce((a, f) => a + f.usage.ttft_ms, 0) / batch,
+    kv_pages_peak: peak,
+  };
 }
 
 export interface BenchResult {
@@ -23,9 +78,9 @@ export interface BenchResult {
 }
 
 /** Prompt tokens for a benchmark: a fixed pseudo-random walk over ordinary (non-special) ids. */
-export function benchTokens(n: number, vocab: number, bos: number | null): number[] {
+export function benchTokens(n: number, vocab: number, bos: number | null, seed = 12345): number[] {
   const out: number[] = bos === null ? [] : [bos];
-  let x = 12345;
+  let x = seed;
   while (out.length < n) {
     x = (x * 1103515245 + 12345) & 0x7fffffff;
     out.push(300 + (x % Math.max(1, vocab - 600)));
@@ -81,12 +136,15 @@ export function benchCommand(): Command {
     .addOption(opt("-p, --n-prompt <n>", "prompt tokens for the pp test (0 = skip)").default(512).argParser(parseIntArg("--n-prompt", 0, 1 << 20)))
     .addOption(opt("-n, --n-gen <n>", "tokens for the tg test (0 = skip)").default(128).argParser(parseIntArg("--n-gen", 0, 1 << 20)))
     .addOption(opt("-r, --repetitions <n>", "repetitions of each test").default(5).argParser(parseIntArg("--repetitions", 1, 1000)))
+    .addOption(opt("--max-batch-size <n>", "batched decoding: 1, 2, 4 … n concurrent sequences (prompt -p, generation -n)").argParser(parseIntArg("--max-batch-size", 1, 1024)))
+    .addOption(opt("--profile", "also report where the time went, by kind of op"))
     .addOption(opt("--json", "print the results as JSON"));
   addEngineOptions(cmd);
   cmd.action(
     action(async (modelPath: string, flags: BenchFlags) => {
+      if (flags.maxBatchSize) return batchBench(modelPath, flags);
       const ctx = flags.ctxSize ?? Math.max(flags.nPrompt + 2, flags.nGen + 2, 64);
-      const { model, engine } = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { batchTokens: Math.max(512, flags.nPrompt) });
+      const { model, engine } = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { batchTokens: Math.max(512, flags.nPrompt), profile: flags.profile });
       try {
         const info = model.info();
         const results = await runBench(engine, info.tokenizer?.vocab_size ?? 256, info.tokenizer?.bos ?? null, flags);
@@ -95,11 +153,12 @@ export function benchCommand(): Command {
           model: info.name ?? modelPath, path: modelPath, size_bytes: info.tensor_bytes, params: info.parameter_count,
           types: info.tensor_types, backend: "CPU", threads: stats.threads,
         };
+        const profile = stats.profile_ms ?? undefined;
         if (flags.json) {
-          console.log(JSON.stringify({ ...meta, results }, null, 2));
+          console.log(JSON.stringify({ ...meta, results, profile_ms: profile }, null, 2));
           return;
         }
-        const table = new Table({ head: ["model", "size", "params", "backend", "threads", "test", "t/s"], style: { head: process.stdout.isTTY ? ["cyan"] : [] } });
+        const table = new Table({ head: ["model", "size", "params", "backend", "threads", "test", "t/s"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
         for (const r of results) {
           table.push([
             meta.model, `${(info.tensor_bytes / 2 ** 20).toFixed(2)} MiB`, formatParams(info.parameter_count), meta.backend,
@@ -107,6 +166,12 @@ export function benchCommand(): Command {
           ]);
         }
         console.log(table.toString());
+        if (profile) {
+          const total = Object.values(profile).reduce((a, b) => a + b, 0);
+          const t = new Table({ head: ["op", "ms", "share"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
+          for (const [op, ms] of Object.entries(profile).sort((a, b) => b[1] - a[1])) t.push([op, ms.toFixed(1), `${((ms / total) * 100).toFixed(1)} %`]);
+          console.log(`time by op over all runs (warm-up included):\n${t.toString()}`);
+        }
       } finally {
         engine.close();
         model.close();
@@ -114,6 +179,35 @@ export function benchCommand(): Command {
     }),
   );
   return addCommandHelpEnv(cmd);
+}
+
+async function batchBench(modelPath: string, flags: BenchFlags) {
+  const maxB = flags.maxBatchSize!;
+  const pp = flags.nPrompt, tg = Math.max(2, flags.nGen);
+  const ctx = flags.ctxSize ?? pp + tg + 16;
+  const { model, engine } = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { maxBatchSize: maxB, batchTokens: Math.max(512, maxB) });
+  try {
+    const info = model.info();
+    const vocab = info.tokenizer?.vocab_size ?? 256, bos = info.tokenizer?.bos ?? null;
+    await runBatchBench(engine, vocab, bos, 1, Math.min(pp, 32), 4); // warm-up: page in the weights
+    const results: BatchResult[] = [];
+    for (let b = 1; b <= maxB; b *= 2) {
+      results.push(await runBatchBench(engine, vocab, bos, b, pp, tg));
+      if (b < maxB && b * 2 > maxB) results.push(await runBatchBench(engine, vocab, bos, maxB, pp, tg));
+    }
+    if (flags.json) {
+      console.log(JSON.stringify({ model: info.name ?? modelPath, path: modelPath, threads: engine.stats().threads, results }, null, 2));
+      return;
+    }
+    const table = new Table({ head: ["B", "PP", "TG", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "per seq t/s", "TTFT ms", "KV pages"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
+    for (const r of results) {
+      table.push([r.batch, r.pp, r.tg, r.t_pp_s.toFixed(2), r.s_pp_tps.toFixed(1), r.t_tg_s.toFixed(2), r.s_tg_tps.toFixed(1), r.s_tg_per_seq_tps.toFixed(1), r.ttft_avg_ms.toFixed(0), r.kv_pages_peak]);
+    }
+    console.log(table.toString());
+  } finally {
+    engine.close();
+    model.close();
+  }
 }
 
 function formatParams(n: number): string {

@@ -13,7 +13,12 @@ export interface EngineOptions {
   kvMemoryMb?: number;
   pageSize?: number;
   maxSessions?: number;
+  /** Time every kind of op; reported as stats().profile_ms. */
+  profile?: boolean;
 }
+
+/** Scheduler counters and gauges (velo_engine_stats). */
+export type EngineStats = Record<string, number> & { profile_ms?: Record<string, number> | null };
 
 export interface SamplingOptions {
   temperature?: number;
@@ -151,6 +156,7 @@ export class Engine {
       kv_memory_mb: opts.kvMemoryMb,
       page_size: opts.pageSize,
       max_sessions: opts.maxSessions,
+      profile: opts.profile,
     });
     const out = new BigUint64Array(1);
     check(lib().velo_engine_create(model.handle, cstr(json), out));
@@ -195,7 +201,7 @@ export class Engine {
     if (this.#handle !== null) check(lib().velo_engine_cancel(this.#handle, id));
   }
 
-  stats(): Record<string, number> {
+  stats(): EngineStats {
     const out = new BigInt64Array(1);
     const buf = new Uint8Array(4096);
     check(lib().velo_engine_stats(this.handle, buf, buf.length, out));

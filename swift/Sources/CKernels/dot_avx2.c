@@ -3,7 +3,7 @@
  * Same tiling as the AVX-512 file (ck_tiles.h), 2 weight rows x up to 4 activation rows,
  * one 32-element block per 256-bit register. Products go through vpmaddubsw (u8 x s8 ->
  * int16 pairs) and vpmaddwd (-> int32), as in llama.cpp: 4-/5-bit weights are the unsigned
- * operand and their offset is removed with a precomputed -8*sum(a) / -16*sum(a); Q8_0
+ * operand and their offset is removed with a precomputed -8*d*sum(a) / -16*d*sum(a); Q8_0
  * weights use |w| and sign(a, w). Activation quants must lie in [-127, 127], which is what
  * the quantizers produce.
  */
@@ -32,7 +32,7 @@ T2 INL float hsum(__m256 v) {
 /* Activations repacked per call, one block per 96 bytes:
  *   q   32 x int8
  *   d    8 x f32 (broadcast)
- *   aux  8 x i32 -8*sum / -16*sum per group of 4 (Q4_0 / Q5_0), or 8 x f32 s (Q8_1) */
+ *   aux  8 x f32: -8*d*sum / -16*d*sum per group of 4 (Q4_0 / Q5_0), or s (Q8_1) */
 #define PACK_BYTES 96
 #define PACKED_ROW(nb) ((size_t)(nb) * PACK_BYTES)
 
@@ -46,9 +46,10 @@ T2 static void pack_act(int type, int64_t nb, const uint8_t *a, uint8_t *out) {
         if (q81) {
             aux = _mm256_castps_si256(_mm256_set1_ps(h2f(ck_ld16(p + 2))));
         } else if (type != CK_TYPE_Q8_0) {
+            /* -off * d * sum(a): each lane holds the part of its group of 4 */
             const __m256i off = _mm256_set1_epi8(type == CK_TYPE_Q4_0 ? 8 : 16);
             const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(off, q), _mm256_set1_epi16(1));
-            aux = _mm256_sub_epi32(_mm256_setzero_si256(), sum);
+            aux = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(-h2f(ck_ld16(p)))));
         }
         _mm256_store_si256((__m256i *)out, q);
         _mm256_store_ps((float *)(out + 32), _mm256_set1_ps(h2f(ck_ld16(p))));
@@ -126,8 +127,13 @@ T2 INL void tile_q32(int type, int R, int C, int64_t nb, const uint8_t *w, size_
                 const __m256 d = _mm256_load_ps((const float *)(pa + 32));
                 const __m256i p16 = type == CK_TYPE_Q8_0 ? _mm256_maddubs_epi16(wo.q, _mm256_sign_epi8(q, wo.sgn))
                                                          : _mm256_maddubs_epi16(wo.q, q);
-                __m256i s = _mm256_madd_epi16(p16, ones);
-                if (type == CK_TYPE_Q4_0 || type == CK_TYPE_Q5_0) s = _mm256_add_epi32(s, aux);
+                const __m256i s = _mm256_madd_epi16(p16, ones);
+                if (type == CK_TYPE_Q4_0 || type == CK_TYPE_Q5_0) {
+                    /* w_d * (a_d * sum(q*a) - off * a_d * sum(a)) */
+                    const __m256 t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, _mm256_castsi256_ps(aux));
+                    acc[i][j] = _mm256_fmadd_ps(wo.d, t, acc[i][j]);
+                    continue;
+                }
                 acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wo.d, d), acc[i][j]);
                 if (uses_q8_1(type)) acc[i][j] = _mm256_fmadd_ps(wo.m, _mm256_castsi256_ps(aux), acc[i][j]);
             }

@@ -24,6 +24,9 @@
 #define T512 CK_TARGET_AVX512
 #define INL CK_INLINE
 
+#ifndef PF_TILES
+#define PF_TILES 1
+#endif
 #define ld16 ck_ld16
 #define ld32 ck_ld32
 
@@ -120,7 +123,7 @@ T512 INL wops load_w(int type, const uint8_t *p, int two) {
 /* Activations are repacked once per call, two blocks per 192 bytes, so the tiles only load:
  *   q   64 x int8 (for Q8_0 weights: a ^ 0x80, unsigned)
  *   d   16 x f32 [d0 x8, d1 x8]
- *   aux 16 x i32 -8*sum / -16*sum per lane group (Q4_0 / Q5_0), or 16 x f32 [s0 x8, s1 x8] (Q8_1)
+ *   aux 16 x f32: -8*d*sum / -16*d*sum per lane group (Q4_0 / Q5_0), or [s0 x8, s1 x8] (Q8_1)
  * A trailing odd block leaves the upper half zero. */
 #define PACK_BYTES 192
 #define PACKED_ROW(nb) ((size_t)((nb) + 1) / 2 * PACK_BYTES)
@@ -143,9 +146,10 @@ T512 static void pack_act(int type, int64_t nb, const uint8_t *a, uint8_t *out) 
                 q = _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
                 if (!two) q = _mm512_zextsi256_si512(_mm512_castsi512_si256(q));
             } else {
+                /* -off * d * sum(a): each lane holds the part of its group of 4 */
                 const char off = type == CK_TYPE_Q4_0 ? 8 : 16;
-                aux = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(off), q));
+                const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(off), q);
+                aux = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_sub_ps(_mm512_setzero_ps(), d)));
             }
         }
         _mm512_store_si512(out, q);
@@ -158,16 +162,22 @@ T512 static void pack_act(int type, int64_t nb, const uint8_t *a, uint8_t *out) 
 T512 INL void step_q32(int type, int R, int C, int two, const uint8_t *w, size_t ws, const uint8_t *a,
                        size_t as, int pf, __m512 acc[4][4]) {
     for (int i = 0; i < R; i++) {
-        if (pf) _mm_prefetch((const char *)(w + (R + i) * ws), _MM_HINT_T0); /* the next tile's row */
+        if (pf) _mm_prefetch((const char *)(w + (PF_TILES * R + i) * ws), _MM_HINT_T0); /* a later tile's row */
         const wops wo = load_w(type, w + i * ws, two);
         for (int j = 0; j < C; j++) {
             const uint8_t *pa = a + j * as;
             const __m512i q = _mm512_load_si512(pa), aux = _mm512_load_si512(pa + 128);
             const __m512 d = _mm512_load_ps(pa + 64);
+            if (type == CK_TYPE_Q4_0 || type == CK_TYPE_Q5_0) {
+                /* w_d * (a_d * sum(q*a) - off * a_d * sum(a)) */
+                const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wo.q, q);
+                const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, _mm512_castsi512_ps(aux));
+                acc[i][j] = _mm512_fmadd_ps(wo.d, t, acc[i][j]);
+                continue;
+            }
             __m512i s;
             if (type == CK_TYPE_Q8_0) s = _mm512_dpbusd_epi32(wo.bias, q, wo.q);
-            else if (uses_q8_1(type)) s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wo.q, q);
-            else s = _mm512_dpbusd_epi32(aux, wo.q, q);
+            else s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wo.q, q);
             acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wo.d, d), acc[i][j]);
             /* the min term: m lanes are zero except one per block */
             if (uses_q8_1(type)) acc[i][j] = _mm512_fmadd_ps(wo.m, _mm512_castsi512_ps(aux), acc[i][j]);
@@ -189,6 +199,14 @@ T512 INL void tile_q32(int type, int R, int C, int64_t nb, const uint8_t *w, siz
 }
 
 /* ======================= K types (256-element super-blocks) ======================= */
+
+/* acc += pairwise products of int16 a and b (vpdpwssd). In asm because LLVM 17 rewrites
+ * chains of it into vpmaddwd + vpaddd (twice the uops) to shorten the dependency chain,
+ * which only hurts here: the tiles have plenty of independent chains. */
+T512 INL __m512i dpwssd(__m512i acc, __m512i a, __m512i b) {
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+}
 
 /* int16 scale vector for 64 values: word k of `sc` for the first 32, word k+1 for the rest. */
 T512 INL __m512i scale_words(__m512i sc, int k0, int k1) {
@@ -278,7 +296,7 @@ T512 INL void tile_k(int type, int R, int C, int64_t nb, const uint8_t *w, size_
     for (int64_t b = 0; b < nb; b++) {
         for (int i = 0; i < R; i++) {
             if (pf)
-                for (size_t o = 0; o < wb; o += 64) _mm_prefetch((const char *)(w + (R + i) * ws + b * wb + o), _MM_HINT_T0);
+                for (size_t o = 0; o < wb; o += 64) _mm_prefetch((const char *)(w + (PF_TILES * R + i) * ws + b * wb + o), _MM_HINT_T0);
             const kops ko = load_k(type, w + i * ws + b * wb);
             for (int j = 0; j < C; j++) {
                 const blk_q8_K *ya = (const blk_q8_K *)(a + j * as) + b;
@@ -286,9 +304,9 @@ T512 INL void tile_k(int type, int R, int C, int64_t nb, const uint8_t *w, size_
                 const __m512 da = _mm512_set1_ps(ya->d);
                 __m512i s = _mm512_setzero_si512();
                 for (int c = 0; c < 4; c++)
-                    s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(ko.q[c], _mm512_loadu_si512(ya->qs + 64 * c)), ko.sc[c]);
+                    s = dpwssd(s, _mm512_maddubs_epi16(ko.q[c], _mm512_loadu_si512(ya->qs + 64 * c)), ko.sc[c]);
                 if (type == CK_TYPE_Q6_K) {
-                    s = _mm512_dpwssd_epi32(s, ko.mins, bsums);
+                    s = dpwssd(s, ko.mins, bsums);
                     acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ko.d, da), acc[i][j]);
                 } else {
                     const __m512i ms = _mm512_madd_epi16(ko.mins, bsums);
@@ -316,7 +334,7 @@ T512 INL void step_f(int type, int R, int C, int64_t k, __mmask16 mask, const ui
     __m512 wv[4];
     const int64_t esz = type == CK_TYPE_F32 ? 4 : 2;
     for (int i = 0; i < R; i++) {
-        if (pf) _mm_prefetch((const char *)(w + (R + i) * ws + k * esz), _MM_HINT_T0);
+        if (pf) _mm_prefetch((const char *)(w + (PF_TILES * R + i) * ws + k * esz), _MM_HINT_T0);
         wv[i] = load_wf(type, w + i * ws, k, mask);
     }
     for (int j = 0; j < C; j++) {

@@ -88,6 +88,30 @@ final class TokenizerTests: XCTestCase {
         XCTAssertFalse(tok.isEndOfGeneration(1))
     }
 
+    /// The prompts and continuations of golden/greedy_golden.json (ids from llama.cpp runs):
+    /// prompts encode to the recorded ids (with BOS), and the continuation ids render as the
+    /// recorded text.
+    func testGoldenPrompts() throws {
+        let data = try readFile(try sharedPath("models/golden/greedy_golden.json"))
+        let root = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(data)) as? [String: Any])
+        var checked = 0
+        for (model, entry) in root.sorted(by: { $0.key < $1.key }) {
+            guard let entry = entry as? [String: Any], let file = entry["file"] as? String,
+                  let cases = entry["cases"] as? [[String: Any]] else { continue }
+            let tok = try Tokenizer(gguf: GGUFFile(path: try sharedPath("models/" + file)))
+            for c in cases {
+                let prompt = try XCTUnwrap(c["prompt"] as? String)
+                let ids = try XCTUnwrap(c["prompt_ids_with_bos"] as? [Int]).map(Int32.init)
+                XCTAssertEqual(tok.encode(prompt, addSpecial: true, parseSpecial: false), ids, "\(model): \(prompt)")
+                let greedy = try XCTUnwrap(c["greedy_ids"] as? [Int]).map(Int32.init)
+                let rendered = try greedy.flatMap { try tok.piece($0) }
+                XCTAssertEqual(text(rendered), c["greedy_text"] as? String, "\(model): continuation of \(prompt)")
+                checked += 1
+            }
+        }
+        XCTAssertGreaterThanOrEqual(checked, 5)
+    }
+
     func testSentencePieceDecoding() throws {
         let tok = try tokenizer("ggml-vocab-llama-spm.gguf")
         let hello = tok.encode("Hello world", addSpecial: true, parseSpecial: false)

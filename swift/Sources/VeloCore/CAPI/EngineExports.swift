@@ -51,6 +51,7 @@ func engineOptions(from text: String) throws -> EngineOptions {
     if let v = try f.int("kv_pages", 0...1 << 24) { o.kvPages = v }
     if let v = try f.int("page_size", 1...4096) { o.pageSize = v }
     if let v = try f.int("kv_memory_mb", 0...1 << 24) { o.kvMemoryBytes = v << 20 }
+    o.profile = try f.bool("profile") ?? false
     if let v = try f.int("max_sessions", 0...1 << 16) { o.maxSessions = v }
     return o
 }

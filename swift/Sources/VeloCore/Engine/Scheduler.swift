@@ -13,6 +13,8 @@ public struct EngineOptions: Sendable {
     public var kvMemoryBytes = 0
     /// Finished chat sessions whose KV is kept for their next turn.
     public var maxSessions = 4
+    /// Time every kind of op (reported in the stats).
+    public var profile = false
 
     public init() {}
 }
@@ -57,7 +59,7 @@ final class Scheduler {
         self.tokenizer = tokenizer
         kv = try PagePool(pageCount: o.kvPages, pageSize: o.pageSize, layers: c.layers, kvDim: c.kvDim)
         let pool = ThreadPool(threads: o.threads)
-        ops = TransformerOps(config: c, pool: pool)
+        ops = TransformerOps(config: c, pool: pool, profiler: Profiler(enabled: o.profile))
         ws = Workspace(config: c, maxTokens: o.batchTokens, maxLogitRows: o.maxBatchSize, maxContext: o.contextSize, threads: pool.size)
     }
 
@@ -292,6 +294,7 @@ final class Scheduler {
             ("context_size", .int(options.contextSize)), ("max_batch_size", .int(options.maxBatchSize)),
             ("kv_bytes_per_page", .int(PagePool.bytesPerPage(pageSize: kv.pageSize, layers: kv.layers, kvDim: kv.kvDim))),
             ("kv_reserved_slots", .int(kvReservedSlots)), ("kv_used_slots", .int(kvUsedSlots)),
+            ("profile_ms", ops.profiler.enabled ? ops.profiler.json : .null),
         ])
     }
 }

@@ -43,8 +43,8 @@ final class LlamaModel: LanguageModel, @unchecked Sendable {
     func forward(_ batch: ForwardBatch, kv: PagePool, ops: TransformerOps, ws: Workspace) {
         let c = config
         let n = batch.count
-        embed(batch.tokens, into: ws.x)
-        let rope = ops.ropeTable(positions: batch.positions)
+        ops.profiler.measure(.embed) { embed(batch.tokens, into: ws.x) }
+        let rope = ops.profiler.measure(.rope) { ops.ropeTable(positions: batch.positions) }
         for (li, l) in layers.enumerated() {
             ops.rmsNorm(ws.x, l.attnNorm, rows: n, n: c.dim, into: ws.xn)
             ops.matmul(ws.xn, rows: n, [(l.wq, ws.q), (l.wk, ws.k), (l.wv, ws.v)], ws: ws)
@@ -53,7 +53,7 @@ final class LlamaModel: LanguageModel, @unchecked Sendable {
             ops.storeKV(batch, layer: li, kv: kv, ws: ws)
             ops.attention(batch, layer: li, kv: kv, ws: ws)
             ops.matmul(ws.attn, rows: n, [(l.wo, ws.xn)], ws: ws)
-            ops.addInPlace(ws.x, ws.xn, count: n * c.dim)
+            ops.profiler.measure(.other) { ops.addInPlace(ws.x, ws.xn, count: n * c.dim) }
             ops.rmsNorm(ws.x, l.ffnNorm, rows: n, n: c.dim, into: ws.xn)
             ops.gatedMLP(rows: n, gate: l.gate, up: l.up, down: l.down, ws: ws)
         }

@@ -63,9 +63,14 @@ final class Workspace {
 struct TransformerOps {
     let config: ModelConfig
     let pool: ThreadPool
+    let profiler: Profiler
 
     /// Quantizes `rows` rows of `n` floats into the activation format `type`.
     func quantize(_ src: UnsafePointer<Float>, rows: Int, n: Int, type: Int32, into ws: Workspace) {
+        profiler.measure(.quantize) { quantizeRows(src, rows: rows, n: n, type: type, into: ws) }
+    }
+
+    private func quantizeRows(_ src: UnsafePointer<Float>, rows: Int, n: Int, type: Int32, into ws: Workspace) {
         let stride = ws.quantStride
         let dst = ws.quant
         if rows == 1 {
@@ -93,12 +98,14 @@ struct TransformerOps {
             let a = UnsafeRawPointer(ws.quant)
             let aStride = ws.quantStride
             let work = group.reduce(0) { $0 + $1.0.rows * $1.0.cols } * rows
-            pool.run(work: work) { ith, nth in
-                for (w, out) in group {
-                    let share = ThreadPool.share(w.rows, ith, nth, align: 16)
-                    if share.isEmpty { continue }
-                    ck_matmul(Int32(w.type.rawValue), Int64(w.cols), w.data, w.rowBytes, Int64(share.lowerBound), Int64(share.upperBound),
-                              a, aStride, Int64(rows), out, Int64(w.rows))
+            profiler.measure(.matmul) {
+                pool.run(work: work) { ith, nth in
+                    for (w, out) in group {
+                        let share = ThreadPool.share(w.rows, ith, nth, align: 16)
+                        if share.isEmpty { continue }
+                        ck_matmul(Int32(w.type.rawValue), Int64(w.cols), w.data, w.rowBytes, Int64(share.lowerBound), Int64(share.upperBound),
+                                  a, aStride, Int64(rows), out, Int64(w.rows))
+                    }
                 }
             }
             start = end
@@ -106,9 +113,11 @@ struct TransformerOps {
     }
 
     func rmsNorm(_ x: UnsafePointer<Float>, _ w: WeightVector, rows: Int, n: Int, into y: UnsafeMutablePointer<Float>) {
-        w.values.withUnsafeBufferPointer { wp in
-            for r in 0..<rows {
-                ck_rms_norm(x + r * n, wp.baseAddress, y + r * n, Int64(n), config.normEps)
+        profiler.measure(.norm) {
+            w.values.withUnsafeBufferPointer { wp in
+                for r in 0..<rows {
+                    ck_rms_norm(x + r * n, wp.baseAddress, y + r * n, Int64(n), config.normEps)
+                }
             }
         }
     }
@@ -134,6 +143,7 @@ struct TransformerOps {
     func rope(_ x: UnsafeMutablePointer<Float>, rows: Int, heads: Int, table: (cos: [Float], sin: [Float])) {
         let hd = config.headDim, half = config.ropeDim / 2
         let neox = config.ropeStyle == .neox
+        profiler.measure(.rope) {
         table.cos.withUnsafeBufferPointer { cp in
             table.sin.withUnsafeBufferPointer { sp in
                 for r in 0..<rows {
@@ -156,6 +166,7 @@ struct TransformerOps {
                     }
                 }
             }
+        }
         }
     }
 
@@ -180,6 +191,7 @@ struct TransformerOps {
         let scale = 1 / Float(hd).squareRoot()
         let items = batch.count * c.heads
         let work = batch.positions.reduce(0) { $0 + $1 + 1 } * c.heads * hd * 2
+        profiler.measure(.attention) {
         pool.run(work: work) { ith, nth in
             let scores = ws.scores + ith * ws.scoreStride
             for item in ThreadPool.share(items, ith, nth) {
@@ -201,14 +213,17 @@ struct TransformerOps {
                 }
             }
         }
+        }
     }
 
     /// x += down(silu(gate(xn)) * up(xn))
     func gatedMLP(rows: Int, gate: WeightMatrix, up: WeightMatrix, down: WeightMatrix, ws: Workspace) {
         let f = config.ffnDim
         matmul(ws.xn, rows: rows, [(gate, ws.gate), (up, ws.up)], ws: ws)
-        for r in 0..<rows {
-            ck_swiglu(ws.gate + r * f, ws.up + r * f, ws.gate + r * f, Int64(f))
+        profiler.measure(.mlpActivation) {
+            for r in 0..<rows {
+                ck_swiglu(ws.gate + r * f, ws.up + r * f, ws.gate + r * f, Int64(f))
+            }
         }
         matmul(ws.gate, rows: rows, [(down, ws.xn)], ws: ws)
         addInPlace(ws.x, ws.xn, count: rows * config.dim)

@@ -43,9 +43,10 @@ enum ByteLevel {
         while let b = it.next() {
             var cp = UInt32(b)
             if b >= 0x80 {
-                // The alphabet stops at U+0143: only two-byte sequences can be in it.
+                // The alphabet stops at U+0143: only (well-formed) two-byte sequences can be in it.
                 guard b & 0xE0 == 0xC0, let b1 = it.next(), b1 & 0xC0 == 0x80 else { return false }
                 cp = (UInt32(b & 0x1F) << 6) | UInt32(b1 & 0x3F)
+                guard cp >= 0x80 else { return false }
             }
             guard cp < UInt32(byteOfCodepoint.count), byteOfCodepoint[Int(cp)] >= 0 else { return false }
             out.append(UInt8(byteOfCodepoint[Int(cp)]))

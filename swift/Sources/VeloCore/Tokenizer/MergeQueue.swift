@@ -28,6 +28,9 @@ struct MergeQueue<Element: MergeCandidate> {
         }
     }
 
+    /// Removes the first element. Bottom-up: the hole left at the root sinks along the
+    /// better children to a leaf (one comparison per level), then the last element rises
+    /// from there — fewer comparisons than the textbook sift-down.
     mutating func pop() -> Element? {
         guard let last = items.popLast() else { return nil }
         if items.isEmpty { return last }
@@ -39,9 +42,14 @@ struct MergeQueue<Element: MergeCandidate> {
                 var child = 2 * i + 1
                 if child >= n { break }
                 if child + 1 < n && Element.precedes(h[child + 1], h[child]) { child += 1 }
-                guard Element.precedes(h[child], last) else { break }
                 h[i] = h[child]
                 i = child
+            }
+            while i > 0 {
+                let parent = (i - 1) >> 1
+                guard Element.precedes(last, h[parent]) else { break }
+                h[i] = h[parent]
+                i = parent
             }
             h[i] = last
             return top

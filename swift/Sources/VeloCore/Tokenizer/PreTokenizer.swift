@@ -37,7 +37,8 @@ struct PreTokenizer {
 
         @inline(__always)
         func contains(_ cp: UInt32, _ flags: CodepointFlags) -> Bool {
-            // In llama.cpp every class but \s sees whitespace as a separate character.
+            // llama.cpp's regexes see every whitespace character as whitespace only (non-ASCII
+            // ones are rewritten to \v first), so no class but [\r\n] contains any.
             if flags.isWhitespace && self != .newline { return false }
             switch self {
             case .letter: return flags.isLetter

@@ -83,8 +83,20 @@ struct SentencePiece {
         var queue = MergeQueue<Candidate>()
     }
 
-    /// Tokenizes `text`, already escaped (spaces as ▁), appending to `out`.
-    func encode(_ text: UnsafeBufferPointer<UInt8>, into out: inout [Int32]) {
+    /// Tokenizes `text`, appending to `out`. Spaces become ▁ first; `prefixSpace` adds one in
+    /// front (SentencePiece's "add dummy prefix", applied at the start and after special tokens).
+    func encode(_ raw: UnsafeBufferPointer<UInt8>, prefixSpace: Bool, into out: inout [Int32]) {
+        let marker: [UInt8] = [0xE2, 0x96, 0x81]   // ▁ U+2581
+        var escaped: [UInt8] = []
+        escaped.reserveCapacity(raw.count + 3)
+        if prefixSpace { escaped.append(contentsOf: marker) }
+        for b in raw {
+            if b == 0x20 { escaped.append(contentsOf: marker) } else { escaped.append(b) }
+        }
+        escaped.withUnsafeBufferPointer { encodeEscaped($0, into: &out) }
+    }
+
+    private func encodeEscaped(_ text: UnsafeBufferPointer<UInt8>, into out: inout [Int32]) {
         guard let base = text.baseAddress, text.count > 0 else { return }
         let n = text.count
         var scratch = Scratch()

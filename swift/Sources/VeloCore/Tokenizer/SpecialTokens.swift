@@ -11,7 +11,9 @@ struct TokenAttributes: OptionSet, Sendable {
     static let byte = TokenAttributes(rawValue: 1 << 5)
     static let lstrip = TokenAttributes(rawValue: 1 << 7)
     static let rstrip = TokenAttributes(rawValue: 1 << 8)
+}
 
+extension TokenAttributes {
     /// From `tokenizer.ggml.token_type` (1 normal, 2 unknown, 3 control, 4 user-defined,
     /// 5 unused, 6 byte; anything else is undefined).
     init(tokenType: Int) {
@@ -24,10 +26,6 @@ struct TokenAttributes: OptionSet, Sendable {
         case 6: self = .byte
         default: self = []
         }
-    }
-
-    init(rawValue: UInt16) {
-        self.rawValue = rawValue
     }
 }
 
@@ -66,8 +64,6 @@ struct SpecialTokenSplitter {
         specials = list
         trie = ByteTrie(list.map(\.text))
     }
-
-    var isEmpty: Bool { specials.isEmpty }
 
     func split(_ text: UnsafeBufferPointer<UInt8>, parseSpecial: Bool) -> [Fragment] {
         let n = text.count

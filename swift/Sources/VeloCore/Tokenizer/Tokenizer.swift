@@ -37,142 +37,69 @@ public final class Tokenizer: @unchecked Sendable {
     public init(gguf: GGUFFile) throws {
         let meta = MetadataReader(gguf: gguf)
         let modelName = try meta.requiredString("tokenizer.ggml.model")
-        let preKey = meta.string("tokenizer.ggml.pre")
+        let preName = meta.string("tokenizer.ggml.pre") ?? "default"
 
-        enum Kind { case spm, bpe, wpm }
+        enum Kind { case sentencePiece, bytePair(PreTokenizer.Configuration), wordPiece }
         let kind: Kind
         switch modelName {
-        case "llama": kind = .spm
-        case "gpt2": kind = .bpe
-        case "bert": kind = .wpm
+        case "llama":
+            kind = .sentencePiece
+        case "gpt2":
+            guard let config = PreTokenizer.configuration(for: preName) else {
+                throw VeloError(.unsupported, "\(meta.path): pre-tokenizer '\(preName)' (tokenizer.ggml.pre) is not supported")
+            }
+            kind = .bytePair(config)
+        case "bert":
+            kind = .wordPiece
         default:
-            throw VeloError(.unsupported, "\(gguf.file.path): tokenizer model '\(modelName)' is not supported (llama, gpt2 and bert are)")
+            throw VeloError(.unsupported, "\(meta.path): tokenizer model '\(modelName)' is not supported (llama, gpt2 and bert are)")
         }
 
-        // Vocabulary.
+        // The vocabulary. Token ids are positions in tokenizer.ggml.tokens.
         var texts = try meta.stringArray("tokenizer.ggml.tokens")
         let n = texts.count
-        guard n > 0 else { throw VeloError(.invalidFile, "\(gguf.file.path): tokenizer.ggml.tokens is empty") }
-        guard n < Int(Int32.max) / 2 else { throw VeloError(.invalidFile, "\(gguf.file.path): vocabulary of \(n) tokens is too large") }
+        guard n > 0 else { throw VeloError(.invalidFile, "\(meta.path): tokenizer.ggml.tokens is empty") }
+        guard n < Int(Int32.max) / 2 else { throw VeloError(.invalidFile, "\(meta.path): vocabulary of \(n) tokens is too large") }
         for i in 0..<n where texts[i].isEmpty {
-            texts[i] = Array("[EMPTY_\(i)]".utf8)   // as llama.cpp names empty tokens
+            texts[i] = Array("[EMPTY_\(i)]".utf8)   // llama.cpp's name for empty tokens
         }
         let scores = try meta.floatArray("tokenizer.ggml.scores", count: n) ?? [Float](repeating: 0, count: n)
-        var attributes = try meta.intArray("tokenizer.ggml.token_type", count: n).map { $0.map(TokenAttributes.init(tokenType:)) }
+        var attributes = try meta.intArray("tokenizer.ggml.token_type", count: n)?.map(TokenAttributes.init(tokenType:))
             ?? [TokenAttributes](repeating: .normal, count: n)
-
         let literal = ByteStringTable(texts.enumerated().map { ($0.element, Int32($0.offset)) })
-        if literal.count != n {
-            let dup = (0..<n).first { literal.lookup(texts[$0]) != Int32($0) } ?? 0
-            throw VeloError(.invalidFile, "\(gguf.file.path): duplicate token '\(String(decoding: texts[dup], as: UTF8.self))' (id \(dup) repeats id \(literal.lookup(texts[dup])))")
+        if literal.count != n, let dup = (0..<n).first(where: { literal.lookup(texts[$0]) != Int32($0) }) {
+            throw VeloError(.invalidFile, "\(meta.path): duplicate token '\(String(decoding: texts[dup], as: UTF8.self))' (ids \(literal.lookup(texts[dup])) and \(dup))")
         }
 
-        // Per-model defaults, as llama.cpp sets them.
-        var bos: Int32?, eos: Int32?, unknown: Int32?, separator: Int32?
-        var addBOS = false, addEOS = false, addSeparator = false, addSpacePrefix = false, cleanSpaces = false
-        var preName = preKey ?? "default"
-        var bpeConfig: PreTokenizer.Configuration?
+        // Special ids and flags: llama.cpp's defaults for the model type, then the metadata.
+        var defaults = SpecialDefaults()
         switch kind {
-        case .spm:
-            bos = 1; eos = 2; unknown = 0
-            addBOS = true; addSpacePrefix = true
-        case .wpm:
-            bos = 101; unknown = 100; separator = 102
-            addBOS = true; addSeparator = true; cleanSpaces = true
-        case .bpe:
-            bos = 11; eos = 11
-            guard let config = PreTokenizer.configuration(for: preName) else {
-                throw VeloError(.unsupported, "\(gguf.file.path): pre-tokenizer '\(preName)' (tokenizer.ggml.pre) is not supported")
-            }
-            bpeConfig = config
-            addBOS = config.addBOS
-            cleanSpaces = config.cleanSpaces
-            if preName == "glm4" || preName == "chatglm-bpe" { bos = nil }
+        case .sentencePiece:
+            defaults = SpecialDefaults(bos: 1, eos: 2, unknown: 0, addBOS: true, addSpacePrefix: true)
+        case .wordPiece:
+            defaults = SpecialDefaults(bos: 101, unknown: 100, separator: 102, addBOS: true, addSeparator: true, cleanSpaces: true)
+        case .bytePair(let config):
+            let chatGLM = preName == "glm4" || preName == "chatglm-bpe"
+            defaults = SpecialDefaults(bos: chatGLM ? nil : 11, eos: 11, addBOS: config.addBOS, cleanSpaces: config.cleanSpaces)
         }
-        if kind != .bpe { preName = preKey ?? "default" }
-        addSpacePrefix = meta.bool("tokenizer.ggml.add_space_prefix") ?? addSpacePrefix
-
-        // Special ids: a default outside the vocabulary is dropped; an explicit one must fit.
-        func specialID(_ key: String, _ fallback: Int32?, strict: Bool) throws -> Int32? {
-            let fallback = fallback.flatMap { $0 < n ? $0 : nil }
-            guard let raw = meta.int(key) else { return fallback }
-            if raw == -1 || raw == Int(UInt32.max) { return fallback }   // "none"
-            guard raw >= 0 && raw < n else {
-                if strict { throw VeloError(.invalidFile, "\(gguf.file.path): \(key) = \(raw) is outside the vocabulary of \(n) tokens") }
-                return fallback
-            }
-            return Int32(raw)
-        }
-        bos = try specialID("tokenizer.ggml.bos_token_id", bos, strict: true)
-        eos = try specialID("tokenizer.ggml.eos_token_id", eos, strict: true)
-        unknown = try specialID("tokenizer.ggml.unknown_token_id", unknown, strict: false)
-        separator = try specialID("tokenizer.ggml.seperator_token_id", separator, strict: false)
-        var eot = try specialID("tokenizer.ggml.eot_token_id", nil, strict: false)
-        var eom = try specialID("tokenizer.ggml.eom_token_id", nil, strict: false)
-        var fim: [Int32?] = try [
-            specialID("tokenizer.ggml.fim_pad_token_id", nil, strict: false),
-            specialID("tokenizer.ggml.fim_rep_token_id", nil, strict: false),
-            specialID("tokenizer.ggml.fim_sep_token_id", nil, strict: false),
-        ]
-
-        addBOS = meta.bool("tokenizer.ggml.add_bos_token") ?? addBOS
-        addEOS = meta.bool("tokenizer.ggml.add_eos_token") ?? addEOS
-        addSeparator = meta.bool("tokenizer.ggml.add_sep_token") ?? addSeparator
+        let bos = try meta.tokenID("tokenizer.ggml.bos_token_id", default: defaults.bos, count: n, strict: true)
+        let eos = try meta.tokenID("tokenizer.ggml.eos_token_id", default: defaults.eos, count: n, strict: true)
+        let unknown = try meta.tokenID("tokenizer.ggml.unknown_token_id", default: defaults.unknown, count: n)
+        let separator = try meta.tokenID("tokenizer.ggml.seperator_token_id", default: defaults.separator, count: n)
+        let addBOS = meta.bool("tokenizer.ggml.add_bos_token") ?? defaults.addBOS
+        let addEOS = meta.bool("tokenizer.ggml.add_eos_token") ?? defaults.addEOS
+        let addSeparator = meta.bool("tokenizer.ggml.add_sep_token") ?? defaults.addSeparator
         if addBOS && bos == nil {
-            throw VeloError(.invalidFile, "\(gguf.file.path): tokenizer.ggml.add_bos_token is set but there is no BOS token")
+            throw VeloError(.invalidFile, "\(meta.path): tokenizer.ggml.add_bos_token is set but there is no BOS token")
         }
         if addEOS && eos == nil {
-            throw VeloError(.invalidFile, "\(gguf.file.path): tokenizer.ggml.add_eos_token is set but there is no EOS token")
+            throw VeloError(.invalidFile, "\(meta.path): tokenizer.ggml.add_eos_token is set but there is no EOS token")
         }
-        if kind == .wpm && addSeparator && separator == nil {
-            throw VeloError(.invalidFile, "\(gguf.file.path): the WordPiece vocabulary has no separator token")
+        if case .wordPiece = kind, addSeparator && separator == nil {
+            throw VeloError(.invalidFile, "\(meta.path): the WordPiece vocabulary has no separator token")
         }
 
-        // End of generation, recognised (like llama.cpp) partly by the token's text; such tokens
-        // are control tokens whatever their declared type.
-        func markControl(_ id: Int32) { attributes[Int(id)].insert(.control) }
-        func find(_ candidates: [String]) -> Int32? {
-            for c in candidates {
-                let id = literal.lookup(Array(c.utf8))
-                if id >= 0 { return id }
-            }
-            return nil
-        }
-        if eot == nil, let id = find(SpecialTexts.endOfTurn) { eot = id; markControl(id) }
-        if eom == nil, let id = find(["<|eom_id|>"]) { eom = id; markControl(id) }
-        for (slot, candidates) in [SpecialTexts.fimPad, SpecialTexts.fimRepo, SpecialTexts.fimSep].enumerated()
-        where fim[slot] == nil {
-            if let id = find(candidates) { fim[slot] = id; markControl(id) }
-        }
-        for list in [SpecialTexts.fimPrefix, SpecialTexts.fimSuffix, SpecialTexts.fimMiddle] {
-            if let id = find(list) { markControl(id) }
-        }
-        var eog = Set(fim.compactMap { $0 })
-        for text in SpecialTexts.endOfGeneration {
-            let id = literal.lookup(Array(text.utf8))
-            if id >= 0 {
-                eog.insert(id)
-                markControl(id)
-            }
-        }
-        for text in SpecialTexts.alwaysRendered {
-            let id = literal.lookup(Array(text.utf8))
-            if id >= 0 { attributes[Int(id)] = .userDefined }
-        }
-        for id in [eos, eot, eom].compactMap({ $0 }) { eog.insert(id) }
-        // gpt-oss / solar-open: "<|end|>" ends a message there, not the generation.
-        let has = { (text: String) in literal.lookup(Array(text.utf8)) >= 0 }
-        if has("<|end|>") && ((has("<|return|>") && has("<|call|>")) || (has("<|calls|>") && has("<|flush|>"))) {
-            let end = literal.lookup(Array("<|end|>".utf8))
-            eog.remove(end)
-            attributes[Int(end)] = .userDefined
-        }
-        // Gemma 4: "</s>" is ordinary text there.
-        if has("<|tool_response>") && has("</s>") {
-            let s = literal.lookup(Array("</s>".utf8))
-            eog.remove(s)
-            attributes[Int(s)] = .normal
-        }
+        let eog = try Self.endOfGenerationTokens(meta: meta, literal: literal, count: n, eos: eos, attributes: &attributes)
 
         // Phi-3's added tokens swallow the whitespace after them (llama.cpp keys this on the name).
         let name = (meta.string("general.name") ?? "").lowercased()
@@ -180,25 +107,27 @@ public final class Tokenizer: @unchecked Sendable {
             for id in 0..<n where !attributes[id].isDisjoint(with: [.control, .userDefined, .unknown]) {
                 attributes[id].insert(.rstrip)
             }
-            for text in ["</s>"] where has(text) { attributes[Int(literal.lookup(Array(text.utf8)))].insert(.rstrip) }
-            for text in ["<unk>", "<s>", "<|endoftext|>"] where has(text) {
-                attributes[Int(literal.lookup(Array(text.utf8)))].remove(.rstrip)
+            for (text, strip) in [("</s>", true), ("<unk>", false), ("<s>", false), ("<|endoftext|>", false)] {
+                let id = literal.lookup(Array(text.utf8))
+                guard id >= 0 else { continue }
+                if strip { attributes[Int(id)].insert(.rstrip) } else { attributes[Int(id)].remove(.rstrip) }
             }
         }
 
         switch kind {
-        case .spm:
+        case .sentencePiece:
             model = .sentencePiece(SentencePiece(pieces: literal, texts: texts, scores: scores, unknown: unknown))
-        case .wpm:
+        case .wordPiece:
             let lowercase = meta.bool("tokenizer.ggml.normalizer.lowercase") ?? true
-            let strip = meta.bool("tokenizer.ggml.normalizer.strip_accents") ?? lowercase
-            model = .wordPiece(WordPiece(pieces: literal, unknown: unknown, lowercase: lowercase, stripAccents: strip))
-        case .bpe:
+            let stripAccents = meta.bool("tokenizer.ggml.normalizer.strip_accents") ?? lowercase
+            model = .wordPiece(WordPiece(pieces: literal, unknown: unknown, lowercase: lowercase, stripAccents: stripAccents))
+        case .bytePair(let config):
             let merges = try meta.stringArray("tokenizer.ggml.merges")
-            let config = bpeConfig!
             model = .bytePair(BytePairEncoder(texts: texts, mergeList: merges, ignoreMerges: config.ignoreMerges,
                                               preTokenizer: config.preTokenizer))
         }
+        let byteLevel: Bool
+        if case .bytePair = kind { byteLevel = true } else { byteLevel = false }
 
         self.vocabSize = n
         self.bos = bos
@@ -207,15 +136,87 @@ public final class Tokenizer: @unchecked Sendable {
         self.addEOS = addEOS
         self.modelName = modelName
         self.preName = preName
-        self.addSpacePrefix = addSpacePrefix
-        self.cleanSpaces = cleanSpaces
+        self.addSpacePrefix = meta.bool("tokenizer.ggml.add_space_prefix") ?? defaults.addSpacePrefix
+        self.cleanSpaces = defaults.cleanSpaces
         self.texts = texts
-        self.specials = SpecialTokenSplitter(texts: texts, attributes: attributes)
-        self.endOfGeneration = eog
-        self.separator = separator
-        self.addSeparator = kind == .wpm && addSeparator
-        self.pieces = (0..<n).map { Self.render(texts[$0], attributes[$0], kind == .bpe) }
         self.attributes = attributes
+        self.pieces = (0..<n).map { Self.render(texts[$0], attributes[$0], byteLevel: byteLevel) }
+        self.endOfGeneration = eog
+        self.specials = SpecialTokenSplitter(texts: texts, attributes: attributes)
+        self.separator = separator
+        if case .wordPiece = kind { self.addSeparator = addSeparator } else { self.addSeparator = false }
+    }
+
+    /// What llama.cpp assumes for a model type before reading the metadata.
+    private struct SpecialDefaults {
+        var bos: Int32?
+        var eos: Int32?
+        var unknown: Int32?
+        var separator: Int32?
+        var addBOS = false
+        var addEOS = false
+        var addSeparator = false
+        var addSpacePrefix = false
+        var cleanSpaces = false
+    }
+
+    /// The tokens that end generation: EOS, EOT, EOM, FIM padding/repo/file separators, and
+    /// every token whose text llama.cpp knows as such. Like llama.cpp, tokens found by their
+    /// text become control tokens whatever their declared type.
+    private static func endOfGenerationTokens(meta: MetadataReader, literal: ByteStringTable, count n: Int, eos: Int32?,
+                                              attributes: inout [TokenAttributes]) throws -> Set<Int32> {
+        func id(_ text: String) -> Int32? {
+            let id = literal.lookup(Array(text.utf8))
+            return id >= 0 ? id : nil
+        }
+        func firstPresent(_ candidates: [String]) -> Int32? {
+            candidates.lazy.compactMap(id).first
+        }
+        func markControl(_ id: Int32) { attributes[Int(id)].insert(.control) }
+
+        var eot = try meta.tokenID("tokenizer.ggml.eot_token_id", count: n)
+        var eom = try meta.tokenID("tokenizer.ggml.eom_token_id", count: n)
+        if eot == nil, let found = firstPresent(SpecialTexts.endOfTurn) { eot = found; markControl(found) }
+        if eom == nil, let found = id("<|eom_id|>") { eom = found; markControl(found) }
+
+        var eog = Set<Int32>()
+        let fim = [("tokenizer.ggml.fim_pad_token_id", SpecialTexts.fimPad),
+                   ("tokenizer.ggml.fim_rep_token_id", SpecialTexts.fimRepo),
+                   ("tokenizer.ggml.fim_sep_token_id", SpecialTexts.fimSep)]
+        for (key, candidates) in fim {
+            if let given = try meta.tokenID(key, count: n) {
+                eog.insert(given)
+            } else if let found = firstPresent(candidates) {
+                eog.insert(found)
+                markControl(found)
+            }
+        }
+        for candidates in [SpecialTexts.fimPrefix, SpecialTexts.fimSuffix, SpecialTexts.fimMiddle] {
+            if let found = firstPresent(candidates) { markControl(found) }
+        }
+        for text in SpecialTexts.endOfGeneration {
+            if let found = id(text) {
+                eog.insert(found)
+                markControl(found)
+            }
+        }
+        for text in SpecialTexts.alwaysRendered {
+            if let found = id(text) { attributes[Int(found)] = .userDefined }
+        }
+        eog.formUnion([eos, eot, eom].compactMap { $0 })
+
+        // gpt-oss and solar-open: "<|end|>" ends a message there, not the generation.
+        if let end = id("<|end|>"),
+           (id("<|return|>") != nil && id("<|call|>") != nil) || (id("<|calls|>") != nil && id("<|flush|>") != nil) {
+            eog.remove(end)
+            attributes[Int(end)] = .userDefined
+        }
+        // Gemma 4: "</s>" is ordinary text there.
+        if id("<|tool_response>") != nil, let s = id("</s>") {
+            eog.remove(s)
+            attributes[Int(s)] = .normal
+        }
+        return eog
     }
 
     // MARK: encoding
@@ -232,59 +233,32 @@ public final class Tokenizer: @unchecked Sendable {
     public func encode(bytes: UnsafeBufferPointer<UInt8>, addSpecial: Bool, parseSpecial: Bool) -> [Int32] {
         var out: [Int32] = []
         out.reserveCapacity(bytes.count / 3 + 2)
-        let fragments = specials.split(bytes, parseSpecial: parseSpecial)
         if addSpecial && addBOS, let bos { out.append(bos) }
 
-        switch model {
-        case .sentencePiece(let spm):
-            var escaped: [UInt8] = []
-            var afterSpecial = true   // the start counts as "after a special token"
-            for fragment in fragments {
-                switch fragment {
-                case .token(let id):
-                    out.append(id)
-                    afterSpecial = true
-                case .text(let range):
-                    var first = true
-                    for piece in Self.pieces(of: range, in: bytes) {
-                        escaped.removeAll(keepingCapacity: true)
-                        escaped.reserveCapacity(piece.count + 3)
-                        if addSpacePrefix && afterSpecial && first { escaped.append(contentsOf: Self.spaceMarker) }
-                        for b in bytes[piece] {
-                            if b == 0x20 { escaped.append(contentsOf: Self.spaceMarker) } else { escaped.append(b) }
-                        }
-                        escaped.withUnsafeBufferPointer { spm.encode($0, into: &out) }
-                        first = false
-                    }
-                    afterSpecial = false
-                }
-            }
-        case .bytePair(let bpe):
-            var scratch = BytePairEncoder.Scratch()
-            for fragment in fragments {
-                switch fragment {
-                case .token(let id):
-                    out.append(id)
-                case .text(let range):
-                    for piece in Self.pieces(of: range, in: bytes) {
-                        bpe.encode(UnsafeBufferPointer(rebasing: bytes[piece]), into: &out, scratch: &scratch)
+        var afterSpecial = true   // SentencePiece: the start counts as "after a special token"
+        var scratch = BytePairEncoder.Scratch()
+        for fragment in specials.split(bytes, parseSpecial: parseSpecial) {
+            switch fragment {
+            case .token(let id):
+                out.append(id)
+                afterSpecial = true
+            case .text(let range):
+                for (k, slice) in Self.slices(of: range, in: bytes).enumerated() {
+                    let text = UnsafeBufferPointer(rebasing: bytes[slice])
+                    switch model {
+                    case .sentencePiece(let spm):
+                        spm.encode(text, prefixSpace: addSpacePrefix && afterSpecial && k == 0, into: &out)
+                    case .bytePair(let bpe):
+                        bpe.encode(text, into: &out, scratch: &scratch)
+                    case .wordPiece(let wpm):
+                        wpm.encode(text, into: &out)
                     }
                 }
+                afterSpecial = false
             }
-        case .wordPiece(let wpm):
-            for fragment in fragments {
-                switch fragment {
-                case .token(let id):
-                    out.append(id)
-                case .text(let range):
-                    for piece in Self.pieces(of: range, in: bytes) {
-                        wpm.encode(UnsafeBufferPointer(rebasing: bytes[piece]), into: &out)
-                    }
-                }
-            }
-            if addSpecial && addSeparator, let separator { out.append(separator) }
         }
 
+        if addSpecial && addSeparator, let separator { out.append(separator) }
         if addSpecial && addEOS, let eos { out.append(eos) }
         return out
     }
@@ -352,18 +326,16 @@ public final class Tokenizer: @unchecked Sendable {
 
     // MARK: helpers
 
-    static let spaceMarker: [UInt8] = [0xE2, 0x96, 0x81]   // ▁ U+2581
-
     /// The tokenizers index text with 32-bit offsets; text beyond this size (256 MiB without a
-    /// special token) is tokenized in pieces cut at character boundaries.
-    private static let maxPieceLength = 1 << 28
+    /// special token) is tokenized in slices cut at character boundaries.
+    private static let maxSliceLength = 1 << 28
 
-    private static func pieces(of range: Range<Int>, in bytes: UnsafeBufferPointer<UInt8>) -> [Range<Int>] {
-        guard range.count > maxPieceLength else { return [range] }
+    private static func slices(of range: Range<Int>, in bytes: UnsafeBufferPointer<UInt8>) -> [Range<Int>] {
+        guard range.count > maxSliceLength else { return [range] }
         var result: [Range<Int>] = []
         var start = range.lowerBound
-        while range.upperBound - start > maxPieceLength {
-            var cut = start + maxPieceLength
+        while range.upperBound - start > maxSliceLength {
+            var cut = start + maxSliceLength
             while cut > start + 1 && bytes[cut] & 0xC0 == 0x80 { cut -= 1 }   // not inside a character
             result.append(start..<cut)
             start = cut
@@ -373,7 +345,7 @@ public final class Tokenizer: @unchecked Sendable {
     }
 
     /// llama_token_to_piece (special = true) for one token.
-    private static func render(_ text: [UInt8], _ attr: TokenAttributes, _ byteLevel: Bool) -> [UInt8] {
+    private static func render(_ text: [UInt8], _ attr: TokenAttributes, byteLevel: Bool) -> [UInt8] {
         if !attr.isDisjoint(with: [.control, .unknown, .userDefined]) { return text }
         if attr.contains(.normal) {
             return byteLevel ? ByteLevel.decodeLenient(text) : replacingSpaceMarkers(text)
@@ -384,6 +356,7 @@ public final class Tokenizer: @unchecked Sendable {
         return []
     }
 
+    /// "▁" (U+2581) back to spaces.
     private static func replacingSpaceMarkers(_ text: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(text.count)
@@ -500,35 +473,49 @@ private enum SpecialTexts {
 private struct MetadataReader {
     let gguf: GGUFFile
 
+    var path: String { gguf.file.path }
+
     func string(_ key: String) -> String? { gguf.metadata[key]?.string }
     func bool(_ key: String) -> Bool? { gguf.metadata[key]?.bool }
     func int(_ key: String) -> Int? { gguf.metadata[key]?.int }
 
     func requiredString(_ key: String) throws -> String {
         guard let value = gguf.metadata[key] else {
-            throw VeloError(.invalidFile, "\(gguf.file.path): missing \(key)")
+            throw VeloError(.invalidFile, "\(path): missing \(key)")
         }
         guard let s = value.string else {
-            throw VeloError(.invalidFile, "\(gguf.file.path): \(key) must be a string, not \(value.type.name)")
+            throw VeloError(.invalidFile, "\(path): \(key) must be a string, not \(value.type.name)")
         }
         return s
     }
 
     func stringArray(_ key: String) throws -> [[UInt8]] {
         guard let value = gguf.metadata[key] else {
-            throw VeloError(.invalidFile, "\(gguf.file.path): missing \(key)")
+            throw VeloError(.invalidFile, "\(path): missing \(key)")
         }
         guard case .array(.string, let items) = value else {
-            throw VeloError(.invalidFile, "\(gguf.file.path): \(key) must be an array of strings")
+            throw VeloError(.invalidFile, "\(path): \(key) must be an array of strings")
         }
         return items.map { $0.bytes ?? [] }
+    }
+
+    /// A token id: `fallback` when absent or "none" (-1); an id outside the vocabulary is an
+    /// error when `strict`, else ignored. A fallback outside the vocabulary means no token.
+    func tokenID(_ key: String, default fallback: Int32? = nil, count n: Int, strict: Bool = false) throws -> Int32? {
+        let fallback = fallback.flatMap { $0 < n ? $0 : nil }
+        guard let raw = int(key), raw != -1, raw != Int(UInt32.max) else { return fallback }
+        guard raw >= 0 && raw < n else {
+            if strict { throw VeloError(.invalidFile, "\(path): \(key) = \(raw) is outside the vocabulary of \(n) tokens") }
+            return fallback
+        }
+        return Int32(raw)
     }
 
     /// A per-token float array (nil when absent); its length must match the vocabulary.
     func floatArray(_ key: String, count: Int) throws -> [Float]? {
         guard let items = try array(key, count: count) else { return nil }
         return try items.map {
-            guard let d = $0.double else { throw VeloError(.invalidFile, "\(gguf.file.path): \(key) must hold numbers") }
+            guard let d = $0.double else { throw VeloError(.invalidFile, "\(path): \(key) must hold numbers") }
             return Float(d)
         }
     }
@@ -537,7 +524,7 @@ private struct MetadataReader {
     func intArray(_ key: String, count: Int) throws -> [Int]? {
         guard let items = try array(key, count: count) else { return nil }
         return try items.map {
-            guard let i = $0.int else { throw VeloError(.invalidFile, "\(gguf.file.path): \(key) must hold integers") }
+            guard let i = $0.int else { throw VeloError(.invalidFile, "\(path): \(key) must hold integers") }
             return i
         }
     }
@@ -545,10 +532,10 @@ private struct MetadataReader {
     private func array(_ key: String, count: Int) throws -> [GGUFValue]? {
         guard let value = gguf.metadata[key] else { return nil }
         guard let items = value.array else {
-            throw VeloError(.invalidFile, "\(gguf.file.path): \(key) must be an array")
+            throw VeloError(.invalidFile, "\(path): \(key) must be an array")
         }
         guard items.count == count else {
-            throw VeloError(.invalidFile, "\(gguf.file.path): \(key) has \(items.count) entries for \(count) tokens")
+            throw VeloError(.invalidFile, "\(path): \(key) has \(items.count) entries for \(count) tokens")
         }
         return items
     }

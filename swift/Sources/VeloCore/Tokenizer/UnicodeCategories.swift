@@ -80,7 +80,8 @@ enum UnicodeCategories {
     static func decompositionBase(_ cp: UInt32) -> UInt32 {
         guard cp >= 0xC0, let scalar = Unicode.Scalar(cp) else { return cp }
         if #available(macOS 13.0, iOS 16.0, watchOS 9.0, tvOS 16.0, *) {
-            return String(scalar)._nfd.first(where: { _ in true })?.value ?? cp
+            var decomposition = String(scalar)._nfd.makeIterator()
+            return decomposition.next()?.value ?? cp
         }
         return cp
     }

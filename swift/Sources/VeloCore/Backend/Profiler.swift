@@ -1,0 +1,26 @@
+/// Where the time of forward passes goes, by kind of op (enabled with the engine option
+/// `profile`; off by default, when it costs one branch per op).
+public final class Profiler: @unchecked Sendable {
+    public enum Op: Int, CaseIterable {
+        case quantize, matmul, attention, norm, rope, mlpActivation, embed, output, other
+        var name: String { "\(self)" }
+    }
+
+    public let enabled: Bool
+    private var nanos = [UInt64](repeating: 0, count: Op.allCases.count)
+
+    init(enabled: Bool) { self.enabled = enabled }
+
+    @inline(__always)
+    func measure<T>(_ op: Op, _ body: () -> T) -> T {
+        guard enabled else { return body() }
+        let t0 = nowNanos()
+        let r = body()
+        nanos[op.rawValue] &+= nowNanos() - t0
+        return r
+    }
+
+    var json: JSON {
+        .object(Op.allCases.map { ($0.name, .number(Double(nanos[$0.rawValue]) / 1e6)) })
+    }
+}
