@@ -22,6 +22,7 @@ export function loadEngine(path: string | undefined, flags: EngineFlags, extra: 
     const engine = Engine.create(model, {
       threads: flags.threads,
       ctxSize: flags.ctxSize ?? Math.min(trained || 4096, 4096),
+      prefixCache: flags.prefixCache,
       ...extra,
     });
     const loadMs = performance.now() - t0;

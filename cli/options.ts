@@ -60,12 +60,14 @@ export function addCommandHelpEnv(cmd: Command): Command {
 export function addEngineOptions(cmd: Command): Command {
   return cmd
     .addOption(opt("-t, --threads <n>", "CPU threads (default: all cores)").argParser(parseIntArg("--threads", 1, 1024)))
-    .addOption(opt("-c, --ctx-size <n>", "context size per sequence (default: the model's, at most 4096)").argParser(parseIntArg("--ctx-size", 2, 1 << 20)));
+    .addOption(opt("-c, --ctx-size <n>", "context size per sequence (default: the model's, at most 4096)").argParser(parseIntArg("--ctx-size", 2, 1 << 20)))
+    .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"));
 }
 
 export interface EngineFlags {
   threads?: number;
   ctxSize?: number;
+  prefixCache?: boolean;
 }
 
 /** Sampling flags, named as llama.cpp names them. */

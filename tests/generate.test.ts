@@ -126,18 +126,41 @@ describe("sampling", () => {
   });
 });
 
-describe("KV reuse between turns of a session", () => {
-  test("a follow-up request reuses the common prefix and gives the same tokens", async () => {
+describe("prefix cache", () => {
+  test("a follow-up request reuses the cached full pages and gives the same tokens", async () => {
     await withEngine("stories260K.gguf", { ctxSize: 256 }, async (engine) => {
       const c = golden.stories260K!.cases[0]!;
-      const first = await engine.submit({ promptTokens: c.prompt_ids_with_bos, maxTokens: 10, temperature: 0, ignoreEos: true, session: "s" }).collect();
-      const second = await engine.submit({
-        promptTokens: [...c.prompt_ids_with_bos, ...first.tokens], maxTokens: 10, temperature: 0, ignoreEos: true, session: "s",
-      }).collect();
-      expect(second.finish.usage.cached_tokens).toBe(c.prompt_ids_with_bos.length + 9);
-      expect([...first.tokens, ...second.tokens]).toEqual(c.greedy_ids.slice(0, 20));
-      expect(engine.stats().kv_pages_used).toBeGreaterThan(0); // the session keeps its pages
+      const first = await engine.submit({ promptTokens: c.prompt_ids_with_bos, maxTokens: 30, temperature: 0, ignoreEos: true }).collect();
+      expect(first.finish.usage.cached_tokens).toBe(0);
+      const second = await engine.submit({ promptTokens: [...c.prompt_ids_with_bos, ...first.tokens], maxTokens: 18, temperature: 0, ignoreEos: true }).collect();
+      // 5 + 29 tokens were computed: two whole 16-token pages are shared, the rest recomputed
+      expect(second.finish.usage.cached_tokens).toBe(32);
+      expect([...first.tokens, ...second.tokens]).toEqual(c.greedy_ids);
+      const stats = engine.stats();
+      expect(stats.kv_pages_used).toBe(0); // no sequence holds pages; the cache keeps them
+      expect(stats.kv_pages_cached).toBeGreaterThan(0);
+      expect(stats.prefix_cache_hits).toBe(1);
     });
+  });
+
+  test("outputs never change because of the cache, even after evictions", async () => {
+    const prompts = ["Once upon a time", "The little dog", "Once upon a time there was", "Lily and Tom went"];
+    const run = async (prefixCache: boolean, kvPages?: number) =>
+      withEngine("stories260K.gguf", { ctxSize: 128, prefixCache, kvPages }, async (engine) => {
+        const out: number[][] = [];
+        for (let round = 0; round < 3; round++) {
+          for (const p of prompts) out.push((await engine.submit({ prompt: p, maxTokens: 40, temperature: 0, ignoreEos: true }).collect()).tokens);
+        }
+        return { out, stats: engine.stats() };
+      });
+    const plain = await run(false);
+    const cached = await run(true);
+    const tight = await run(true, 4); // 4 pages: the cache must evict to make room for each request
+    expect(cached.out).toEqual(plain.out);
+    expect(tight.out).toEqual(plain.out);
+    expect(cached.stats.prefix_cache_hits).toBeGreaterThan(0);
+    expect(tight.stats.prefix_cache_evictions).toBeGreaterThan(0);
+    expect(plain.stats.prefix_cache_hits).toBe(0);
   });
 });
 

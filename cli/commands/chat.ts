@@ -36,7 +36,7 @@ export function chatCommand(): Command {
 
 async function runChat(modelPath: string, flags: ChatFlags) {
   const interactive = process.stdin.isTTY === true;
-  const { model, engine } = loadEngine(modelPath, flags, { maxSessions: 1 });
+  const { model, engine } = loadEngine(modelPath, flags);
   const info = model.info();
   const piece = (id: number | null) => (id === null ? "" : new TextDecoder().decode(model.pieceBytes(id)));
   const template = ChatTemplate.forModel(info.metadata, { bosToken: piece(info.tokenizer?.bos ?? null), eosToken: piece(info.tokenizer?.eos ?? null) });
@@ -99,7 +99,7 @@ async function runChat(modelPath: string, flags: ChatFlags) {
       const bos = info.tokenizer?.bos;
       if (bos !== null && bos !== undefined && tokens[0] === bos && tokens[1] === bos) tokens = tokens.slice(1);
 
-      current = engine.submit({ promptTokens: tokens, maxTokens: flags.nPredict, session: "chat", ...sampling, stop: template.isFallback ? ["\nUser:"] : undefined });
+      current = engine.submit({ promptTokens: tokens, maxTokens: flags.nPredict, ...sampling, stop: template.isFallback ? ["\nUser:"] : undefined });
       let reply = "";
       for await (const chunk of current) {
         reply += chunk.text;

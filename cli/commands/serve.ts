@@ -14,6 +14,7 @@ interface ServeFlags {
   kvMemory?: number;
   maxQueue: number;
   alias?: string;
+  prefixCache: boolean;
 }
 
 export function serveCommand(): Command {
@@ -28,13 +29,14 @@ export function serveCommand(): Command {
     .addOption(opt("-c, --context-len <n>", "context per sequence (default: the model's, at most 4096)").argParser(parseIntArg("--context-len", 2, 1 << 20)))
     .addOption(opt("--kv-memory <MiB>", "KV cache budget (default: max-batch-size full contexts)").argParser(parseIntArg("--kv-memory", 1, 1 << 24)))
     .addOption(opt("--max-queue <n>", "requests that may wait beyond the batch before 503").default(64).argParser(parseIntArg("--max-queue", 0, 1 << 20)))
-    .addOption(opt("--alias <id>", "model id clients use (default: the file name)"));
+    .addOption(opt("--alias <id>", "model id clients use (default: the file name)"))
+    .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"));
   cmd.action(
     action(async (modelPath: string, f: ServeFlags) => {
       requireModelPath(modelPath);
       const server = new VeloServer({
         modelPath, modelId: f.alias, host: f.host, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
-        engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, ctxSize: f.contextLen ?? 4096, kvMemoryMb: f.kvMemory },
+        engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, ctxSize: f.contextLen ?? 4096, kvMemoryMb: f.kvMemory, prefixCache: f.prefixCache },
       });
       let http;
       try {

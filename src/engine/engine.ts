@@ -12,7 +12,8 @@ export interface EngineOptions {
   /** KV budget in MiB (used when kvPages is not given). */
   kvMemoryMb?: number;
   pageSize?: number;
-  maxSessions?: number;
+  /** Reuse KV pages of earlier requests' common prefixes (default true). */
+  prefixCache?: boolean;
   /** Time every kind of op; reported as stats().profile_ms. */
   profile?: boolean;
 }
@@ -41,8 +42,6 @@ export interface GenerateRequest extends SamplingOptions {
   maxTokens?: number;
   stop?: string[];
   ignoreEos?: boolean;
-  /** Requests of one session reuse the KV of its previous request's common prefix. */
-  session?: string;
   /** Report the k largest raw logits with every token. */
   topLogits?: number;
 }
@@ -155,7 +154,7 @@ export class Engine {
       kv_pages: opts.kvPages,
       kv_memory_mb: opts.kvMemoryMb,
       page_size: opts.pageSize,
-      max_sessions: opts.maxSessions,
+      prefix_cache: opts.prefixCache,
       profile: opts.profile,
     });
     const out = new BigUint64Array(1);
@@ -186,7 +185,6 @@ export class Engine {
       seed: req.seed,
       stop: req.stop,
       ignore_eos: req.ignoreEos,
-      session: req.session,
       top_logits: req.topLogits,
     });
     const out = new BigInt64Array(1);

@@ -48,6 +48,14 @@ export class Metrics {
     gauge("velo_kv_pages_used", "KV pages in use", engine?.kv_pages_used ?? 0);
     gauge("velo_kv_pages_free", "KV pages free", engine?.kv_pages_free ?? 0);
     counter("velo_preemptions_total", "sequences preempted for lack of KV pages", engine?.preemptions ?? 0);
+    counter("velo_prefix_cache_hits_total", "requests that started from cached KV pages", engine?.prefix_cache_hits ?? 0);
+    counter("velo_prefix_cache_misses_total", "requests with no cached prefix", engine?.prefix_cache_misses ?? 0);
+    counter("velo_prefix_cache_tokens_total", "prompt tokens served from the prefix cache", engine?.prefix_cache_tokens_served ?? 0);
+    counter("velo_prefix_cache_evictions_total", "cached pages evicted", engine?.prefix_cache_evictions ?? 0);
+    gauge("velo_prefix_cache_pages", "KV pages held by the prefix cache", engine?.prefix_cache_pages ?? 0);
+    gauge("velo_kv_pages_shared", "cached KV pages also used by a running sequence", engine?.kv_pages_shared ?? 0);
+    const reserved = engine?.kv_reserved_slots ?? 0;
+    gauge("velo_kv_waste_ratio", "reserved but unused KV slots / reserved slots, over running sequences", reserved ? (reserved - engine!.kv_used_slots!) / reserved : 0);
     out.push(this.ttft.render("velo_time_to_first_token_seconds", "submission to first token"));
     out.push(this.interToken.render("velo_inter_token_seconds", "time between streamed tokens"));
     return out.join("\n") + "\n";

@@ -79,7 +79,7 @@ export class VeloServer {
       const info = this.model.info();
       const piece = (id: number | null | undefined) => (id == null ? "" : new TextDecoder().decode(this.model.pieceBytes(id)));
       this.template = ChatTemplate.forModel(info.metadata, { bosToken: piece(info.tokenizer?.bos), eosToken: piece(info.tokenizer?.eos) });
-      this.engine = Engine.create(this.model, { maxSessions: 0, ...this.options.engine });
+      this.engine = Engine.create(this.model, { ...this.options.engine });
       this.state = "ready";
     } catch (e) {
       this.state = "failed";

@@ -111,15 +111,19 @@ static inline void ck_kscales(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
     }
 }
 
-/* Same, on 32-bit words: out[0..1] = 8 scales, out[2..3] = 8 mins (bytes). */
-static inline void ck_kscales_u32(const uint8_t *q, uint32_t out[4]) {
-    uint32_t u0, u1, u2;
-    memcpy(&u0, q, 4); memcpy(&u1, q + 4, 4); memcpy(&u2, q + 8, 4);
-    out[0] = u0 & 0x3f3f3f3f;
-    out[1] = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4);
-    out[2] = u1 & 0x3f3f3f3f;
-    out[3] = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+/* ck_kscales in SIMD: the 16 bytes [sc0..sc7, m0..m7]. Reads 16 bytes (the 12 scale bytes
+ * are followed by quants in every block type that has them). */
+__attribute__((target("avx2"))) static inline __m128i ck_kscales_sse(const uint8_t *q) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)q);                      /* u0 u1 u2 - */
+    const __m128i lo6 = _mm_and_si128(raw, _mm_set1_epi8(0x3f));                  /* sc0-3, m0-3 */
+    const __m128i top = _mm_and_si128(_mm_srli_epi32(raw, 2), _mm_set1_epi8(0x30)); /* bits 6-7 -> 4-5 */
+    const __m128i u2 = _mm_shuffle_epi32(raw, 0xaa);
+    const __m128i nib = _mm_and_si128(_mm_srlv_epi32(u2, _mm_setr_epi32(0, 4, 0, 0)), _mm_set1_epi8(0x0f));
+    return _mm_unpacklo_epi32(lo6, _mm_or_si128(nib, top)); /* sc0-3, sc4-7, m0-3, m4-7 */
 }
+#endif
 
 /* ---- kernel tables: one per ISA, NULL entries fall back to the next lower ISA ---- */
 

@@ -8,6 +8,10 @@
 
 #define ACT_CHUNK_BYTES (256 * 1024)
 
+/* Software prefetch distance, in row tiles: the hardware prefetcher does not keep up with
+ * several short rows read side by side, and decode is bound by memory bandwidth. */
+#define PF_TILES 2
+
 /* Activation rows per chunk, so a chunk stays in L2 while the weight rows stream past it. */
 static inline int64_t chunk_rows(size_t row_bytes) {
     int64_t c = (int64_t)(ACT_CHUNK_BYTES / (row_bytes ? row_bytes : 1)) & ~(int64_t)3;

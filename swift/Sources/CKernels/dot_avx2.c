@@ -118,7 +118,7 @@ T2 INL void tile_q32(int type, int R, int C, int64_t nb, const uint8_t *w, size_
     for (int64_t b = 0; b < nb; b++) {
         for (int i = 0; i < R; i++) {
             const uint8_t *pw = w + i * ws + b * wb;
-            if (pf) _mm_prefetch((const char *)(pw + R * ws), _MM_HINT_T0); /* the next tile's row */
+            if (pf) _mm_prefetch((const char *)(pw + PF_TILES * R * ws), _MM_HINT_T0); /* a later tile's row */
             const wops wo = load_w(type, pw);
             for (int j = 0; j < C; j++) {
                 const uint8_t *pa = a + j * as + b * PACK_BYTES;
@@ -161,7 +161,7 @@ T2 INL void tile_k(int type, int R, int C, int64_t nb, const uint8_t *w, size_t 
         for (int i = 0; i < R; i++) {
             const uint8_t *pw = w + i * ws + b * wb;
             if (pf)
-                for (size_t o = 0; o < wb; o += 64) _mm_prefetch((const char *)(pw + R * ws + o), _MM_HINT_T0);
+                for (size_t o = 0; o < wb; o += 64) _mm_prefetch((const char *)(pw + PF_TILES * R * ws + o), _MM_HINT_T0);
             __m256i s[4];
             for (int j = 0; j < C; j++) s[j] = _mm256_setzero_si256();
             if (type == CK_TYPE_Q6_K) {
@@ -204,10 +204,8 @@ T2 INL void tile_k(int type, int R, int C, int64_t nb, const uint8_t *w, size_t 
             }
             /* Q4_K / Q5_K */
             const blk_q4_K *x = (const blk_q4_K *)pw;
-            uint32_t u[4];
-            ck_kscales_u32(x->scales, u);
-            const __m128i sm = _mm_cvtepu8_epi16(_mm_setr_epi32((int)u[0], (int)u[1], 0, 0));
-            const __m128i mn = _mm_cvtepu8_epi16(_mm_setr_epi32((int)u[2], (int)u[3], 0, 0));
+            const __m128i scm = ck_kscales_sse(x->scales);
+            const __m128i sm = _mm_cvtepu8_epi16(scm), mn = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(scm, scm));
             const __m256i sc = _mm256_broadcastsi128_si256(sm);
             const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
             const uint8_t *qs = type == CK_TYPE_Q5_K ? ((const blk_q5_K *)pw)->qs : x->qs;
@@ -271,7 +269,7 @@ T2 INL void tile_f(int type, int R, int C, int64_t n, const uint8_t *w, size_t w
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
         for (int i = 0; i < R; i++) {
-            if (pf) _mm_prefetch((const char *)(w + (R + i) * ws + k * esz), _MM_HINT_T0);
+            if (pf) _mm_prefetch((const char *)(w + (PF_TILES * R + i) * ws + k * esz), _MM_HINT_T0);
             const __m256 wv = load_wf(type, w + i * ws, k);
             for (int j = 0; j < C; j++)
                 acc[i][j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps((const float *)(a + j * as) + k), acc[i][j]);

@@ -1,15 +1,16 @@
 /* dot_avx512.c — matmul kernels for AVX-512 (F/BW/VL/DQ) with VNNI.
  *
- * Every kernel computes a register tile of R weight rows x C activation rows, so each weight
- * block is unpacked once for C activation rows and each activation block loaded once for R
- * weight rows.
+ * Every kernel computes a register tile of R weight rows x C activation rows (ck_tiles.h), so
+ * each weight block is unpacked once for C activation rows and each activation block loaded
+ * once for R weight rows.
  *
  * 32-element block types work on two blocks per 512-bit register: vpdpbusd (u8 x s8) sums
  * groups of 4 products into 16 int32 lanes, 8 lanes per block, and the lanes are scaled by
- * per-block float scales in place. The unsigned operand is the weight quants (4/5-bit,
- * offset-free) and the activation offset is removed by starting the sum at -8*sum(a) or
- * -16*sum(a); for Q8_0 weights the activations are made unsigned (a ^ 0x80 = a + 128) and
- * the sum starts at -128*sum(w).
+ * per-block float scales in place. The weight quants (4/5-bit, without their offset) are the
+ * unsigned operand; the offset's share, -8*d*sum(a) or -16*d*sum(a), is precomputed per
+ * activation block. For Q8_0 weights the activations are made unsigned (a ^ 0x80 = a + 128)
+ * and the sum starts at -128*sum(w). Activations are repacked once per call (pack_act) so
+ * the tiles only load them.
  *
  * K types work on 64 values per register: vpmaddubsw gives int16 pair sums, and vpdpwssd
  * multiplies them by the (integer) sub-block scales while accumulating in int32, so the whole
@@ -24,9 +25,6 @@
 #define T512 CK_TARGET_AVX512
 #define INL CK_INLINE
 
-#ifndef PF_TILES
-#define PF_TILES 1
-#endif
 #define ld16 ck_ld16
 #define ld32 ck_ld32
 
@@ -259,10 +257,7 @@ T512 INL kops load_k(int type, const uint8_t *p) {
     }
     /* Q4_K / Q5_K share the header: d, dmin, 12 bytes of scales; then (Q5_K) qh; then qs */
     const blk_q4_K *x = (const blk_q4_K *)p;
-    uint32_t u[4];
-    ck_kscales_u32(x->scales, u);
-    const __m128i sm = _mm_setr_epi32((int)u[0], (int)u[1], (int)u[2], (int)u[3]); /* 8 scales, 8 mins */
-    const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));          /* words 0-7 scales, 8-15 mins */
+    const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(ck_kscales_sse(x->scales))); /* words 0-7 scales, 8-15 mins */
     const uint8_t *qs = type == CK_TYPE_Q5_K ? ((const blk_q5_K *)p)->qs : x->qs;
     for (int c = 0; c < 4; c++) {
         const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * c)));

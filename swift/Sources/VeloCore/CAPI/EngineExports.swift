@@ -52,7 +52,7 @@ func engineOptions(from text: String) throws -> EngineOptions {
     if let v = try f.int("page_size", 1...4096) { o.pageSize = v }
     if let v = try f.int("kv_memory_mb", 0...1 << 24) { o.kvMemoryBytes = v << 20 }
     o.profile = try f.bool("profile") ?? false
-    if let v = try f.int("max_sessions", 0...1 << 16) { o.maxSessions = v }
+    o.prefixCache = try f.bool("prefix_cache") ?? true
     return o
 }
 
@@ -99,7 +99,6 @@ func generationRequest(from text: String, tokenizer: Tokenizer) throws -> Genera
         }
     }
     r.ignoreEOS = try f.bool("ignore_eos") ?? false
-    r.session = try f.string("session")
     r.topLogits = try f.int("top_logits", 0...1000) ?? 0
     return r
 }

@@ -11,8 +11,8 @@ public struct EngineOptions: Sendable {
     /// KV pages in the pool; 0 = from kvMemoryBytes, or enough for maxBatchSize full contexts.
     public var kvPages = 0
     public var kvMemoryBytes = 0
-    /// Finished chat sessions whose KV is kept for their next turn.
-    public var maxSessions = 4
+    /// Keep finished sequences' full KV pages in the radix prefix cache for reuse.
+    public var prefixCache = true
     /// Time every kind of op (reported in the stats).
     public var profile = false
 
@@ -32,8 +32,8 @@ final class Scheduler {
     let ws: Workspace
     var waiting: [Sequence] = []
     var running: [Sequence] = []
-    /// Session key → (tokens whose KV is kept, their pages), most recent last.
-    var sessions: [(key: String, tokens: [Int32], table: BlockTable)] = []
+    /// The prefix index over KV pages (nil when disabled).
+    let cache: RadixCache?
     var events: [EngineEvent] = []
     // counters for stats
     var stepsRun = 0
@@ -58,6 +58,7 @@ final class Scheduler {
         self.model = model
         self.tokenizer = tokenizer
         kv = try PagePool(pageCount: o.kvPages, pageSize: o.pageSize, layers: c.layers, kvDim: c.kvDim)
+        cache = o.prefixCache ? RadixCache(pool: kv) : nil
         let pool = ThreadPool(threads: o.threads)
         ops = TransformerOps(config: c, pool: pool, profiler: Profiler(enabled: o.profile))
         ws = Workspace(config: c, maxTokens: o.batchTokens, maxLogitRows: o.maxBatchSize, maxContext: o.contextSize, threads: pool.size)
@@ -120,7 +121,10 @@ final class Scheduler {
         }
         let vocab = model.config.vocabSize
         for (i, s) in logitOwners.enumerated() {
-            if s.promptDoneAt == 0 { s.promptDoneAt = now }
+            if s.promptDoneAt == 0 {
+                s.promptDoneAt = now
+                index(s) // concurrent requests with the same prompt can share it from now on
+            }
             let logits = ws.logits + i * vocab
             var top: [(Int32, Float)] = []
             if s.request.topLogits > 0 {
@@ -152,7 +156,7 @@ final class Scheduler {
     /// is recomputed later) when the pool is dry. False if nothing could be freed.
     private func reservePages(for s: Sequence, count: Int, protecting fed: [(Sequence, Int)]) -> Bool {
         while !s.table.reserve(count, in: kv) {
-            if evictSession() { continue }
+            if evictCached(count) { continue }
             // never a sequence already in this step's batch: its K/V are about to be written
             guard let victim = running.last(where: { v in v !== s && !v.table.pages.isEmpty && !fed.contains { $0.0 === v } })
             else { return false }
@@ -182,10 +186,10 @@ final class Scheduler {
                 finish(s, .error, message: "the prompt has \(s.tokens.count) tokens, more than the context size \(options.contextSize) allows (it needs room for at least one generated token)")
                 continue
             }
-            reuseSession(for: s)
+            reuseCachedPrefix(for: s)
             // the whole prompt's pages up front, so a prefill never stalls half-way
             let need = s.tokens.count - s.computed
-            while !s.table.reserve(need, in: kv), evictSession() {}
+            while !s.table.reserve(need, in: kv), evictCached(need) {}
             if s.table.pages.count * kv.pageSize < s.tokens.count {
                 if running.isEmpty {
                     waiting.removeFirst()
@@ -201,27 +205,28 @@ final class Scheduler {
         }
     }
 
-    /// Chat turns: take the session's kept KV for the longest common prefix.
-    private func reuseSession(for s: Sequence) {
-        guard let key = s.request.session, s.computed == 0,
-              let i = sessions.firstIndex(where: { $0.key == key }) else { return }
-        var kept = sessions.remove(at: i)
-        var common = 0
-        let limit = min(kept.tokens.count, s.tokens.count - 1) // keep ≥1 token to compute logits
-        while common < limit, kept.tokens[common] == s.tokens[common] { common += 1 }
-        kept.table.truncate(to: common, in: kv)
-        kept.table.length = common
-        s.table = kept.table
-        s.computed = common
-        s.cachedTokens = common
+    /// Starts a sequence on the longest cached prefix of its tokens (whole pages, leaving at
+    /// least one token to compute so there are logits to sample from).
+    private func reuseCachedPrefix(for s: Sequence) {
+        guard let cache, s.computed == 0, s.table.pages.isEmpty else { return }
+        let pages = cache.match(s.tokens, limit: s.tokens.count - 1)
+        for p in pages { kv.retain(p) }
+        s.table.pages = pages
+        s.computed = pages.count * kv.pageSize
+        s.table.length = s.computed
+        s.cachedTokens = s.computed
     }
 
-    @discardableResult
-    private func evictSession() -> Bool {
-        guard !sessions.isEmpty else { return false }
-        var oldest = sessions.removeFirst()
-        oldest.table.releaseAll(to: kv)
-        return true
+    /// Frees cached pages nobody uses; true if any were freed.
+    private func evictCached(_ pages: Int) -> Bool {
+        guard let cache else { return false }
+        return cache.evict(max(pages / kv.pageSize + 1, 1)) > 0
+    }
+
+    /// Makes a sequence's computed full pages available to later requests.
+    private func index(_ s: Sequence) {
+        guard let cache, s.computed >= kv.pageSize else { return }
+        cache.insert(Array(s.tokens[..<s.computed]), pages: s.table.pages)
     }
 
     private func accept(_ token: Int32, for s: Sequence, now: UInt64, topLogits: [(Int32, Float)]) {
@@ -261,20 +266,8 @@ final class Scheduler {
             u.promptMs = Double(s.promptDoneAt - max(s.admittedAt, s.submittedAt)) / 1e6
             u.generationMs = Double(now - s.promptDoneAt) / 1e6
         }
-        // keep a chat session's KV for its next turn; everything else goes back to the pool
-        if let key = s.request.session, reason != .error, s.computed > 0 {
-            sessions.removeAll { old in
-                guard old.key == key else { return false }
-                var t = old.table
-                t.releaseAll(to: kv)
-                return true
-            }
-            sessions.append((key, Array(s.tokens[..<s.computed]), s.table))
-            s.table = BlockTable()
-            while sessions.count > options.maxSessions { evictSession() }
-        } else {
-            s.table.releaseAll(to: kv)
-        }
+        if reason != .error { index(s) }
+        s.table.releaseAll(to: kv)
         events.append(.finished(id: s.id, reason: reason, message: message, usage: u))
     }
 
@@ -283,18 +276,37 @@ final class Scheduler {
     var kvReservedSlots: Int { running.reduce(0) { $0 + $1.table.pages.count } * kv.pageSize }
     var kvUsedSlots: Int { running.reduce(0) { $0 + $1.computed } }
 
+    var cachedOnly: Int { cache.map { $0.pagesHeld - $0.pagesShared } ?? 0 }
+
     var statsJSON: JSON {
-        .object([
-            ("running", .int(running.count)), ("waiting", .int(waiting.count)),
-            ("kv_pages_total", .int(kv.pageCount)), ("kv_pages_used", .int(kv.usedPages)),
-            ("kv_pages_free", .int(kv.freePages)), ("page_size", .int(kv.pageSize)),
-            ("sessions", .int(sessions.count)), ("steps", .int(stepsRun)),
-            ("tokens_generated", .int(tokensGenerated)), ("tokens_prefilled", .int(tokensPrefilled)),
-            ("preemptions", .int(preemptions)), ("threads", .int(ops.pool.size)),
-            ("context_size", .int(options.contextSize)), ("max_batch_size", .int(options.maxBatchSize)),
-            ("kv_bytes_per_page", .int(PagePool.bytesPerPage(pageSize: kv.pageSize, layers: kv.layers, kvDim: kv.kvDim))),
-            ("kv_reserved_slots", .int(kvReservedSlots)), ("kv_used_slots", .int(kvUsedSlots)),
-            ("profile_ms", ops.profiler.enabled ? ops.profiler.json : .null),
-        ])
+        var pairs: [(String, JSON)] = []
+        func put(_ key: String, _ v: Int) { pairs.append((key, .int(v))) }
+        put("running", running.count)
+        put("waiting", waiting.count)
+        put("kv_pages_total", kv.pageCount)
+        // pages held by sequences; pages only the prefix cache holds are counted apart
+        put("kv_pages_used", kv.usedPages - cachedOnly)
+        put("kv_pages_cached", cache?.pagesHeld ?? 0)
+        put("kv_pages_free", kv.freePages)
+        put("page_size", kv.pageSize)
+        put("kv_bytes_per_page", PagePool.bytesPerPage(pageSize: kv.pageSize, layers: kv.layers, kvDim: kv.kvDim))
+        put("kv_reserved_slots", kvReservedSlots)
+        put("kv_used_slots", kvUsedSlots)
+        put("steps", stepsRun)
+        put("tokens_generated", tokensGenerated)
+        put("tokens_prefilled", tokensPrefilled)
+        put("preemptions", preemptions)
+        put("threads", ops.pool.size)
+        put("context_size", options.contextSize)
+        put("max_batch_size", options.maxBatchSize)
+        pairs.append(("prefix_cache_enabled", .bool(cache != nil)))
+        put("prefix_cache_hits", cache?.hits ?? 0)
+        put("prefix_cache_misses", cache?.misses ?? 0)
+        put("prefix_cache_tokens_served", cache?.cachedTokensServed ?? 0)
+        put("prefix_cache_evictions", cache?.evictions ?? 0)
+        put("prefix_cache_pages", cache?.pagesHeld ?? 0)
+        put("kv_pages_shared", cache?.pagesShared ?? 0)
+        pairs.append(("profile_ms", ops.profiler.enabled ? ops.profiler.json : .null))
+        return .object(pairs)
     }
 }

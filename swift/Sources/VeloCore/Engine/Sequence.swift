@@ -6,9 +6,6 @@ public struct GenerationRequest: Sendable {
     public var stop: [String] = []
     /// Keep generating past end-of-generation tokens (benchmarks).
     public var ignoreEOS = false
-    /// Requests with the same session key reuse the KV of that session's previous request
-    /// for their common prefix (chat turns).
-    public var session: String?
     /// Report the k largest raw logits with every token (reference checks, logprobs).
     public var topLogits = 0
 

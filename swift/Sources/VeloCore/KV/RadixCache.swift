@@ -1,0 +1,161 @@
+/// The prefix index: a radix tree over full KV pages. Each edge is labelled with the token ids
+/// of one whole page and its node holds that page's id, so a path from the root spells a
+/// token prefix whose K/V are already computed. The tree holds one pool reference per page;
+/// sequences that use a page hold their own. Partly filled pages are never indexed, so a
+/// sequence only ever writes into pages it owns alone.
+public final class RadixCache {
+    final class Node {
+        let tokens: [Int32]
+        let page: Int32
+        weak var parent: Node?
+        var children: [[Int32]: Node] = [:]
+        var lastUse: UInt64 = 0
+
+        init(tokens: [Int32], page: Int32, parent: Node?) {
+            self.tokens = tokens
+            self.page = page
+            self.parent = parent
+        }
+    }
+
+    public let pool: PagePool
+    let root = Node(tokens: [], page: -1, parent: nil)
+    private var clock: UInt64 = 0
+    public private(set) var nodeCount = 0
+    // counters for the metrics
+    public private(set) var hits = 0
+    public private(set) var misses = 0
+    public private(set) var cachedTokensServed = 0
+    public private(set) var evictions = 0
+
+    public init(pool: PagePool) {
+        self.pool = pool
+    }
+
+    var pageSize: Int { pool.pageSize }
+
+    /// The longest cached prefix of `tokens`, at most `limit` tokens, as page ids. The caller
+    /// takes its own reference on each page (`pool.retain`) before using them.
+    public func match(_ tokens: [Int32], limit: Int) -> [Int32] {
+        clock += 1
+        var node = root
+        var pages: [Int32] = []
+        var at = 0
+        while at + pageSize <= min(limit, tokens.count), let child = node.children[Array(tokens[at..<at + pageSize])] {
+            child.lastUse = clock
+            pages.append(child.page)
+            node = child
+            at += pageSize
+        }
+        if pages.isEmpty { misses += 1 } else { hits += 1; cachedTokensServed += at }
+        return pages
+    }
+
+    /// Indexes the full pages of a sequence's computed prefix. Pages already indexed under the
+    /// same tokens stay as they are (the sequence's copy is simply not shared).
+    public func insert(_ tokens: [Int32], pages: [Int32]) {
+        clock += 1
+        var node = root
+        let full = min(tokens.count / pageSize, pages.count)
+        for i in 0..<full {
+            let key = Array(tokens[i * pageSize..<(i + 1) * pageSize])
+            if let child = node.children[key] {
+                child.lastUse = clock
+                node = child
+                continue
+            }
+            let child = Node(tokens: key, page: pages[i], parent: node)
+            child.lastUse = clock
+            pool.retain(pages[i])
+            node.children[key] = child
+            nodeCount += 1
+            node = child
+        }
+    }
+
+    /// Frees up to `pages` pages by dropping least-recently used leaves that no sequence
+    /// uses (the tree's reference is the only one). Returns how many were freed.
+    @discardableResult
+    public func evict(_ pages: Int) -> Int {
+        guard pages > 0 else { return 0 }
+        var candidates = leaves().filter { pool.refcount($0.page) == 1 }
+        var freed = 0
+        while freed < pages, !candidates.isEmpty {
+            // oldest first; removing a leaf can turn its parent into a candidate
+            let i = candidates.indices.min { candidates[$0].lastUse < candidates[$1].lastUse }!
+            let leaf = candidates.remove(at: i)
+            remove(leaf)
+            freed += 1
+            if let p = leaf.parent, p !== root, p.children.isEmpty, pool.refcount(p.page) == 1 {
+                candidates.append(p)
+            }
+        }
+        evictions += freed
+        return freed
+    }
+
+    /// Drops everything the tree holds that no sequence uses.
+    public func clear() {
+        while evict(nodeCount) > 0 {}
+    }
+
+    private func remove(_ leaf: Node) {
+        leaf.parent?.children[leaf.tokens] = nil
+        pool.release(leaf.page)
+        nodeCount -= 1
+    }
+
+    private func leaves() -> [Node] {
+        var out: [Node] = []
+        var stack = [root]
+        while let n = stack.popLast() {
+            if n.children.isEmpty, n !== root { out.append(n) }
+            stack.append(contentsOf: n.children.values)
+        }
+        return out
+    }
+
+    /// Pages the tree holds, and those of them also used by a sequence.
+    public var pagesHeld: Int { nodeCount }
+    public var pagesShared: Int {
+        var shared = 0
+        var stack = [root]
+        while let n = stack.popLast() {
+            if n !== root, pool.refcount(n.page) > 1 { shared += 1 }
+            stack.append(contentsOf: n.children.values)
+        }
+        return shared
+    }
+
+    /// Every (tokens, page) on the path of a prefix, for saving it.
+    func path(for tokens: [Int32]) -> [(tokens: [Int32], page: Int32)] {
+        var node = root
+        var out: [(tokens: [Int32], page: Int32)] = []
+        var at = 0
+        while at + pageSize <= tokens.count, let child = node.children[Array(tokens[at..<at + pageSize])] {
+            out.append((child.tokens, child.page))
+            node = child
+            at += pageSize
+        }
+        return out
+    }
+
+    /// Checks the tree's invariants (for tests): every node's page is live and referenced by
+    /// the tree, no page appears twice, and parents link back.
+    public func validate() -> String? {
+        var seen = Set<Int32>()
+        var stack = [root]
+        var count = 0
+        while let n = stack.popLast() {
+            for (key, child) in n.children {
+                if child.parent !== n { return "node's parent link is wrong" }
+                if key != child.tokens || key.count != pageSize { return "edge label mismatch" }
+                if pool.refcount(child.page) < 1 { return "page \(child.page) is in the tree but free" }
+                if !seen.insert(child.page).inserted { return "page \(child.page) appears twice" }
+                count += 1
+                stack.append(child)
+            }
+        }
+        return count == nodeCount ? nil : "node count \(nodeCount) but \(count) nodes found"
+    }
+}
