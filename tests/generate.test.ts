@@ -144,7 +144,9 @@ describe("prefix cache", () => {
   });
 
   test("outputs never change because of the cache, even after evictions", async () => {
-    const prompts = ["Once upon a time", "The little dog", "Once upon a time there was", "Lily and Tom went"];
+    // longer than a 16-token page, with shared beginnings, so whole pages can be reused
+    const story = "Once upon a time there was a little girl named Lily. She loved to play outside in the park.";
+    const prompts = [story, story + " One day", "The little dog wanted to play with the ball in the garden all day long.", story];
     const run = async (prefixCache: boolean, kvPages?: number) =>
       withEngine("stories260K.gguf", { ctxSize: 128, prefixCache, kvPages }, async (engine) => {
         const out: number[][] = [];
@@ -155,7 +157,7 @@ describe("prefix cache", () => {
       });
     const plain = await run(false);
     const cached = await run(true);
-    const tight = await run(true, 4); // 4 pages: the cache must evict to make room for each request
+    const tight = await run(true, 6); // 6 pages, 5 needed per request: the cache must keep evicting
     expect(cached.out).toEqual(plain.out);
     expect(tight.out).toEqual(plain.out);
     expect(cached.stats.prefix_cache_hits).toBeGreaterThan(0);

@@ -42,7 +42,8 @@ enum {
 };
 
 int ck_cpu_features(void);
-/* 0: scalar only, 1: up to AVX2 (or NEON), 2: everything available (default). */
+/* 0: scalar only, 1: up to AVX2 (or NEON), 2: everything available (default). Process-wide,
+ * for tests and benchmarks: do not change it while kernels run on other threads. */
 void ck_set_isa_limit(int level);
 /* Name of the kernel set in use now: "avx512-vnni", "avx2", "neon-dotprod" or "scalar". */
 const char *ck_isa_name(void);
@@ -65,7 +66,11 @@ void ck_dequantize_row(int type, const void *x, float *y, int64_t n);
 float ck_vec_dot(int wtype, int64_t n, const void *w, const void *a);
 
 /* y[m*ldy + r] = dot(W row r, A row m) for r in [r0, r1), m in [0, M).
- * W row r is at (char*)w + r*w_stride, A row m at (char*)a + m*a_stride (activation format). */
+ * W row r is at (char*)w + r*w_stride, A row m at (char*)a + m*a_stride, in the activation
+ * format (rows from ck_quantize_row; Q8_* quants must lie in [-127, 127]). n is a multiple of
+ * the weight type's block size. Any alignment. Single-threaded: split [r0, r1) across threads,
+ * in large ranges, since each call repacks its activation rows once. Unsupported types leave
+ * y untouched. */
 void ck_matmul(int wtype, int64_t n, const void *w, size_t w_stride, int64_t r0, int64_t r1,
                const void *a, size_t a_stride, int64_t M, float *y, int64_t ldy);
 
