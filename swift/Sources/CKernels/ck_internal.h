@@ -43,6 +43,25 @@ _Static_assert(sizeof(blk_q5_K) == 176, "q5_K");
 _Static_assert(sizeof(blk_q6_K) == 210, "q6_K");
 _Static_assert(sizeof(blk_q8_K) == 292, "q8_K");
 
+/* Bytes per block of a 32-element weight type. */
+static inline size_t ck_q32_bytes(int type) {
+    switch (type) {
+    case CK_TYPE_Q4_0: return sizeof(blk_q4_0);
+    case CK_TYPE_Q4_1: return sizeof(blk_q4_1);
+    case CK_TYPE_Q5_0: return sizeof(blk_q5_0);
+    case CK_TYPE_Q5_1: return sizeof(blk_q5_1);
+    default: return sizeof(blk_q8_0);
+    }
+}
+
+/* Bytes per super-block of a K weight type. */
+static inline size_t ck_k_bytes(int type) {
+    return type == CK_TYPE_Q4_K ? sizeof(blk_q4_K) : type == CK_TYPE_Q5_K ? sizeof(blk_q5_K) : sizeof(blk_q6_K);
+}
+
+/* Q4_1 and Q5_1 multiply with Q8_1 activations (whose s carries the min term). */
+static inline int ck_uses_q8_1(int type) { return type == CK_TYPE_Q4_1 || type == CK_TYPE_Q5_1; }
+
 /* ---- scalar conversions ---- */
 
 static inline uint16_t ck_ld16(const void *p) { uint16_t v; memcpy(&v, p, 2); return v; }
@@ -149,7 +168,7 @@ typedef struct {
 typedef struct {
     const char *name;
     ck_matmul_fn matmul[CK_NTYPES];  /* by weight type */
-    ck_quant_fn quantize[CK_NTYPES]; /* activation quantizers: Q8_0, Q8_1, Q8_K */
+    ck_quant_fn quantize[CK_NTYPES]; /* by type (SIMD only for the activation formats) */
     ck_f32_ops f32;
 } ck_table;
 
@@ -165,7 +184,7 @@ extern const ck_f32_ops ck_f32_scalar;
 #if defined(__x86_64__) || defined(_M_X64)
 #define CK_X86 1
 extern const ck_matmul_fn ck_matmul_avx2[CK_NTYPES], ck_matmul_avx512[CK_NTYPES];
-extern const ck_quant_fn ck_quant_avx2[CK_NTYPES], ck_quant_avx512[CK_NTYPES];
+extern const ck_quant_fn ck_quant_avx2[CK_NTYPES];
 extern const ck_f32_ops ck_f32_avx2, ck_f32_avx512;
 #endif
 #if defined(__aarch64__)

@@ -64,7 +64,7 @@ static ck_table g_tables[3]; /* by ISA limit */
 static atomic_int g_limit = 2;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* Layers `fns` over `t`: entries a table leaves NULL keep the lower table's function. */
+/* Layers an ISA's kernels over `t`: entries the ISA leaves NULL keep the lower table's. */
 static void overlay(ck_table *t, const char *name, const ck_matmul_fn *mm, const ck_quant_fn *q,
                     const ck_f32_ops *f) {
     t->name = name;
@@ -73,10 +73,10 @@ static void overlay(ck_table *t, const char *name, const ck_matmul_fn *mm, const
         if (q && q[i]) t->quantize[i] = q[i];
     }
     if (!f) return;
-    void (**dst)(void) = (void (**)(void))&t->f32;
-    void (*const *src)(void) = (void (*const *)(void))f;
-    for (size_t i = 0; i < sizeof(ck_f32_ops) / sizeof(void (*)(void)); i++)
-        if (src[i]) dst[i] = src[i];
+#define TAKE(op) if (f->op) t->f32.op = f->op
+    TAKE(dot); TAKE(axpy); TAKE(sumsq); TAKE(scale_mul); TAKE(swiglu); TAKE(max);
+    TAKE(exp_sum); TAKE(scale); TAKE(add); TAKE(f16_to_f32); TAKE(f32_to_f16);
+#undef TAKE
 }
 
 static void init(void) {
@@ -90,7 +90,7 @@ static void init(void) {
     t2 = t1;
     /* The AVX-512 kernels are written around VNNI; without it the AVX2 ones are as good. */
     if ((g_features & CK_CPU_AVX512) && (g_features & CK_CPU_AVX512_VNNI))
-        overlay(&t2, "avx512-vnni", ck_matmul_avx512, ck_quant_avx512, &ck_f32_avx512);
+        overlay(&t2, "avx512-vnni", ck_matmul_avx512, NULL, &ck_f32_avx512); /* AVX2 quantizers */
 #elif CK_ARM64
     if (g_features & CK_CPU_NEON_DOTPROD) overlay(&t1, "neon-dotprod", ck_matmul_neon, NULL, &ck_f32_neon);
     t2 = t1;

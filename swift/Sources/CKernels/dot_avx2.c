@@ -16,7 +16,6 @@
 #define T2 CK_TARGET_AVX2
 #define INL CK_INLINE
 
-INL int uses_q8_1(int type) { return type == CK_TYPE_Q4_1 || type == CK_TYPE_Q5_1; }
 
 T2 INL float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -37,7 +36,7 @@ T2 INL float hsum(__m256 v) {
 #define PACKED_ROW(nb) ((size_t)(nb) * PACK_BYTES)
 
 T2 static void pack_act(int type, int64_t nb, const uint8_t *a, uint8_t *out) {
-    const int q81 = uses_q8_1(type);
+    const int q81 = ck_uses_q8_1(type);
     const size_t ab = q81 ? sizeof(blk_q8_1) : sizeof(blk_q8_0);
     for (int64_t b = 0; b < nb; b++, out += PACK_BYTES) {
         const uint8_t *p = a + b * ab;
@@ -57,15 +56,6 @@ T2 static void pack_act(int type, int64_t nb, const uint8_t *a, uint8_t *out) {
     }
 }
 
-INL size_t wblock_bytes(int type) {
-    switch (type) {
-    case CK_TYPE_Q4_0: return sizeof(blk_q4_0);
-    case CK_TYPE_Q4_1: return sizeof(blk_q4_1);
-    case CK_TYPE_Q5_0: return sizeof(blk_q5_0);
-    case CK_TYPE_Q5_1: return sizeof(blk_q5_1);
-    default: return sizeof(blk_q8_0);
-    }
-}
 
 /* 16 bytes of packed nibbles -> 32 bytes in element order [lo | hi]. */
 T2 INL __m256i nibbles(const uint8_t *q) {
@@ -104,13 +94,13 @@ T2 INL wops load_w(int type, const uint8_t *p) {
         w.q = _mm256_abs_epi8(w.sgn);
         break;
     }
-    if (uses_q8_1(type)) w.m = _mm256_zextps128_ps256(_mm_set_ss(h2f(ck_ld16(p + 2))));
+    if (ck_uses_q8_1(type)) w.m = _mm256_zextps128_ps256(_mm_set_ss(h2f(ck_ld16(p + 2))));
     return w;
 }
 
 T2 INL void tile_q32(int type, int R, int C, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
                      size_t as, int pf, float *y, int64_t ldy) {
-    const size_t wb = wblock_bytes(type);
+    const size_t wb = ck_q32_bytes(type);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4][4];
     for (int i = 0; i < R; i++)
@@ -135,7 +125,7 @@ T2 INL void tile_q32(int type, int R, int C, int64_t nb, const uint8_t *w, size_
                     continue;
                 }
                 acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wo.d, d), acc[i][j]);
-                if (uses_q8_1(type)) acc[i][j] = _mm256_fmadd_ps(wo.m, _mm256_castsi256_ps(aux), acc[i][j]);
+                if (ck_uses_q8_1(type)) acc[i][j] = _mm256_fmadd_ps(wo.m, _mm256_castsi256_ps(aux), acc[i][j]);
             }
         }
     }
@@ -152,7 +142,7 @@ T2 INL __m256i bcast_word(__m256i sc, int k) {
 
 T2 INL void tile_k(int type, int R, int C, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
                    size_t as, int pf, float *y, int64_t ldy) {
-    const size_t wb = type == CK_TYPE_Q4_K ? sizeof(blk_q4_K) : type == CK_TYPE_Q5_K ? sizeof(blk_q5_K) : sizeof(blk_q6_K);
+    const size_t wb = ck_k_bytes(type);
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     __m256 acc[4][4];
     for (int i = 0; i < R; i++)

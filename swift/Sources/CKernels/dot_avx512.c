@@ -71,20 +71,10 @@ typedef struct {
     __m512 d, m;  /* per-lane scale; min (Q4_1/Q5_1) */
 } wops;
 
-INL size_t wblock_bytes(int type) {
-    switch (type) {
-    case CK_TYPE_Q4_0: return sizeof(blk_q4_0);
-    case CK_TYPE_Q4_1: return sizeof(blk_q4_1);
-    case CK_TYPE_Q5_0: return sizeof(blk_q5_0);
-    case CK_TYPE_Q5_1: return sizeof(blk_q5_1);
-    default: return sizeof(blk_q8_0);
-    }
-}
 
-INL int uses_q8_1(int type) { return type == CK_TYPE_Q4_1 || type == CK_TYPE_Q5_1; }
 
 T512 INL wops load_w(int type, const uint8_t *p, int two) {
-    const size_t bs = wblock_bytes(type);
+    const size_t bs = ck_q32_bytes(type);
     const uint8_t *p1 = p + bs;
     wops w;
     w.bias = _mm512_setzero_si512();
@@ -127,7 +117,7 @@ T512 INL wops load_w(int type, const uint8_t *p, int two) {
 #define PACKED_ROW(nb) ((size_t)((nb) + 1) / 2 * PACK_BYTES)
 
 T512 static void pack_act(int type, int64_t nb, const uint8_t *a, uint8_t *out) {
-    const int q81 = uses_q8_1(type);
+    const int q81 = ck_uses_q8_1(type);
     const size_t ab = q81 ? sizeof(blk_q8_1) : sizeof(blk_q8_0), qoff = q81 ? 4 : 2;
     for (int64_t b = 0; b < nb; b += 2, out += PACK_BYTES) {
         const int two = b + 1 < nb;
@@ -178,14 +168,14 @@ T512 INL void step_q32(int type, int R, int C, int two, const uint8_t *w, size_t
             else s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wo.q, q);
             acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wo.d, d), acc[i][j]);
             /* the min term: m lanes are zero except one per block */
-            if (uses_q8_1(type)) acc[i][j] = _mm512_fmadd_ps(wo.m, _mm512_castsi512_ps(aux), acc[i][j]);
+            if (ck_uses_q8_1(type)) acc[i][j] = _mm512_fmadd_ps(wo.m, _mm512_castsi512_ps(aux), acc[i][j]);
         }
     }
 }
 
 T512 INL void tile_q32(int type, int R, int C, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
                        size_t as, int pf, float *y, int64_t ldy) {
-    const size_t wb = wblock_bytes(type);
+    const size_t wb = ck_q32_bytes(type);
     __m512 acc[4][4];
     for (int i = 0; i < R; i++)
         for (int j = 0; j < C; j++) acc[i][j] = _mm512_setzero_ps();
@@ -284,7 +274,7 @@ T512 INL kops load_k(int type, const uint8_t *p) {
 
 T512 INL void tile_k(int type, int R, int C, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
                      size_t as, int pf, float *y, int64_t ldy) {
-    const size_t wb = type == CK_TYPE_Q4_K ? sizeof(blk_q4_K) : type == CK_TYPE_Q5_K ? sizeof(blk_q5_K) : sizeof(blk_q6_K);
+    const size_t wb = ck_k_bytes(type);
     __m512 acc[4][4];
     for (int i = 0; i < R; i++)
         for (int j = 0; j < C; j++) acc[i][j] = _mm512_setzero_ps();

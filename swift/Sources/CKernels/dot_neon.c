@@ -25,7 +25,6 @@ static inline float h2f(uint16_t h) {
     return (float)f;
 }
 
-INL int uses_q8_1(int type) { return type == CK_TYPE_Q4_1 || type == CK_TYPE_Q5_1; }
 
 /* 16 bits -> 16 bytes, 0x10 where the bit is set. */
 static inline uint8x16_t bit4_from_bits(uint32_t bits) {
@@ -41,20 +40,11 @@ typedef struct {
     float d, m;
 } wq;
 
-static inline size_t wblock_bytes(int type) {
-    switch (type) {
-    case CK_TYPE_Q4_0: return sizeof(blk_q4_0);
-    case CK_TYPE_Q4_1: return sizeof(blk_q4_1);
-    case CK_TYPE_Q5_0: return sizeof(blk_q5_0);
-    case CK_TYPE_Q5_1: return sizeof(blk_q5_1);
-    default: return sizeof(blk_q8_0);
-    }
-}
 
 INL wq load_w(int type, const uint8_t *p) {
     wq w;
     w.d = h2f(ck_ld16(p));
-    w.m = uses_q8_1(type) ? h2f(ck_ld16(p + 2)) : 0.0f;
+    w.m = ck_uses_q8_1(type) ? h2f(ck_ld16(p + 2)) : 0.0f;
     if (type == CK_TYPE_Q8_0) {
         w.lo = vld1q_s8((const int8_t *)p + 2);
         w.hi = vld1q_s8((const int8_t *)p + 18);
@@ -77,8 +67,8 @@ INL wq load_w(int type, const uint8_t *p) {
 TN INL void tile_q32(int type, int R, int C, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
                      size_t as, int pf, float *y, int64_t ldy) {
     (void)pf;
-    const size_t wb = wblock_bytes(type), ab = uses_q8_1(type) ? sizeof(blk_q8_1) : sizeof(blk_q8_0);
-    const int qoff = uses_q8_1(type) ? 4 : 2;
+    const size_t wb = ck_q32_bytes(type), ab = ck_uses_q8_1(type) ? sizeof(blk_q8_1) : sizeof(blk_q8_0);
+    const int qoff = ck_uses_q8_1(type) ? 4 : 2;
     float32x4_t acc[4][4];
     float macc[4][4];
     for (int i = 0; i < R; i++)
@@ -94,7 +84,7 @@ TN INL void tile_q32(int type, int R, int C, int64_t nb, const uint8_t *w, size_
                 const int8x16_t alo = vld1q_s8((const int8_t *)pa + qoff), ahi = vld1q_s8((const int8_t *)pa + qoff + 16);
                 const int32x4_t s = vdotq_s32(vdotq_s32(vdupq_n_s32(0), wo.lo, alo), wo.hi, ahi);
                 acc[i][j] = vfmaq_n_f32(acc[i][j], vcvtq_f32_s32(s), wo.d * h2f(ck_ld16(pa)));
-                if (uses_q8_1(type)) macc[i][j] += wo.m * h2f(ck_ld16(pa + 2));
+                if (ck_uses_q8_1(type)) macc[i][j] += wo.m * h2f(ck_ld16(pa + 2));
             }
         }
     }
@@ -111,7 +101,7 @@ TN INL int32x4_t dot32(int8x16_t w0, int8x16_t w1, const int8_t *a) {
 TN INL void tile_k(int type, int R, int C, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
                    size_t as, int pf, float *y, int64_t ldy) {
     (void)pf;
-    const size_t wb = type == CK_TYPE_Q4_K ? sizeof(blk_q4_K) : type == CK_TYPE_Q5_K ? sizeof(blk_q5_K) : sizeof(blk_q6_K);
+    const size_t wb = ck_k_bytes(type);
     const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(3);
     float acc[4][4] = {{0}};
     for (int64_t b = 0; b < nb; b++) {

@@ -400,5 +400,4 @@ const ck_quant_fn ck_quant_avx2[CK_NTYPES] = {
     [CK_TYPE_Q8_1] = quantize_q8_1_avx2,
     [CK_TYPE_Q8_K] = quantize_q8_K_avx2,
 };
-const ck_quant_fn ck_quant_avx512[CK_NTYPES] = {0};
 #endif

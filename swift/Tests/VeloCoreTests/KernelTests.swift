@@ -320,9 +320,17 @@ final class KernelTests: XCTestCase {
     /// The Q8_0 and Q4_0 copies of stories260K were made from its F32 tensors by the
     /// quantizers of gguf_write.py; quantizing the F32 tensors here must give the same bytes.
     func testStories260KQuantizedTensorsReproduced() throws {
-        let dir = "/work/shared/models"
+        // the shared folder: $VELO_SHARED, or ../shared next to the repository
+        var shared = ProcessInfo.processInfo.environment["VELO_SHARED"] ?? ""
+        if shared.isEmpty {
+            // this file is <repo>/swift/Tests/VeloCoreTests/KernelTests.swift
+            var repo = URL(fileURLWithPath: #filePath)
+            for _ in 0..<4 { repo.deleteLastPathComponent() }
+            shared = repo.deletingLastPathComponent().appendingPathComponent("shared").path
+        }
+        let dir = shared + "/models"
         guard FileManager.default.fileExists(atPath: "\(dir)/stories260K.gguf") else {
-            throw XCTSkip("stories260K models not present")
+            throw XCTSkip("stories260K models not found in \(dir) (set VELO_SHARED)")
         }
         let f32 = try GGUFFile(path: "\(dir)/stories260K.gguf")
         for (file, t) in [("stories260K-q8_0.gguf", KType.q8_0), ("stories260K-q4_0.gguf", KType.q4_0)] {
