@@ -144,7 +144,7 @@ export function benchCommand(): Command {
     action(async (modelPath: string, flags: BenchFlags) => {
       if (flags.maxBatchSize) return batchBench(modelPath, flags);
       const ctx = flags.ctxSize ?? Math.max(flags.nPrompt + 2, flags.nGen + 2, 64);
-      const { model, engine } = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { batchTokens: Math.max(512, flags.nPrompt), profile: flags.profile });
+      const { model, engine } = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { batchTokens: Math.max(512, flags.nPrompt), profile: flags.profile, prefixCache: false });
       try {
         const info = model.info();
         const results = await runBench(engine, info.tokenizer?.vocab_size ?? 256, info.tokenizer?.bos ?? null, flags);
@@ -185,7 +185,7 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
   const maxB = flags.maxBatchSize!;
   const pp = flags.nPrompt, tg = Math.max(2, flags.nGen);
   const ctx = flags.ctxSize ?? pp + tg + 16;
-  const { model, engine } = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { maxBatchSize: maxB, batchTokens: Math.max(512, maxB) });
+  const { model, engine } = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { maxBatchSize: maxB, batchTokens: Math.max(512, maxB), prefixCache: false });
   try {
     const info = model.info();
     const vocab = info.tokenizer?.vocab_size ?? 256, bos = info.tokenizer?.bos ?? null;

@@ -84,6 +84,14 @@ void ck_add_f32(const float *a, const float *b, float *y, int64_t n);
 void ck_f16_to_f32(const uint16_t *x, float *y, int64_t n);
 void ck_f32_to_f16(const float *x, uint16_t *y, int64_t n);
 
+/* Paged attention for one token: `heads` query heads (q: heads x hd, contiguous) that share one
+ * KV head attend over keys 0..n-1. K pages are transposed: element d of key j is
+ * kpages[j / page_size][(head_offset + d) * page_size + j % page_size]. V pages are by slot:
+ * key j's V row is vpages[j / page_size] + (j % page_size) * stride + head_offset.
+ * out: heads x hd. scores: scratch of heads * n floats. */
+void   ck_attention(const float *q, int64_t heads, int64_t hd, const float *const *kpages, const float *const *vpages,
+                    int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float *out, float *scores);
+
 #ifdef __cplusplus
 }
 #endif

@@ -49,7 +49,7 @@ final class Workspace {
         quantStride = (widest * 4 + 63) / 64 * 64
         quant = .allocate(byteCount: quantStride * maxTokens, alignment: 64)
         scoreStride = (maxContext + 15) / 16 * 16
-        scores = buf(scoreStride * threads)
+        scores = buf(scoreStride * threads * (c.heads / c.kvHeads))
     }
 
     deinit {
@@ -170,49 +170,50 @@ struct TransformerOps {
         }
     }
 
-    /// Writes each token's K and V into its sequence's page slot for this layer.
+    /// Writes each token's K and V into its sequence's page slot for this layer. K goes in
+    /// transposed ([dim][slot] within the page) for the attention kernel; V by slot.
     func storeKV(_ batch: ForwardBatch, layer: Int, kv: PagePool, ws: Workspace) {
-        let kvDim = config.kvDim
+        let kvDim = config.kvDim, ps = kv.pageSize
         for t in 0..<batch.count {
             let table = batch.tables[batch.sequence[t]]
             let pos = batch.positions[t]
-            let page = table.pages[pos / kv.pageSize]
-            let slot = pos % kv.pageSize
-            kv.slot(page, layer: layer, plane: 0, index: slot).update(from: ws.k + t * kvDim, count: kvDim)
+            let page = table.pages[pos / ps]
+            let slot = pos % ps
+            let kt = kv.slot(page, layer: layer, plane: 0, index: 0) + slot
+            let k = ws.k + t * kvDim
+            for d in 0..<kvDim { kt[d * ps] = k[d] }
             kv.slot(page, layer: layer, plane: 1, index: slot).update(from: ws.v + t * kvDim, count: kvDim)
         }
     }
 
     /// Causal attention of every token over its own sequence's positions 0...pos, reading
-    /// K/V through the block table. Work is split over (token, head) pairs.
+    /// K/V through the block table. Work is split over (token, KV head) pairs; the query heads
+    /// of a GQA group are done together so each K/V row is read once for all of them.
     func attention(_ batch: ForwardBatch, layer: Int, kv: PagePool, ws: Workspace) {
         let c = config
         let hd = c.headDim, group = c.heads / c.kvHeads
         let scale = 1 / Float(hd).squareRoot()
-        let items = batch.count * c.heads
+        // page base pointers of every sequence for this layer (K plane 0, V plane 1)
+        let kPages = batch.tables.map { t in t.pages.map { UnsafePointer(kv.slot($0, layer: layer, plane: 0, index: 0)) as UnsafePointer<Float>? } }
+        let vPages = batch.tables.map { t in t.pages.map { UnsafePointer(kv.slot($0, layer: layer, plane: 1, index: 0)) as UnsafePointer<Float>? } }
+        let items = batch.count * c.kvHeads
         let work = batch.positions.reduce(0) { $0 + $1 + 1 } * c.heads * hd * 2
         profiler.measure(.attention) {
-        pool.run(work: work) { ith, nth in
-            let scores = ws.scores + ith * ws.scoreStride
-            for item in ThreadPool.share(items, ith, nth) {
-                let t = item / c.heads, h = item % c.heads
-                let kvh = h / group
-                let table = batch.tables[batch.sequence[t]]
-                let n = batch.positions[t] + 1
-                let q = ws.q + t * c.qDim + h * hd
-                for j in 0..<n {
-                    let kp = kv.slot(table.pages[j / kv.pageSize], layer: layer, plane: 0, index: j % kv.pageSize) + kvh * hd
-                    scores[j] = ck_dot_f32(q, kp, Int64(hd)) * scale
-                }
-                ck_softmax(scores, Int64(n))
-                let out = ws.attn + t * c.qDim + h * hd
-                out.update(repeating: 0, count: hd)
-                for j in 0..<n {
-                    let vp = kv.slot(table.pages[j / kv.pageSize], layer: layer, plane: 1, index: j % kv.pageSize) + kvh * hd
-                    ck_axpy_f32(scores[j], vp, out, Int64(hd))
+            pool.run(work: work) { ith, nth in
+                let scores = ws.scores + ith * ws.scoreStride * group
+                for item in ThreadPool.share(items, ith, nth) {
+                    let t = item / c.kvHeads, kvh = item % c.kvHeads
+                    let seq = batch.sequence[t]
+                    let q = ws.q + t * c.qDim + kvh * group * hd
+                    let out = ws.attn + t * c.qDim + kvh * group * hd
+                    kPages[seq].withUnsafeBufferPointer { kp in
+                        vPages[seq].withUnsafeBufferPointer { vp in
+                            ck_attention(q, Int64(group), Int64(hd), kp.baseAddress, vp.baseAddress, Int64(kv.pageSize), Int64(c.kvDim),
+                                         Int64(kvh * hd), Int64(batch.positions[t] + 1), scale, out, scores)
+                        }
+                    }
                 }
             }
-        }
         }
     }
 

@@ -1,0 +1,130 @@
+/* Paged attention on the CPU: one token's query heads that share a KV head attend over n
+ * keys held in fixed-size pages. Heads of a GQA group are done together so each K and V row
+ * is loaded once for all of them. Two passes (scores, then weighted V) with an exact softmax.
+ *
+ * Layouts inside a page (page_size slots):
+ *   K is stored transposed, [kv head][dim][slot], so the scores of a whole page for one head
+ *   are page_size-wide vector FMAs of broadcast query values: no horizontal sums.
+ *   V is stored by slot, [slot][kv dim], for the weighted sum. */
+#include "ck_internal.h"
+#include <math.h>
+#include <string.h>
+#if CK_X86
+#include <immintrin.h>
+#endif
+
+/* V row of key j */
+#define VROW(pages, j) ((pages)[(j) / page_size] + ((j) % page_size) * stride + head_offset)
+/* K element d of key j (transposed layout) */
+#define KELEM(pages, j, d) ((pages)[(j) / page_size][(head_offset + (d)) * page_size + (j) % page_size])
+
+static void attention_scalar(const float *q, int64_t heads, int64_t hd, const float *const *kp, const float *const *vp,
+                             int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale,
+                             float *out, float *scores) {
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t g = 0; g < heads; g++) {
+            float s = 0;
+            for (int64_t d = 0; d < hd; d++) s += q[g * hd + d] * KELEM(kp, j, d);
+            scores[g * n + j] = s * scale;
+        }
+    }
+    for (int64_t g = 0; g < heads; g++) {
+        float *row = scores + g * n, m = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < n; j++) m = row[j] > m ? row[j] : m;
+        for (int64_t j = 0; j < n; j++) sum += row[j] = expf(row[j] - m);
+        for (int64_t j = 0; j < n; j++) row[j] /= sum;
+    }
+    memset(out, 0, (size_t)(heads * hd) * sizeof(float));
+    for (int64_t j = 0; j < n; j++) {
+        const float *v = VROW(vp, j);
+        for (int64_t g = 0; g < heads; g++) {
+            const float p = scores[g * n + j];
+            for (int64_t d = 0; d < hd; d++) out[g * hd + d] += p * v[d];
+        }
+    }
+}
+
+#if CK_X86
+__attribute__((target("avx512f,avx512dq")))
+static void attention_avx512(const float *q, int64_t heads, int64_t hd, const float *const *kp, const float *const *vp,
+                             int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale,
+                             float *out, float *scores) {
+    /* page_size == 16: one zmm holds a page's 16 scores */
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        const float *kt = kp[j0 / 16] + head_offset * 16;
+        const __mmask16 valid = n - j0 >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j0)) - 1);
+        for (int64_t g = 0; g < heads; g++) {
+            const float *qg = q + g * hd;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t d = 0; d < hd; d++) acc = _mm512_fmadd_ps(_mm512_set1_ps(qg[d]), _mm512_loadu_ps(kt + d * 16), acc);
+            _mm512_mask_storeu_ps(scores + g * n + j0, valid, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
+        }
+    }
+    const ck_f32_ops *f = &ck_active()->f32;
+    for (int64_t g = 0; g < heads; g++) {
+        float *row = scores + g * n;
+        const float sum = f->exp_sum(row, f->max(row, n), n);
+        f->scale(row, 1.0f / sum, n);
+    }
+    memset(out, 0, (size_t)(heads * hd) * sizeof(float));
+    for (int64_t j = 0; j < n; j++) {
+        const float *v = VROW(vp, j);
+        for (int64_t g = 0; g < heads; g++) {
+            const __m512 p = _mm512_set1_ps(scores[g * n + j]);
+            float *o = out + g * hd;
+            for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(o + d, _mm512_fmadd_ps(p, _mm512_loadu_ps(v + d), _mm512_loadu_ps(o + d)));
+        }
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static void attention_avx2(const float *q, int64_t heads, int64_t hd, const float *const *kp, const float *const *vp,
+                           int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale,
+                           float *out, float *scores) {
+    /* page_size % 8 == 0: 8 scores per ymm; the tail of the last group is computed and dropped */
+    float tmp[8];
+    for (int64_t j0 = 0; j0 < n; j0 += 8) {
+        const float *kt = kp[j0 / page_size] + head_offset * page_size + j0 % page_size;
+        const int64_t m = n - j0 < 8 ? n - j0 : 8;
+        for (int64_t g = 0; g < heads; g++) {
+            const float *qg = q + g * hd;
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t d = 0; d < hd; d++) acc = _mm256_fmadd_ps(_mm256_set1_ps(qg[d]), _mm256_loadu_ps(kt + d * page_size), acc);
+            acc = _mm256_mul_ps(acc, _mm256_set1_ps(scale));
+            if (m == 8) _mm256_storeu_ps(scores + g * n + j0, acc);
+            else { _mm256_storeu_ps(tmp, acc); memcpy(scores + g * n + j0, tmp, (size_t)m * sizeof(float)); }
+        }
+    }
+    const ck_f32_ops *f = &ck_active()->f32;
+    for (int64_t g = 0; g < heads; g++) {
+        float *row = scores + g * n;
+        const float sum = f->exp_sum(row, f->max(row, n), n);
+        f->scale(row, 1.0f / sum, n);
+    }
+    memset(out, 0, (size_t)(heads * hd) * sizeof(float));
+    for (int64_t j = 0; j < n; j++) {
+        const float *v = VROW(vp, j);
+        for (int64_t g = 0; g < heads; g++) {
+            const __m256 p = _mm256_set1_ps(scores[g * n + j]);
+            float *o = out + g * hd;
+            for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(o + d, _mm256_fmadd_ps(p, _mm256_loadu_ps(v + d), _mm256_loadu_ps(o + d)));
+        }
+    }
+}
+#endif
+
+void ck_attention(const float *q, int64_t heads, int64_t hd, const float *const *kpages, const float *const *vpages,
+                  int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float *out, float *scores) {
+#if CK_X86
+    const ck_table *t = ck_active();
+    if (t->f32.dot == ck_f32_avx512.dot && hd % 16 == 0 && page_size == 16) {
+        attention_avx512(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, out, scores);
+        return;
+    }
+    if ((t->f32.dot == ck_f32_avx2.dot || t->f32.dot == ck_f32_avx512.dot) && hd % 8 == 0 && page_size % 8 == 0) {
+        attention_avx2(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, out, scores);
+        return;
+    }
+#endif
+    attention_scalar(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, out, scores);
+}
