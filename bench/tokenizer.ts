@@ -1,5 +1,5 @@
 // Tokenizer throughput (MB/s) for SentencePiece and byte-level BPE vocabularies.
-//   ./velo-bun bench/tokenizer.ts [--mb 1] [--runs 5]
+//   scripts/bun bench/tokenizer.ts [--mb 1] [--runs 5]
 // Text: llama.cpp's tokenizer test strings plus this repository's README, repeated to the
 // requested size (English prose, code, whitespace runs, CJK, emoji).
 import { readFileSync } from "node:fs";

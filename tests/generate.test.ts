@@ -126,46 +126,6 @@ describe("sampling", () => {
   });
 });
 
-describe("prefix cache", () => {
-  test("a follow-up request reuses the cached full pages and gives the same tokens", async () => {
-    await withEngine("stories260K.gguf", { ctxSize: 256 }, async (engine) => {
-      const c = golden.stories260K!.cases[0]!;
-      const first = await engine.submit({ promptTokens: c.prompt_ids_with_bos, maxTokens: 30, temperature: 0, ignoreEos: true }).collect();
-      expect(first.finish.usage.cached_tokens).toBe(0);
-      const second = await engine.submit({ promptTokens: [...c.prompt_ids_with_bos, ...first.tokens], maxTokens: 18, temperature: 0, ignoreEos: true }).collect();
-      // 5 + 29 tokens were computed: two whole 16-token pages are shared, the rest recomputed
-      expect(second.finish.usage.cached_tokens).toBe(32);
-      expect([...first.tokens, ...second.tokens]).toEqual(c.greedy_ids);
-      const stats = engine.stats();
-      expect(stats.kv_pages_used).toBe(0); // no sequence holds pages; the cache keeps them
-      expect(stats.kv_pages_cached).toBeGreaterThan(0);
-      expect(stats.prefix_cache_hits).toBe(1);
-    });
-  });
-
-  test("outputs never change because of the cache, even after evictions", async () => {
-    // longer than a 16-token page, with shared beginnings, so whole pages can be reused
-    const story = "Once upon a time there was a little girl named Lily. She loved to play outside in the park.";
-    const prompts = [story, story + " One day", "The little dog wanted to play with the ball in the garden all day long.", story];
-    const run = async (prefixCache: boolean, kvPages?: number) =>
-      withEngine("stories260K.gguf", { ctxSize: 128, prefixCache, kvPages }, async (engine) => {
-        const out: number[][] = [];
-        for (let round = 0; round < 3; round++) {
-          for (const p of prompts) out.push((await engine.submit({ prompt: p, maxTokens: 40, temperature: 0, ignoreEos: true }).collect()).tokens);
-        }
-        return { out, stats: engine.stats() };
-      });
-    const plain = await run(false);
-    const cached = await run(true);
-    const tight = await run(true, 6); // 6 pages, 5 needed per request: the cache must keep evicting
-    expect(cached.out).toEqual(plain.out);
-    expect(tight.out).toEqual(plain.out);
-    expect(cached.stats.prefix_cache_hits).toBeGreaterThan(0);
-    expect(tight.stats.prefix_cache_evictions).toBeGreaterThan(0);
-    expect(plain.stats.prefix_cache_hits).toBe(0);
-  });
-});
-
 describe("velo generate", () => {
   test("greedy text to stdout", async () => {
     const c = golden.stories260K!.cases[0]!;

@@ -235,3 +235,35 @@ describe("API key", () => {
     }
   });
 });
+
+describe("prefix cache over HTTP", () => {
+  test("repeated prompts report cached tokens; a saved system prompt survives a restart", async () => {
+    const dir = await import("node:fs").then((fs) => fs.mkdtempSync("/tmp/velo-srv-"));
+    const file = `${dir}/system.kv`;
+    const system = "You are a storyteller. You tell short happy stories about children, animals and parks, with simple words that small children understand.";
+    const ask = (client: OpenAI) =>
+      client.chat.completions.create({ model: MODEL, messages: [{ role: "system", content: system }, { role: "user", content: "A story please" }], max_tokens: 8, temperature: 0 });
+    const a = await startServer([sharedModel("stories260K.gguf"), "--context-len", "256", "--prefix-cache-file", file]);
+    let first: OpenAI.ChatCompletion;
+    try {
+      const client = new OpenAI({ baseURL: `${a.url}/v1`, apiKey: "x", maxRetries: 0 });
+      first = await ask(client);
+      const again = await ask(client);
+      expect(again.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThan(0);
+      expect(again.choices[0]!.message.content).toBe(first.choices[0]!.message.content);
+      const saved = await fetch(`${a.url}/prefix-cache/save`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ messages: [{ role: "system", content: system }] }) });
+      expect(saved.status).toBe(200);
+      expect(((await saved.json()) as { tokens_saved: number }).tokens_saved).toBeGreaterThan(0);
+    } finally {
+      a.proc.kill();
+    }
+    const b = await startServer([sharedModel("stories260K.gguf"), "--context-len", "256", "--prefix-cache-file", file]);
+    try {
+      const r = await ask(new OpenAI({ baseURL: `${b.url}/v1`, apiKey: "x", maxRetries: 0 }));
+      expect(r.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThan(0); // from the file
+      expect(r.choices[0]!.message.content).toBe(first.choices[0]!.message.content);
+    } finally {
+      b.proc.kill();
+    }
+  });
+});

@@ -15,6 +15,7 @@ interface ServeFlags {
   maxQueue: number;
   alias?: string;
   prefixCache: boolean;
+  prefixCacheFile?: string;
 }
 
 export function serveCommand(): Command {
@@ -30,12 +31,13 @@ export function serveCommand(): Command {
     .addOption(opt("--kv-memory <MiB>", "KV cache budget (default: max-batch-size full contexts)").argParser(parseIntArg("--kv-memory", 1, 1 << 24)))
     .addOption(opt("--max-queue <n>", "requests that may wait beyond the batch before 503").default(64).argParser(parseIntArg("--max-queue", 0, 1 << 20)))
     .addOption(opt("--alias <id>", "model id clients use (default: the file name)"))
-    .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"));
+    .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"))
+    .addOption(opt("--prefix-cache-file <path>", "load this saved prefix at start; POST /prefix-cache/save writes it"));
   cmd.action(
     action(async (modelPath: string, f: ServeFlags) => {
       requireModelPath(modelPath);
       const server = new VeloServer({
-        modelPath, modelId: f.alias, host: f.host, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
+        modelPath, modelId: f.alias, host: f.host, prefixCacheFile: f.prefixCacheFile, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
         engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, ctxSize: f.contextLen ?? 4096, kvMemoryMb: f.kvMemory, prefixCache: f.prefixCache },
       });
       let http;
@@ -56,7 +58,8 @@ export function serveCommand(): Command {
       const stats = server.engine.stats();
       console.error(
         chalk.green(`velo serving '${server.modelId}' on http://${http.hostname}:${http.port}`) +
-          chalk.dim(` (batch ${stats.max_batch_size}, context ${stats.context_size}, ${stats.kv_pages_total} KV pages of ${stats.page_size} tokens, ${stats.threads} threads)`),
+          chalk.dim(` (batch ${stats.max_batch_size}, context ${stats.context_size}, ${stats.kv_pages_total} KV pages of ${stats.page_size} tokens, ${stats.threads} threads` +
+            (server.prefixTokensLoaded ? `, ${server.prefixTokensLoaded} prefix tokens loaded from ${f.prefixCacheFile}` : "") + ")"),
       );
       const shutdown = async () => {
         await server.stop();

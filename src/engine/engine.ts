@@ -206,6 +206,21 @@ export class Engine {
     return JSON.parse(decoder.decode(buf.subarray(0, Number(out[0]))));
   }
 
+  /** Saves the KV pages of the longest cached prefix of `tokens`; returns the tokens saved. */
+  savePrefix(tokens: ArrayLike<number>, path: string): number {
+    const ids = Int32Array.from(tokens);
+    const out = new BigInt64Array(1);
+    check(lib().velo_engine_save_prefix(this.handle, ids, ids.length, cstr(path), out));
+    return Number(out[0]);
+  }
+
+  /** Loads a prefix file saved from this same model file into the cache; returns its tokens. */
+  loadPrefix(path: string): number {
+    const out = new BigInt64Array(1);
+    check(lib().velo_engine_load_prefix(this.handle, cstr(path), out));
+    return Number(out[0]);
+  }
+
   get inFlight(): number {
     return this.#active.size;
   }

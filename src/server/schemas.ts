@@ -82,3 +82,10 @@ export function describeIssue(err: z.ZodError): { message: string; param: string
   }
   return { message: param ? `${param}: ${issue.message}` : issue.message, param };
 }
+
+export const savePrefixRequest = z
+  .object({
+    prompt: z.string().optional(),
+    messages: z.array(z.object({ role: z.enum(["system", "developer", "user", "assistant"]), content: z.string() }).strict()).min(1).optional(),
+  })
+  .strict();

@@ -2,13 +2,16 @@
 // OpenAI-shaped errors, SSE streaming, cancellation on client disconnect, a bounded queue.
 import type { Server } from "bun";
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { existsSync } from "node:fs";
 import type { z } from "zod";
 import { type ChatMessage, ChatTemplate } from "../chat/template";
 import { Engine, type EngineOptions, type Finish, type GenerateRequest, type Generation } from "../engine/engine";
 import { Model } from "../engine/model";
 import { ApiError, badRequest, notFound, toApiError } from "./errors";
 import { Metrics } from "./metrics";
-import { type ChatRequest, chatRequest, type CompletionRequest, completionRequest, describeIssue, detokenizeRequest, tokenizeRequest } from "./schemas";
+import {
+  type ChatRequest, chatRequest, type CompletionRequest, completionRequest, describeIssue, detokenizeRequest, savePrefixRequest, tokenizeRequest,
+} from "./schemas";
 
 export interface ServerOptions {
   modelPath: string;
@@ -20,6 +23,8 @@ export interface ServerOptions {
   engine?: EngineOptions;
   /** Requests allowed to wait beyond the running batch before new ones get 503. */
   maxQueue?: number;
+  /** A saved prefix (e.g. a long system prompt) loaded at start; POST /prefix-cache/save writes it. */
+  prefixCacheFile?: string;
   /** Sampling defaults (llama.cpp's) for fields a request leaves out. */
   defaults?: Partial<GenerateRequest>;
 }
@@ -41,6 +46,7 @@ const routes: Route[] = [
   { method: "POST", path: "/v1/completions", handler: (r, s) => s.completions(r) },
   { method: "POST", path: "/tokenize", handler: (r, s) => s.tokenize(r) },
   { method: "POST", path: "/detokenize", handler: (r, s) => s.detokenize(r) },
+  { method: "POST", path: "/prefix-cache/save", handler: (r, s) => s.savePrefix(r) },
 ];
 
 const SAMPLING_DEFAULTS: Partial<GenerateRequest> = { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05 };
@@ -55,6 +61,7 @@ export class VeloServer {
   readonly modelId: string;
   readonly created = Math.floor(Date.now() / 1000);
   server: Server<unknown> | null = null;
+  prefixTokensLoaded = 0;
   readonly #apiKeyHash: Buffer | null;
 
   constructor(readonly options: ServerOptions) {
@@ -80,6 +87,8 @@ export class VeloServer {
       const piece = (id: number | null | undefined) => (id == null ? "" : new TextDecoder().decode(this.model.pieceBytes(id)));
       this.template = ChatTemplate.forModel(info.metadata, { bosToken: piece(info.tokenizer?.bos), eosToken: piece(info.tokenizer?.eos) });
       this.engine = Engine.create(this.model, { ...this.options.engine });
+      const file = this.options.prefixCacheFile;
+      if (file && existsSync(file)) this.prefixTokensLoaded = this.engine.loadPrefix(file);
       this.state = "ready";
     } catch (e) {
       this.state = "failed";
@@ -157,6 +166,30 @@ export class VeloServer {
     const bad = body.tokens.find((t) => t >= vocab);
     if (bad !== undefined) throw badRequest(`token ${bad} is outside the vocabulary (${vocab} tokens)`, "tokens");
     return Response.json({ content: this.model.detokenize(body.tokens) });
+  }
+
+  /** Computes (if needed) and saves the KV of a prompt prefix to --prefix-cache-file. */
+  async savePrefix(req: Request): Promise<Response> {
+    const file = this.options.prefixCacheFile;
+    if (!file) throw badRequest("the server was started without --prefix-cache-file", null, "prefix_cache_file_unset");
+    const body = await parseBody(req, savePrefixRequest);
+    let tokens: number[];
+    if (body.messages) {
+      const messages = body.messages.map((m) => ({ role: m.role === "developer" ? ("system" as const) : m.role, content: m.content }));
+      tokens = this.promptTokens(this.template.render(messages, false), "messages");
+    } else if (body.prompt !== undefined) {
+      tokens = this.promptTokens(body.prompt, "prompt");
+    } else {
+      throw badRequest("give prompt or messages", null);
+    }
+    // one pass over the prompt puts its pages into the cache
+    const r = await this.engine.submit({ promptTokens: tokens, maxTokens: 1, temperature: 0 }).collect();
+    if (r.finish.reason === "error") throw badRequest(r.finish.message ?? "could not compute the prefix");
+    try {
+      return Response.json({ file, tokens_saved: this.engine.savePrefix(tokens, file), prompt_tokens: tokens.length });
+    } catch (e) {
+      throw badRequest((e as Error).message, null, "prefix_not_saved");
+    }
   }
 
   async chat(req: Request): Promise<Response> {

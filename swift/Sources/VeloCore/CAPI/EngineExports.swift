@@ -182,3 +182,25 @@ public func velo_engine_stats(_ h: UnsafeMutableRawPointer?, _ out: UnsafeMutabl
         try copyOut(Array(engine.statsJSON.serialized.utf8), out, Int(cap), outLen)
     }
 }
+
+/// Saves the cached KV pages of the longest cached prefix of `tokens` to `path`.
+@_cdecl("velo_engine_save_prefix")
+public func velo_engine_save_prefix(_ h: UnsafeMutableRawPointer?, _ tokens: UnsafePointer<Int32>?, _ n: Int64,
+                                    _ path: UnsafePointer<CChar>?, _ outTokens: UnsafeMutablePointer<Int64>?) -> Int32 {
+    CABI.call {
+        let engine = try CABI.lookup(h, as: Engine.self)
+        guard let path, n > 0, let tokens else { throw VeloError(.invalidArgument, "save_prefix needs tokens and a path") }
+        let saved = try engine.savePrefix(Array(UnsafeBufferPointer(start: tokens, count: Int(n))), to: String(cString: path))
+        outTokens?.pointee = Int64(saved)
+    }
+}
+
+/// Loads a prefix file saved from this model into the prefix cache.
+@_cdecl("velo_engine_load_prefix")
+public func velo_engine_load_prefix(_ h: UnsafeMutableRawPointer?, _ path: UnsafePointer<CChar>?, _ outTokens: UnsafeMutablePointer<Int64>?) -> Int32 {
+    CABI.call {
+        let engine = try CABI.lookup(h, as: Engine.self)
+        guard let path else { throw VeloError(.invalidArgument, "load_prefix needs a path") }
+        outTokens?.pointee = Int64(try engine.loadPrefix(from: String(cString: path)))
+    }
+}

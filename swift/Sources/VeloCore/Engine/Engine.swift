@@ -15,6 +15,9 @@ public final class Engine: @unchecked Sendable {
     private var ready = pthread_cond_t()     // callers: new events
     private var inbox: [Sequence] = []
     private var cancels: [Int] = []
+    /// Work that must run on the engine thread between steps (it owns the pages and the cache).
+    private var tasks: [() -> Void] = []
+    private var taskDone = pthread_cond_t()
     private var outbox: [EngineEvent] = []
     private var nextId = 1
     private var shuttingDown = false
@@ -30,6 +33,7 @@ public final class Engine: @unchecked Sendable {
         pthread_mutex_init(&mutex, nil)
         pthread_cond_init(&wake, nil)
         pthread_cond_init(&ready, nil)
+        pthread_cond_init(&taskDone, nil)
         let unmanaged = Unmanaged.passRetained(self)
         var t = pthread_t()
         let rc = pthread_create(&t, nil, { arg in
@@ -111,6 +115,37 @@ public final class Engine: @unchecked Sendable {
     /// A snapshot of the scheduler's counters (updated after every step).
     public var statsJSON: JSON { locked { stats } }
 
+    /// Runs `body` on the engine thread between two steps and returns its result.
+    func onEngineThread<T>(_ body: @escaping (Scheduler) throws -> T) throws -> T {
+        var result: Result<T, Error>?
+        try locked {
+            guard !shuttingDown else { throw VeloError(.invalidArgument, "the engine is shut down") }
+            tasks.append { [scheduler] in
+                let r = Result { try body(scheduler) }
+                self.locked {
+                    result = r
+                    pthread_cond_broadcast(&self.taskDone)
+                }
+            }
+            pthread_cond_signal(&wake)
+            while result == nil { pthread_cond_wait(&taskDone, &mutex) }
+        }
+        return try result!.get()
+    }
+
+    /// Writes the cached KV pages of `tokens`' longest cached prefix to a file; returns how
+    /// many tokens it holds.
+    public func savePrefix(_ tokens: [Int32], to path: String) throws -> Int {
+        let tag = try PrefixFile.modelTag(file.gguf)
+        return try onEngineThread { try PrefixFile.save(tokens, scheduler: $0, modelTag: tag, path: path) }
+    }
+
+    /// Loads a prefix file into the cache; returns how many tokens it added.
+    public func loadPrefix(from path: String) throws -> Int {
+        let tag = try PrefixFile.modelTag(file.gguf)
+        return try onEngineThread { try PrefixFile.load(path, scheduler: $0, modelTag: tag) }
+    }
+
     /// Stops the engine thread after cancelling everything in flight.
     public func shutdown() {
         let t: pthread_t? = locked {
@@ -126,16 +161,20 @@ public final class Engine: @unchecked Sendable {
         while true {
             var newSeqs: [Sequence] = []
             var newCancels: [Int] = []
+            var newTasks: [() -> Void] = []
             let stop: Bool = locked {
-                while inbox.isEmpty && cancels.isEmpty && !shuttingDown && !scheduler.hasWork {
+                while inbox.isEmpty && cancels.isEmpty && tasks.isEmpty && !shuttingDown && !scheduler.hasWork {
                     pthread_cond_wait(&wake, &mutex)
                 }
                 newSeqs = inbox
                 newCancels = cancels
+                newTasks = tasks
                 inbox.removeAll()
                 cancels.removeAll()
+                tasks.removeAll()
                 return shuttingDown
             }
+            for task in newTasks { task() }
             for s in newSeqs { scheduler.submit(s) }
             for id in newCancels { scheduler.cancel(id) }
             if stop {
