@@ -2,12 +2,15 @@ import { Engine, type EngineOptions } from "../src/engine/engine";
 import { Model } from "../src/engine/model";
 import type { EngineFlags } from "./options";
 import { requireModelPath } from "./options";
-import { spinner } from "./ui";
+import { CliError, spinner } from "./ui";
 
 export interface Loaded {
   model: Model;
   engine: Engine;
   loadMs: number;
+  draft?: Model;
+  /** Closes the engine and the models. */
+  close(): void;
 }
 
 /** Opens a model and starts its engine, with a spinner on a terminal. */
@@ -16,21 +19,33 @@ export function loadEngine(path: string | undefined, flags: EngineFlags, extra: 
   const spin = spinner(`loading ${file}`).start();
   const t0 = performance.now();
   let model: Model | undefined;
+  let draft: Model | undefined;
   try {
     model = Model.open(file);
+    if (flags.spec === "draft" && !flags.draft) throw new CliError("--spec draft needs --draft MODEL", 2);
+    if (flags.draft) draft = Model.open(requireModelPath(flags.draft));
     const trained = Number(model.info().metadata[`${model.info().architecture}.context_length`] ?? 4096);
-    const engine = Engine.create(model, {
-      threads: flags.threads,
-      ctxSize: flags.ctxSize ?? Math.min(trained || 4096, 4096),
-      prefixCache: flags.prefixCache,
-      ...extra,
-    });
+    const engine = Engine.create(
+      model,
+      {
+        threads: flags.threads,
+        ctxSize: flags.ctxSize ?? Math.min(trained || 4096, 4096),
+        prefixCache: flags.prefixCache,
+        speculation: flags.spec ?? (flags.draft ? "draft" : "off"),
+        draftMax: flags.draftMax,
+        draftAdaptive: flags.specAdapt,
+        ...extra,
+      },
+      draft,
+    );
     const loadMs = performance.now() - t0;
-    spin.succeed(`loaded ${model.info().name ?? file} in ${(loadMs / 1000).toFixed(2)} s`);
-    return { model, engine, loadMs };
+    spin.succeed(`loaded ${model.info().name ?? file}${draft ? ` with draft ${flags.draft}` : ""} in ${(loadMs / 1000).toFixed(2)} s`);
+    const m = model, d = draft;
+    return { model: m, engine, loadMs, draft: d, close: () => { engine.close(); m.close(); d?.close(); } };
   } catch (e) {
     spin.stop();
     model?.close();
+    draft?.close();
     throw e;
   }
 }

@@ -64,7 +64,23 @@ export function addEngineOptions(cmd: Command): Command {
     .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"));
 }
 
-export interface EngineFlags {
+/** Speculative decoding flags (generate, chat, serve, bench). */
+export function addSpeculationOptions(cmd: Command): Command {
+  return cmd
+    .addOption(opt("--draft <model>", "speculative decoding with this draft model (same vocabulary)"))
+    .addOption(opt("--spec <mode>", "speculative decoding: off, ngram (prompt lookup) or draft").choices(["off", "ngram", "draft"]))
+    .addOption(opt("--draft-max <n>", "most tokens guessed per step").default(8).argParser(parseIntArg("--draft-max", 1, 16)))
+    .addOption(opt("--no-spec-adapt", "always guess --draft-max tokens (no adaptation, no switching off)"));
+}
+
+export interface SpeculationFlags {
+  draft?: string;
+  spec?: "off" | "ngram" | "draft";
+  draftMax?: number;
+  specAdapt?: boolean;
+}
+
+export interface EngineFlags extends SpeculationFlags {
   threads?: number;
   ctxSize?: number;
   prefixCache?: boolean;

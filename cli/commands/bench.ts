@@ -2,10 +2,10 @@ import { Command } from "commander";
 import Table from "cli-table3";
 import type { Engine } from "../../src/engine/engine";
 import { loadEngine } from "../load";
-import { addCommandHelpEnv, addEngineOptions, opt, parseIntArg } from "../options";
+import { addCommandHelpEnv, addEngineOptions, addSpeculationOptions, opt, parseIntArg, type SpeculationFlags } from "../options";
 import { action } from "../ui";
 
-interface BenchFlags {
+interface BenchFlags extends SpeculationFlags {
   threads?: number;
   ctxSize?: number;
   nPrompt: number;
@@ -140,11 +140,13 @@ export function benchCommand(): Command {
     .addOption(opt("--profile", "also report where the time went, by kind of op"))
     .addOption(opt("--json", "print the results as JSON"));
   addEngineOptions(cmd);
+  addSpeculationOptions(cmd);
   cmd.action(
     action(async (modelPath: string, flags: BenchFlags) => {
       if (flags.maxBatchSize) return batchBench(modelPath, flags);
       const ctx = flags.ctxSize ?? Math.max(flags.nPrompt + 2, flags.nGen + 2, 64);
-      const { model, engine } = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { batchTokens: Math.max(512, flags.nPrompt), profile: flags.profile, prefixCache: false });
+      const loaded = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { batchTokens: Math.max(512, flags.nPrompt), profile: flags.profile, prefixCache: false });
+      const { model, engine } = loaded;
       try {
         const info = model.info();
         const results = await runBench(engine, info.tokenizer?.vocab_size ?? 256, info.tokenizer?.bos ?? null, flags);
@@ -154,8 +156,9 @@ export function benchCommand(): Command {
           types: info.tensor_types, backend: "CPU", threads: stats.threads,
         };
         const profile = stats.profile_ms ?? undefined;
+        const speculation = stats.speculation ?? undefined;
         if (flags.json) {
-          console.log(JSON.stringify({ ...meta, results, profile_ms: profile }, null, 2));
+          console.log(JSON.stringify({ ...meta, results, profile_ms: profile, speculation }, null, 2));
           return;
         }
         const table = new Table({ head: ["model", "size", "params", "backend", "threads", "test", "t/s"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
@@ -166,6 +169,10 @@ export function benchCommand(): Command {
           ]);
         }
         console.log(table.toString());
+        if (speculation) {
+          console.log(`speculation (${stats.speculation_mode}): ${speculation.accepted}/${speculation.drafted} guesses accepted (${(speculation.acceptance * 100).toFixed(1)} %), by position ` +
+            speculation.acceptance_by_position.map((a) => `${(a * 100).toFixed(0)}%`).join(" ") + `; ${speculation.paused_steps} sequence-steps paused`);
+        }
         if (profile) {
           const total = Object.values(profile).reduce((a, b) => a + b, 0);
           const t = new Table({ head: ["op", "ms", "share"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
@@ -173,8 +180,7 @@ export function benchCommand(): Command {
           console.log(`time by op over all runs (warm-up included):\n${t.toString()}`);
         }
       } finally {
-        engine.close();
-        model.close();
+        loaded.close();
       }
     }),
   );
@@ -185,7 +191,8 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
   const maxB = flags.maxBatchSize!;
   const pp = flags.nPrompt, tg = Math.max(2, flags.nGen);
   const ctx = flags.ctxSize ?? pp + tg + 16;
-  const { model, engine } = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { maxBatchSize: maxB, batchTokens: Math.max(512, maxB), prefixCache: false });
+  const loaded = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { maxBatchSize: maxB, batchTokens: Math.max(512, maxB), prefixCache: false });
+  const { model, engine } = loaded;
   try {
     const info = model.info();
     const vocab = info.tokenizer?.vocab_size ?? 256, bos = info.tokenizer?.bos ?? null;
@@ -205,8 +212,7 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
     }
     console.log(table.toString());
   } finally {
-    engine.close();
-    model.close();
+    loaded.close();
   }
 }
 

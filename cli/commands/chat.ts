@@ -5,7 +5,7 @@ import { type ChatMessage, ChatTemplate } from "../../src/chat/template";
 import type { Generation } from "../../src/engine/engine";
 import { loadEngine } from "../load";
 import {
-  addCommandHelpEnv, addEngineOptions, addSamplingOptions, type EngineFlags, opt, parseIntArg, type SamplingFlags,
+  addCommandHelpEnv, addEngineOptions, addSamplingOptions, addSpeculationOptions, type EngineFlags, opt, parseIntArg, type SamplingFlags,
   samplingRequest,
 } from "../options";
 import { action, CliError } from "../ui";
@@ -29,6 +29,7 @@ export function chatCommand(): Command {
     .addOption(opt("--system <text>", "system prompt"))
     .addOption(opt("-n, --n-predict <n>", "most tokens per reply").default(512).argParser(parseIntArg("--n-predict", 1, 1 << 24)));
   addEngineOptions(cmd);
+  addSpeculationOptions(cmd);
   addSamplingOptions(cmd);
   cmd.action(action(runChat));
   return addCommandHelpEnv(cmd);
@@ -36,7 +37,8 @@ export function chatCommand(): Command {
 
 async function runChat(modelPath: string, flags: ChatFlags) {
   const interactive = process.stdin.isTTY === true;
-  const { model, engine } = loadEngine(modelPath, flags);
+  const loaded = loadEngine(modelPath, flags);
+  const { model, engine } = loaded;
   const info = model.info();
   const piece = (id: number | null) => (id === null ? "" : new TextDecoder().decode(model.pieceBytes(id)));
   const template = ChatTemplate.forModel(info.metadata, { bosToken: piece(info.tokenizer?.bos ?? null), eosToken: piece(info.tokenizer?.eos ?? null) });
@@ -121,7 +123,6 @@ async function runChat(modelPath: string, flags: ChatFlags) {
   } finally {
     process.off("SIGINT", onInterrupt);
     rl.close();
-    engine.close();
-    model.close();
+    loaded.close();
   }
 }

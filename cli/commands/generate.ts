@@ -2,7 +2,7 @@ import { chalkStderr } from "chalk";
 import { Command } from "commander";
 import { loadEngine } from "../load";
 import {
-  addCommandHelpEnv, addEngineOptions, addSamplingOptions, type EngineFlags, opt, parseIntArg, readTextInput,
+  addCommandHelpEnv, addEngineOptions, addSamplingOptions, addSpeculationOptions, type EngineFlags, opt, parseIntArg, readTextInput,
   type SamplingFlags, samplingRequest,
 } from "../options";
 import { action, CliError } from "../ui";
@@ -30,11 +30,13 @@ export function generateCommand(): Command {
     .addOption(opt("--parse-special", "recognise special-token text in the prompt"))
     .addOption(opt("--json", "print one JSON document: prompt and output ids, text, timings"));
   addEngineOptions(cmd);
+  addSpeculationOptions(cmd);
   addSamplingOptions(cmd);
   cmd.action(
     action(async (modelPath: string, promptArg: string | undefined, flags: GenerateFlags) => {
       const prompt = await readTextInput(promptArg, flags.file, "prompt");
-      const { model, engine, loadMs } = loadEngine(modelPath, flags);
+      const loaded = loadEngine(modelPath, flags);
+      const { model, engine, loadMs } = loaded;
       try {
         const promptTokens = model.tokenize(prompt, { addSpecial: flags.bos, parseSpecial: flags.parseSpecial === true });
         const gen = engine.submit({
@@ -69,21 +71,25 @@ export function generateCommand(): Command {
           generation_tokens_per_s: round(u.generation_ms > 0 && u.completion_tokens > 1 ? ((u.completion_tokens - 1) / u.generation_ms) * 1000 : 0),
           ttft_ms: round(u.ttft_ms),
         };
+        const spec = engine.stats().speculation;
+        const speculation = spec
+          ? { drafted: u.drafted_tokens, accepted: u.accepted_tokens, acceptance: u.drafted_tokens ? u.accepted_tokens / u.drafted_tokens : 0, acceptance_by_position: spec.acceptance_by_position }
+          : null;
         if (flags.json) {
           console.log(JSON.stringify({
             model: modelPath, prompt, prompt_tokens: Array.from(promptTokens), tokens, text,
-            finish_reason: finish.reason, usage: { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens }, timings,
+            finish_reason: finish.reason, usage: { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens }, timings, speculation,
           }));
         } else {
           process.stdout.write("\n");
           if (process.stderr.isTTY) {
             process.stderr.write(chalkStderr.dim(
-              `prompt ${u.prompt_tokens} tokens ${timings.prompt_tokens_per_s} t/s · generated ${u.completion_tokens} tokens ${timings.generation_tokens_per_s} t/s · first token ${timings.ttft_ms} ms · ${finish.reason}\n`));
+              `prompt ${u.prompt_tokens} tokens ${timings.prompt_tokens_per_s} t/s · generated ${u.completion_tokens} tokens ${timings.generation_tokens_per_s} t/s · first token ${timings.ttft_ms} ms · ${finish.reason}` +
+                (speculation ? ` · speculation ${speculation.accepted}/${speculation.drafted} accepted` : "") + "\n"));
           }
         }
       } finally {
-        engine.close();
-        model.close();
+        loaded.close();
       }
     }),
   );

@@ -1,10 +1,10 @@
 import chalk from "chalk";
 import { Command } from "commander";
 import { VeloServer } from "../../src/server/server";
-import { addCommandHelpEnv, opt, parseIntArg, requireModelPath } from "../options";
+import { addCommandHelpEnv, addSpeculationOptions, opt, parseIntArg, requireModelPath, type SpeculationFlags } from "../options";
 import { action, CliError, spinner } from "../ui";
 
-interface ServeFlags {
+interface ServeFlags extends SpeculationFlags {
   host: string;
   port: number;
   apiKey?: string;
@@ -33,12 +33,16 @@ export function serveCommand(): Command {
     .addOption(opt("--alias <id>", "model id clients use (default: the file name)"))
     .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"))
     .addOption(opt("--prefix-cache-file <path>", "load this saved prefix at start; POST /prefix-cache/save writes it"));
+  addSpeculationOptions(cmd);
   cmd.action(
     action(async (modelPath: string, f: ServeFlags) => {
       requireModelPath(modelPath);
+      if (f.draft) requireModelPath(f.draft);
+      if (f.spec === "draft" && !f.draft) throw new CliError("--spec draft needs --draft MODEL", 2);
       const server = new VeloServer({
-        modelPath, modelId: f.alias, host: f.host, prefixCacheFile: f.prefixCacheFile, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
-        engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, ctxSize: f.contextLen ?? 4096, kvMemoryMb: f.kvMemory, prefixCache: f.prefixCache },
+        modelPath, draftPath: f.draft, modelId: f.alias, host: f.host, prefixCacheFile: f.prefixCacheFile, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
+        engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, ctxSize: f.contextLen ?? 4096, kvMemoryMb: f.kvMemory, prefixCache: f.prefixCache,
+          speculation: f.spec ?? (f.draft ? "draft" : "off"), draftMax: f.draftMax, draftAdaptive: f.specAdapt },
       });
       let http;
       try {

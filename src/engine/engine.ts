@@ -16,10 +16,24 @@ export interface EngineOptions {
   prefixCache?: boolean;
   /** Time every kind of op; reported as stats().profile_ms. */
   profile?: boolean;
+  /** Speculative decoding: guesses from a draft model or from the context (prompt lookup). */
+  speculation?: "off" | "ngram" | "draft";
+  /** Most guesses per step (default 8). */
+  draftMax?: number;
+  /** Adapt the number of guesses and switch off when it does not pay (default true). */
+  draftAdaptive?: boolean;
 }
 
 /** Scheduler counters and gauges (velo_engine_stats). */
-export type EngineStats = Record<string, number> & { profile_ms?: Record<string, number> | null };
+export interface SpeculationStats {
+  drafted: number;
+  accepted: number;
+  acceptance: number;
+  acceptance_by_position: number[];
+  steps: number;
+  paused_steps: number;
+}
+export type EngineStats = Record<string, number> & { profile_ms?: Record<string, number> | null; speculation?: SpeculationStats | null };
 
 export interface SamplingOptions {
   temperature?: number;
@@ -53,6 +67,9 @@ export interface Usage {
   ttft_ms: number;
   prompt_ms: number;
   generation_ms: number;
+  /** Speculative decoding: guesses made and kept for this request. */
+  drafted_tokens: number;
+  accepted_tokens: number;
 }
 
 export type FinishReason = "stop" | "length" | "cancelled" | "error";
@@ -145,7 +162,8 @@ export class Engine {
     this.#handle = handle;
   }
 
-  static create(model: Model, opts: EngineOptions = {}): Engine {
+  /** `draft`: the draft model of speculative decoding (same vocabulary as `model`). */
+  static create(model: Model, opts: EngineOptions = {}, draft?: Model): Engine {
     const json = JSON.stringify({
       threads: opts.threads,
       ctx_size: opts.ctxSize,
@@ -156,9 +174,12 @@ export class Engine {
       page_size: opts.pageSize,
       prefix_cache: opts.prefixCache,
       profile: opts.profile,
+      speculation: opts.speculation,
+      draft_max: opts.draftMax,
+      draft_adaptive: opts.draftAdaptive,
     });
     const out = new BigUint64Array(1);
-    check(lib().velo_engine_create(model.handle, cstr(json), out));
+    check(lib().velo_engine_create(model.handle, draft ? draft.handle : null, cstr(json), out));
     return new Engine(Number(out[0]) as Pointer, model);
   }
 
@@ -268,7 +289,7 @@ export class Engine {
     const h = this.#handle;
     check(lib().velo_engine_destroy(h));
     this.#handle = null;
-    const usage: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0, ttft_ms: 0, prompt_ms: 0, generation_ms: 0 };
+    const usage: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0, ttft_ms: 0, prompt_ms: 0, generation_ms: 0, drafted_tokens: 0, accepted_tokens: 0 };
     for (const g of this.#active.values()) g.deliver({ id: g.id, finish: "cancelled", message: "engine closed", usage });
     this.#active.clear();
   }

@@ -16,7 +16,7 @@ const symbols = {
   velo_tokenize: { args: [ptr, ptr, i64, u32, ptr, i64, ptr], returns: i32 },
   velo_detokenize: { args: [ptr, ptr, i64, u32, ptr, i64, ptr], returns: i32 },
   velo_token_piece: { args: [ptr, i32, ptr, i64, ptr], returns: i32 },
-  velo_engine_create: { args: [ptr, cstring, ptr], returns: i32 },
+  velo_engine_create: { args: [ptr, ptr, cstring, ptr], returns: i32 },
   velo_engine_destroy: { args: [ptr], returns: i32 },
   velo_engine_submit: { args: [ptr, cstring, ptr], returns: i32 },
   velo_engine_cancel: { args: [ptr, i64], returns: i32 },
@@ -28,7 +28,7 @@ const symbols = {
 } as const;
 
 /** Must match velo_abi_version() in swift/Sources/VeloCore/CAPI/Exports.swift. */
-export const ABI_VERSION = 1;
+export const ABI_VERSION = 2;
 
 export type VeloSymbols = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
 

@@ -1,3 +1,4 @@
+import type { EngineStats } from "../engine/engine";
 // Prometheus text exposition of the server's counters, the engine's gauges and two latency
 // histograms (time to first token, time between tokens).
 
@@ -34,7 +35,7 @@ export class Metrics {
     this.requests.set(key, (this.requests.get(key) ?? 0) + 1);
   }
 
-  render(engine: Record<string, number> | null, queued: number): string {
+  render(engine: EngineStats | null, queued: number): string {
     const out: string[] = [];
     const counter = (name: string, help: string, value: number) => out.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`, `${name} ${value}`);
     const gauge = (name: string, help: string, value: number) => out.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`, `${name} ${value}`);
@@ -56,6 +57,15 @@ export class Metrics {
     gauge("velo_kv_pages_shared", "cached KV pages also used by a running sequence", engine?.kv_pages_shared ?? 0);
     const reserved = engine?.kv_reserved_slots ?? 0;
     gauge("velo_kv_waste_ratio", "reserved but unused KV slots / reserved slots, over running sequences", reserved ? (reserved - engine!.kv_used_slots!) / reserved : 0);
+    const spec = engine?.speculation;
+    if (spec) {
+      counter("velo_spec_drafted_total", "speculative guesses made", spec.drafted);
+      counter("velo_spec_accepted_total", "speculative guesses accepted", spec.accepted);
+      gauge("velo_spec_acceptance_ratio", "accepted / drafted guesses", spec.acceptance);
+      out.push("# HELP velo_spec_acceptance_by_position acceptance of guesses at each draft position", "# TYPE velo_spec_acceptance_by_position gauge");
+      spec.acceptance_by_position.forEach((a, i) => out.push(`velo_spec_acceptance_by_position{position="${i}"} ${a}`));
+      counter("velo_spec_paused_steps_total", "sequence-steps with speculation switched off because it did not pay", spec.paused_steps);
+    }
     out.push(this.ttft.render("velo_time_to_first_token_seconds", "submission to first token"));
     out.push(this.interToken.render("velo_inter_token_seconds", "time between streamed tokens"));
     return out.join("\n") + "\n";

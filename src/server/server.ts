@@ -15,6 +15,8 @@ import {
 
 export interface ServerOptions {
   modelPath: string;
+  /** Draft model of speculative decoding. */
+  draftPath?: string;
   /** The id clients use in "model" (default: the file name without .gguf). */
   modelId?: string;
   host?: string;
@@ -55,6 +57,7 @@ export class VeloServer {
   state: "loading" | "ready" | "failed" = "loading";
   loadError: string | null = null;
   model!: Model;
+  draft?: Model;
   engine!: Engine;
   template!: ChatTemplate;
   readonly metrics = new Metrics();
@@ -86,7 +89,8 @@ export class VeloServer {
       const info = this.model.info();
       const piece = (id: number | null | undefined) => (id == null ? "" : new TextDecoder().decode(this.model.pieceBytes(id)));
       this.template = ChatTemplate.forModel(info.metadata, { bosToken: piece(info.tokenizer?.bos), eosToken: piece(info.tokenizer?.eos) });
-      this.engine = Engine.create(this.model, { ...this.options.engine });
+      if (this.options.draftPath) this.draft = Model.open(this.options.draftPath);
+      this.engine = Engine.create(this.model, { ...this.options.engine }, this.draft);
       const file = this.options.prefixCacheFile;
       if (file && existsSync(file)) this.prefixTokensLoaded = this.engine.loadPrefix(file);
       this.state = "ready";
@@ -102,6 +106,7 @@ export class VeloServer {
     if (this.state === "ready") {
       this.engine.close();
       this.model.close();
+      this.draft?.close();
     }
   }
 

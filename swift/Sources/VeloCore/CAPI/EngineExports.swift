@@ -53,6 +53,12 @@ func engineOptions(from text: String) throws -> EngineOptions {
     if let v = try f.int("kv_memory_mb", 0...1 << 24) { o.kvMemoryBytes = v << 20 }
     o.profile = try f.bool("profile") ?? false
     o.prefixCache = try f.bool("prefix_cache") ?? true
+    if let mode = try f.string("speculation") {
+        guard let m = SpeculationOptions.Mode(rawValue: mode) else { throw VeloError(.invalidArgument, "speculation must be off, ngram or draft") }
+        o.speculation.mode = m
+    }
+    if let k = try f.int("draft_max", 1...16) { o.speculation.maxDraft = k }
+    if let a = try f.bool("draft_adaptive") { o.speculation.adaptive = a }
     return o
 }
 
@@ -103,15 +109,21 @@ func generationRequest(from text: String, tokenizer: Tokenizer) throws -> Genera
     return r
 }
 
+/// Starts an engine for `model`; `draft` (nullable) is the draft model of speculative decoding.
 @_cdecl("velo_engine_create")
-public func velo_engine_create(_ model: UnsafeMutableRawPointer?, _ optionsJSON: UnsafePointer<CChar>?,
+public func velo_engine_create(_ model: UnsafeMutableRawPointer?, _ draft: UnsafeMutableRawPointer?, _ optionsJSON: UnsafePointer<CChar>?,
                                _ out: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 {
     CABI.call {
         guard let out else { throw VeloError(.invalidArgument, "null output handle") }
         out.pointee = nil
         let file = try CABI.lookup(model, as: ModelFile.self)
-        let options = try engineOptions(from: optionsJSON.map { String(cString: $0) } ?? "{}")
-        out.pointee = CABI.register(try Engine(file: file, options: options))
+        let draftFile = try draft.map { try CABI.lookup($0, as: ModelFile.self) }
+        var options = try engineOptions(from: optionsJSON.map { String(cString: $0) } ?? "{}")
+        if draftFile != nil && options.speculation.mode == .off { options.speculation.mode = .draft }
+        if options.speculation.mode == .draft && draftFile == nil {
+            throw VeloError(.invalidArgument, "speculation 'draft' needs a draft model")
+        }
+        out.pointee = CABI.register(try Engine(file: file, options: options, draft: draftFile))
     }
 }
 

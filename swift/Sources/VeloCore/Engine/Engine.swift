@@ -9,6 +9,8 @@ import Darwin
 /// `cancel` asks for a request to stop. Everything crossing threads goes through `lock`.
 public final class Engine: @unchecked Sendable {
     public let file: ModelFile
+    /// The draft model of speculative decoding (kept open while the engine runs).
+    public let draftFile: ModelFile?
     let scheduler: Scheduler
     private var mutex = pthread_mutex_t()
     private var wake = pthread_cond_t()      // engine thread: new work
@@ -24,11 +26,17 @@ public final class Engine: @unchecked Sendable {
     private var thread: pthread_t?
     private var stats: JSON = .null
 
-    public init(file: ModelFile, options: EngineOptions) throws {
+    public init(file: ModelFile, options: EngineOptions, draft: ModelFile? = nil) throws {
         self.file = file
         let tokenizer = try file.requireTokenizer()
         let model = try loadLanguageModel(file)
-        scheduler = try Scheduler(model: model, tokenizer: tokenizer, options: options)
+        var draftModel: LanguageModel?
+        if let draft {
+            try Engine.checkSameVocabulary(target: tokenizer, draft: try draft.requireTokenizer(), draftPath: draft.path)
+            draftModel = try loadLanguageModel(draft)
+        }
+        self.draftFile = draft
+        scheduler = try Scheduler(model: model, tokenizer: tokenizer, options: options, draftModel: draftModel)
         stats = scheduler.statsJSON
         pthread_mutex_init(&mutex, nil)
         pthread_cond_init(&wake, nil)
@@ -49,6 +57,16 @@ public final class Engine: @unchecked Sendable {
     }
 
     public var config: ModelConfig { scheduler.model.config }
+
+    /// A draft must speak the target's language token for token, or its guesses mean nothing.
+    static func checkSameVocabulary(target: Tokenizer, draft: Tokenizer, draftPath: String) throws {
+        guard target.vocabSize == draft.vocabSize else {
+            throw VeloError(.invalidArgument, "the draft model \(draftPath) has a vocabulary of \(draft.vocabSize) tokens, the target \(target.vocabSize): they must be the same")
+        }
+        for id in 0..<Int32(target.vocabSize) where target.tokenText(id) != draft.tokenText(id) {
+            throw VeloError(.invalidArgument, "the draft model \(draftPath) has a different vocabulary from the target (token \(id) differs)")
+        }
+    }
     public var options: EngineOptions { scheduler.options }
 
     private func locked<T>(_ body: () throws -> T) rethrows -> T {

@@ -78,7 +78,21 @@ public struct Sampler: Sendable {
     public mutating func sample(_ logits: UnsafeMutablePointer<Float>, vocab: Int, history: ArraySlice<Int32>) -> Int32 {
         applyPenalties(logits, vocab: vocab, history: history)
         if params.isGreedy { return Sampler.argmax(logits, vocab) }
-        let probs = distribution(logits, vocab: vocab)
+        return draw(distribution(logits, vocab: vocab))
+    }
+
+    /// The distribution `sample` draws from, normalised (greedy: all mass on the argmax).
+    /// Speculative decoding compares the target's and the draft's with it.
+    public mutating func probabilities(_ logits: UnsafeMutablePointer<Float>, vocab: Int, history: ArraySlice<Int32>) -> [(id: Int32, p: Double)] {
+        applyPenalties(logits, vocab: vocab, history: history)
+        if params.isGreedy { return [(Sampler.argmax(logits, vocab), 1)] }
+        let d = distribution(logits, vocab: vocab)
+        let z = d.reduce(0) { $0 + $1.p }
+        return d.map { ($0.id, $0.p / z) }
+    }
+
+    /// One draw from a (possibly unnormalised) distribution with this sampler's generator.
+    public mutating func draw(_ probs: [(id: Int32, p: Double)]) -> Int32 {
         var u = rng.unit() * probs.reduce(0) { $0 + $1.p }
         for c in probs {
             u -= c.p
@@ -86,6 +100,9 @@ public struct Sampler: Sendable {
         }
         return probs.last!.id
     }
+
+    /// Uniform in [0, 1) from this sampler's generator (acceptance tests).
+    public mutating func uniform() -> Double { rng.unit() }
 
     /// The candidates left after truncation, with unnormalised probabilities, most likely first.
     func distribution(_ logits: UnsafeMutablePointer<Float>, vocab: Int) -> [(id: Int32, p: Double)] {

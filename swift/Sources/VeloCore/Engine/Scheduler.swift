@@ -15,6 +15,7 @@ public struct EngineOptions: Sendable {
     public var prefixCache = true
     /// Time every kind of op (reported in the stats).
     public var profile = false
+    public var speculation = SpeculationOptions()
 
     public init() {}
 }
@@ -28,6 +29,7 @@ final class Scheduler {
     let tokenizer: Tokenizer
     let options: EngineOptions
     let kv: PagePool
+    let kvView: KVView
     let ops: TransformerOps
     let ws: Workspace
     var waiting: [Sequence] = []
@@ -35,13 +37,18 @@ final class Scheduler {
     /// The prefix index over KV pages (nil when disabled).
     let cache: RadixCache?
     var events: [EngineEvent] = []
+    /// Speculative decoding: the draft model and its scratch (draft mode only), the step-time
+    /// model and the counters.
+    let draft: (model: LanguageModel, ops: TransformerOps, ws: Workspace, kv: KVView)?
+    var specCosts = SpeculationCosts()
+    var specStats = SpeculationStats()
     // counters for stats
     var stepsRun = 0
     var tokensGenerated = 0
     var tokensPrefilled = 0
     var preemptions = 0
 
-    init(model: LanguageModel, tokenizer: Tokenizer, options: EngineOptions) throws {
+    init(model: LanguageModel, tokenizer: Tokenizer, options: EngineOptions, draftModel: LanguageModel? = nil) throws {
         var o = options
         let c = model.config
         guard o.contextSize >= 2 else { throw VeloError(.invalidArgument, "context size must be at least 2") }
@@ -54,14 +61,26 @@ final class Scheduler {
         if o.kvPages <= 0 {
             o.kvPages = o.maxBatchSize * ((o.contextSize + o.pageSize - 1) / o.pageSize)
         }
-        self.options = o
         self.model = model
         self.tokenizer = tokenizer
         kv = try PagePool(pageCount: o.kvPages, pageSize: o.pageSize, layers: c.layers, kvDim: c.kvDim)
         cache = o.prefixCache ? RadixCache(pool: kv) : nil
+        kvView = kv.view
         let pool = ThreadPool(threads: o.threads)
         ops = TransformerOps(config: c, pool: pool, profiler: Profiler(enabled: o.profile))
-        ws = Workspace(config: c, maxTokens: o.batchTokens, maxLogitRows: o.maxBatchSize, maxContext: o.contextSize, threads: pool.size)
+        let spec = o.speculation.mode == .off ? 0 : o.speculation.maxDraft
+        o.batchTokens = max(o.batchTokens, o.maxBatchSize * (spec + 1))
+        ws = Workspace(config: c, maxTokens: o.batchTokens, maxLogitRows: o.maxBatchSize * (spec + 1), maxContext: o.contextSize, threads: pool.size)
+        if o.speculation.mode == .draft {
+            guard let d = draftModel else { throw VeloError(.invalidArgument, "draft speculation needs a draft model") }
+            let dc = d.config
+            draft = (d, TransformerOps(config: dc, pool: pool, profiler: ops.profiler),
+                     Workspace(config: dc, maxTokens: o.batchTokens, maxLogitRows: o.maxBatchSize, maxContext: o.contextSize, threads: pool.size),
+                     try KVView(pool: kv, layers: dc.layers, kvDim: dc.kvDim))
+        } else {
+            draft = nil
+        }
+        self.options = o
     }
 
     var hasWork: Bool { !waiting.isEmpty || !running.isEmpty }
@@ -81,25 +100,42 @@ final class Scheduler {
 
     // MARK: the step
 
+    /// One sequence's share of a step's logits: `count` rows starting at `first`, and the
+    /// guesses they verify (with the proposer's distributions) when speculating.
+    struct Output {
+        let seq: Sequence
+        let first: Int
+        let proposals: [Int32]
+        let q: [[(id: Int32, p: Double)]]
+    }
+
     func step() {
         for s in running where s.cancelled { finish(s, .cancelled) }
         running.removeAll { $0.cancelled }
         admit()
+        let guesses = options.speculation.mode == .off ? [:] : propose()
         var batch = ForwardBatch()
-        var logitOwners: [Sequence] = []
+        var outputs: [Output] = []
         var fed: [(Sequence, Int)] = []
         var budget = options.batchTokens
-        // decode tokens first: they keep latency flat while prompts are admitted
+        // decode tokens first (with any guesses to verify): they keep latency flat while
+        // prompts are admitted
         for s in running where s.pending == 1 {
-            guard budget > 0 else { break }
-            guard reservePages(for: s, count: 1, protecting: fed) else { continue }
-            add(s, count: 1, to: &batch, logits: true, owners: &logitOwners, fed: &fed)
-            budget -= 1
+            let g = guesses[ObjectIdentifier(s)]
+            let tokens = [s.tokens[s.computed]] + (g?.proposals ?? [])
+            guard budget >= tokens.count else { continue }
+            guard reservePages(for: s, count: tokens.count, protecting: fed) else { continue }
+            outputs.append(Output(seq: s, first: batch.logitRows.count, proposals: g?.proposals ?? [], q: g?.q ?? []))
+            add(s, tokens: tokens, to: &batch, logits: tokens.count)
+            fed.append((s, 1)) // guessed tokens count once accepted
+            budget -= tokens.count
         }
         for s in running where s.pending > 1 && budget > 0 {
             let n = min(s.pending, budget)
             guard reservePages(for: s, count: n, protecting: fed) else { continue }
-            add(s, count: n, to: &batch, logits: n == s.pending, owners: &logitOwners, fed: &fed)
+            if n == s.pending { outputs.append(Output(seq: s, first: batch.logitRows.count, proposals: [], q: [])) }
+            add(s, tokens: Array(s.tokens[s.computed..<s.computed + n]), to: &batch, logits: n == s.pending ? 1 : 0)
+            fed.append((s, n))
             budget -= n
         }
         guard batch.count > 0 else {
@@ -111,45 +147,223 @@ final class Scheduler {
             }
             return
         }
-        model.forward(batch, kv: kv, ops: ops, ws: ws)
+        let t0 = nowNanos()
+        model.forward(batch, kv: kvView, ops: ops, ws: ws)
         stepsRun += 1
         let now = nowNanos()
+        recordStepTime(Double(now - t0), outputs: outputs, batch: batch)
         for (s, n) in fed {
             s.computed += n
             s.table.length = s.computed
             if s.generated == 0 { tokensPrefilled += n }
         }
         let vocab = model.config.vocabSize
-        for (i, s) in logitOwners.enumerated() {
+        for o in outputs {
+            let s = o.seq
             if s.promptDoneAt == 0 {
                 s.promptDoneAt = now
                 index(s) // concurrent requests with the same prompt can share it from now on
             }
-            let logits = ws.logits + i * vocab
-            var top: [(Int32, Float)] = []
-            if s.request.topLogits > 0 {
-                top = Sampler.topCandidates(logits, vocab: vocab, k: min(s.request.topLogits, vocab)).map { ($0.id, $0.logit) }
+            if o.proposals.isEmpty {
+                let logits = ws.logits + o.first * vocab
+                var top: [(Int32, Float)] = []
+                if s.request.topLogits > 0 {
+                    top = Sampler.topCandidates(logits, vocab: vocab, k: min(s.request.topLogits, vocab)).map { ($0.id, $0.logit) }
+                }
+                let token = s.sampler.sample(logits, vocab: vocab, history: s.tokens[...])
+                accept(token, for: s, now: now, topLogits: top)
+            } else {
+                verify(o, now: now)
             }
-            let token = s.sampler.sample(logits, vocab: vocab, history: s.tokens[...])
-            accept(token, for: s, now: now, topLogits: top)
         }
         running.removeAll { $0.finishedFlag }
     }
 
-    private func add(_ s: Sequence, count n: Int, to batch: inout ForwardBatch, logits: Bool,
-                     owners: inout [Sequence], fed: inout [(Sequence, Int)]) {
+    private func add(_ s: Sequence, tokens: [Int32], to batch: inout ForwardBatch, logits: Int) {
         let seqIndex = batch.tables.count
         batch.tables.append(s.table)
-        for k in 0..<n {
-            batch.tokens.append(s.tokens[s.computed + k])
+        for (k, t) in tokens.enumerated() {
+            batch.tokens.append(t)
             batch.positions.append(s.computed + k)
             batch.sequence.append(seqIndex)
         }
-        if logits {
-            batch.logitRows.append(batch.count - 1)
-            owners.append(s)
+        for r in (batch.count - logits)..<batch.count { batch.logitRows.append(r) }
+    }
+
+    // MARK: speculative decoding
+
+    typealias Guesses = (proposals: [Int32], q: [[(id: Int32, p: Double)]])
+    typealias Drafting = (s: Sequence, k: Int, proposals: [Int32], q: [[(id: Int32, p: Double)]])
+
+    /// Guesses for every decoding sequence that speculates this step.
+    private func propose() -> [ObjectIdentifier: Guesses] {
+        var chosen: [(Sequence, Int)] = []
+        for s in running where s.pending == 1 && !s.cancelled {
+            if s.spec.pausedSteps > 0 {
+                s.spec.pausedSteps -= 1
+                specStats.pausedSteps += 1
+                continue
+            }
+            // plain decoding's speed is the yardstick: measure it before guessing
+            if specCosts.plain == 0 && options.speculation.adaptive { continue }
+            let k = options.speculation.adaptive ? s.spec.k : options.speculation.maxDraft
+            let room = options.contextSize - s.tokens.count - 1
+            if room >= 1 { chosen.append((s, max(1, min(k, options.speculation.maxDraft, room)))) }
         }
-        fed.append((s, n))
+        guard !chosen.isEmpty else { return [:] }
+        if options.speculation.mode == .ngram {
+            var out: [ObjectIdentifier: Guesses] = [:]
+            for (s, k) in chosen {
+                let p = ngramProposal(s.tokens, k: k)
+                if !p.isEmpty { out[ObjectIdentifier(s)] = (p, p.map { [($0, 1.0)] }) }
+            }
+            return out
+        }
+        return runDraft(chosen)
+    }
+
+    /// The draft model catches up on each sequence's tokens, then guesses k tokens one step at
+    /// a time (all sequences batched), sampling with the sequence's own settings.
+    private func runDraft(_ chosen: [(Sequence, Int)]) -> [ObjectIdentifier: Guesses] {
+        guard let d = draft else { return [:] }
+        let vocab = d.model.config.vocabSize
+        var active: [Drafting] = []
+        for (s, k) in chosen {
+            s.spec.draftTable.length = s.spec.draftComputed
+            let need = s.tokens.count + k - s.spec.draftComputed
+            var ok = s.spec.draftTable.reserve(need, in: kv)
+            if !ok, evictCached(need) { ok = s.spec.draftTable.reserve(need, in: kv) }
+            if ok { active.append((s, k, [], [])) }
+        }
+        // catch up (prompt and accepted tokens), in chunks that fit the workspace
+        while true {
+            var batch = ForwardBatch()
+            var rowsFor: [(index: Int, row: Int)] = []
+            for (i, a) in active.enumerated() {
+                let s = a.s
+                let pending = s.tokens.count - s.spec.draftComputed
+                let room = options.batchTokens - batch.count
+                guard pending > 0, room > 0 else { continue }
+                let n = min(pending, room)
+                batch.tables.append(s.spec.draftTable)
+                for j in 0..<n {
+                    batch.tokens.append(s.tokens[s.spec.draftComputed + j])
+                    batch.positions.append(s.spec.draftComputed + j)
+                    batch.sequence.append(batch.tables.count - 1)
+                }
+                if n == pending {
+                    rowsFor.append((i, batch.logitRows.count))
+                    batch.logitRows.append(batch.count - 1)
+                }
+                s.spec.draftComputed += n
+            }
+            guard batch.count > 0 else { break }
+            let t0 = nowNanos()
+            d.model.forward(batch, kv: d.kv, ops: d.ops, ws: d.ws)
+            if batch.count == batch.tables.count { specCosts.draftStep = SpeculationCosts.ema(specCosts.draftStep, Double(nowNanos() - t0)) }
+            for r in rowsFor { guessNext(&active[r.index], logits: d.ws.logits + r.row * vocab, vocab: vocab) }
+        }
+        // further guesses: feed the last guess, read the next
+        while true {
+            let more = active.indices.filter { active[$0].proposals.count < active[$0].k && !active[$0].proposals.isEmpty }
+            guard !more.isEmpty else { break }
+            var batch = ForwardBatch()
+            for i in more {
+                let s = active[i].s
+                batch.tables.append(s.spec.draftTable)
+                batch.tokens.append(active[i].proposals.last!)
+                batch.positions.append(s.tokens.count + active[i].proposals.count - 1)
+                batch.sequence.append(batch.tables.count - 1)
+                batch.logitRows.append(batch.count - 1)
+            }
+            let t0 = nowNanos()
+            d.model.forward(batch, kv: d.kv, ops: d.ops, ws: d.ws)
+            specCosts.draftStep = SpeculationCosts.ema(specCosts.draftStep, Double(nowNanos() - t0))
+            for (row, i) in more.enumerated() {
+                active[i].s.spec.draftComputed += 1
+                guessNext(&active[i], logits: d.ws.logits + row * vocab, vocab: vocab)
+            }
+        }
+        var out: [ObjectIdentifier: Guesses] = [:]
+        for a in active where !a.proposals.isEmpty { out[ObjectIdentifier(a.s)] = (a.proposals, a.q) }
+        return out
+    }
+
+    private func guessNext(_ a: inout Drafting, logits: UnsafeMutablePointer<Float>, vocab: Int) {
+        let q = a.s.sampler.probabilities(logits, vocab: vocab, history: (a.s.tokens + a.proposals)[...])
+        a.proposals.append(a.s.sampler.draw(q))
+        a.q.append(q)
+    }
+
+    /// Checks the guesses against the target's logits, left to right: guess d is kept with
+    /// probability min(1, p(d) / q(d)); the first refused one is replaced by a draw from the
+    /// leftover mass max(0, p - q), and if all are kept the last row gives one more token.
+    /// With greedy settings p and q are one-hot, so this is an exact-match test.
+    private func verify(_ o: Output, now: UInt64) {
+        let s = o.seq
+        let vocab = model.config.vocabSize
+        let k = o.proposals.count
+        var kept = 0
+        for i in 0...k {
+            if s.finishedFlag { break }
+            let p = s.sampler.probabilities(ws.logits + (o.first + i) * vocab, vocab: vocab, history: s.tokens[...])
+            if i == k {
+                accept(s.sampler.draw(p), for: s, now: now, topLogits: [])
+                break
+            }
+            let d = o.proposals[i]
+            let pd = p.first { $0.id == d }?.p ?? 0
+            let qd = o.q[i].first { $0.id == d }?.p ?? 1
+            let ok = s.sampler.uniform() < min(1, pd / qd)
+            specStats.record(position: i, accepted: ok)
+            s.spec.drafted += 1
+            if ok {
+                kept += 1
+                s.spec.accepted += 1
+                // the guess's K/V were computed in this pass: they count from now on
+                s.computed += 1
+                s.table.length = s.computed
+                accept(d, for: s, now: now, topLogits: [])
+                continue
+            }
+            var rest: [Int32: Double] = [:]
+            for c in p { rest[c.id] = c.p }
+            for c in o.q[i] { rest[c.id] = max(0, (rest[c.id] ?? 0) - c.p) }
+            let residual = rest.filter { $0.value > 0 }.map { (id: $0.key, p: $0.value) }.sorted { $0.id < $1.id }
+            accept(s.sampler.draw(residual.isEmpty ? p : residual), for: s, now: now, topLogits: [])
+            break
+        }
+        s.spec.draftComputed = min(s.spec.draftComputed, s.computed)
+        specStats.specSteps += 1
+        adapt(s, kept: kept, k: k)
+    }
+
+    /// Follows the acceptance rate: picks the k with the best expected speed-up, and pauses
+    /// speculation for the sequence (for longer each time) when no k beats plain decoding.
+    private func adapt(_ s: Sequence, kept: Int, k: Int) {
+        s.spec.acceptRate = 0.7 * s.spec.acceptRate + 0.3 * Double(kept) / Double(k)
+        guard options.speculation.adaptive else { return }
+        let draftCost = options.speculation.mode == .draft ? specCosts.draftStep : 0
+        let best = specCosts.best(maxK: options.speculation.maxDraft, acceptance: s.spec.acceptRate, draftCostPerToken: draftCost)
+        if best.speedup < 1 {
+            s.spec.pausedSteps = s.spec.pauseLength
+            s.spec.pauseLength = min(s.spec.pauseLength * 2, 256)
+            s.spec.k = 2
+            s.spec.acceptRate = max(s.spec.acceptRate, 0.5) // give it a fair chance when it resumes
+        } else {
+            s.spec.k = best.k
+            s.spec.pauseLength = 8
+        }
+    }
+
+    /// Step times for the adaptive model: plain decode steps, and verification steps by k.
+    private func recordStepTime(_ ns: Double, outputs: [Output], batch: ForwardBatch) {
+        guard options.speculation.mode != .off, !outputs.isEmpty,
+              batch.count == outputs.reduce(0, { $0 + 1 + $1.proposals.count }) else { return }
+        let ks = Set(outputs.map { $0.proposals.count })
+        guard ks.count == 1, let k = ks.first else { return }
+        if k == 0 { specCosts.plain = SpeculationCosts.ema(specCosts.plain, ns) }
+        else if k < specCosts.verify.count { specCosts.verify[k] = SpeculationCosts.ema(specCosts.verify[k], ns) }
     }
 
     /// Pages for `count` more positions of `s`; preempts the youngest other sequence (its KV
@@ -168,6 +382,8 @@ final class Scheduler {
     private func preempt(_ s: Sequence) {
         preemptions += 1
         s.table.releaseAll(to: kv)
+        s.spec.draftTable.releaseAll(to: kv)
+        s.spec.draftComputed = 0
         s.computed = 0
         s.cachedTokens = 0
         running.removeAll { $0 === s }
@@ -268,6 +484,9 @@ final class Scheduler {
         }
         if reason != .error { index(s) }
         s.table.releaseAll(to: kv)
+        s.spec.draftTable.releaseAll(to: kv)
+        u.draftedTokens = s.spec.drafted
+        u.acceptedTokens = s.spec.accepted
         events.append(.finished(id: s.id, reason: reason, message: message, usage: u))
     }
 
@@ -307,6 +526,8 @@ final class Scheduler {
         put("prefix_cache_pages", cache?.pagesHeld ?? 0)
         put("kv_pages_shared", cache?.pagesShared ?? 0)
         pairs.append(("profile_ms", ops.profiler.enabled ? ops.profiler.json : .null))
+        pairs.append(("speculation", options.speculation.mode == .off ? .null : specStats.json))
+        pairs.append(("speculation_mode", .string(options.speculation.mode.rawValue)))
         return .object(pairs)
     }
 }

@@ -32,6 +32,7 @@ final class Sequence {
     var text: TextStream
     var cancelled = false
     var finishedFlag = false
+    var spec = SpeculationState()
     let submittedAt: UInt64
     var firstTokenAt: UInt64 = 0
     var promptDoneAt: UInt64 = 0
@@ -65,6 +66,9 @@ public enum EngineEvent: Sendable {
         public var timeToFirstTokenMs = 0.0
         public var promptMs = 0.0
         public var generationMs = 0.0
+        /// Speculative decoding: guesses made for this request and how many were kept.
+        public var draftedTokens = 0
+        public var acceptedTokens = 0
     }
 
     var json: JSON {
@@ -83,6 +87,7 @@ public enum EngineEvent: Sendable {
                     ("prompt_tokens", .int(u.promptTokens)), ("completion_tokens", .int(u.completionTokens)),
                     ("cached_tokens", .int(u.cachedTokens)), ("ttft_ms", .number(u.timeToFirstTokenMs)),
                     ("prompt_ms", .number(u.promptMs)), ("generation_ms", .number(u.generationMs)),
+                    ("drafted_tokens", .int(u.draftedTokens)), ("accepted_tokens", .int(u.acceptedTokens)),
                 ])),
             ])
         }

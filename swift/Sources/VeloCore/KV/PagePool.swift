@@ -54,6 +54,9 @@ public final class PagePool: @unchecked Sendable {
 
     public func refcount(_ page: Int32) -> Int32 { refcounts[Int(page)] }
 
+    /// The pool's own layout (the target model's).
+    public var view: KVView { try! KVView(pool: self, layers: layers, kvDim: kvDim) }
+
     /// K (plane 0) or V (plane 1) of one token slot of one layer.
     @inline(__always)
     func slot(_ page: Int32, layer: Int, plane: Int, index: Int) -> UnsafeMutablePointer<Float> {
@@ -88,5 +91,31 @@ public struct BlockTable: Sendable {
         let keep = (n + pool.pageSize - 1) / pool.pageSize
         while pages.count > keep { pool.release(pages.removeLast()) }
         length = min(length, n)
+    }
+}
+
+/// How one model lays out its K/V inside the pool's pages. The target model uses the pool's
+/// own layout; a smaller draft model (speculative decoding) lays its K/V into the same pages,
+/// so both share one pool and one budget.
+public struct KVView {
+    public let pool: PagePool
+    public let layers: Int
+    public let kvDim: Int
+
+    init(pool: PagePool, layers: Int, kvDim: Int) throws {
+        guard layers * kvDim <= pool.layers * pool.kvDim else {
+            throw VeloError(.invalidArgument, "a model with \(layers) layers of \(kvDim) K/V values does not fit the KV pages (\(pool.layers) × \(pool.kvDim))")
+        }
+        self.pool = pool
+        self.layers = layers
+        self.kvDim = kvDim
+    }
+
+    public var pageSize: Int { pool.pageSize }
+
+    /// K (plane 0) or V (plane 1) of one token slot of one layer.
+    @inline(__always)
+    func slot(_ page: Int32, layer: Int, plane: Int, index: Int) -> UnsafeMutablePointer<Float> {
+        pool.storage + Int(page) * pool.layers * 2 * pool.planeFloats + (layer * 2 + plane) * pageSize * kvDim + index * kvDim
     }
 }

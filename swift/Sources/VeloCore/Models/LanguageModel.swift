@@ -2,7 +2,7 @@
 /// writes K/V into pages and logits for `batch.logitRows` into the workspace.
 protocol LanguageModel: AnyObject {
     var config: ModelConfig { get }
-    func forward(_ batch: ForwardBatch, kv: PagePool, ops: TransformerOps, ws: Workspace)
+    func forward(_ batch: ForwardBatch, kv: KVView, ops: TransformerOps, ws: Workspace)
 }
 
 /// One file per architecture; this table picks it from `general.architecture`.

@@ -40,7 +40,7 @@ final class LlamaModel: LanguageModel, @unchecked Sendable {
         output = try w.optionalMatrix("output.weight", rows: c.vocabSize, cols: c.dim) ?? embeddings
     }
 
-    func forward(_ batch: ForwardBatch, kv: PagePool, ops: TransformerOps, ws: Workspace) {
+    func forward(_ batch: ForwardBatch, kv: KVView, ops: TransformerOps, ws: Workspace) {
         let c = config
         let n = batch.count
         ops.profiler.measure(.embed) { embed(batch.tokens, into: ws.x) }

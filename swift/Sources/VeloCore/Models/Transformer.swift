@@ -172,7 +172,7 @@ struct TransformerOps {
 
     /// Writes each token's K and V into its sequence's page slot for this layer. K goes in
     /// transposed ([dim][slot] within the page) for the attention kernel; V by slot.
-    func storeKV(_ batch: ForwardBatch, layer: Int, kv: PagePool, ws: Workspace) {
+    func storeKV(_ batch: ForwardBatch, layer: Int, kv: KVView, ws: Workspace) {
         let kvDim = config.kvDim, ps = kv.pageSize
         for t in 0..<batch.count {
             let table = batch.tables[batch.sequence[t]]
@@ -189,7 +189,7 @@ struct TransformerOps {
     /// Causal attention of every token over its own sequence's positions 0...pos, reading
     /// K/V through the block table. Work is split over (token, KV head) pairs; the query heads
     /// of a GQA group are done together so each K/V row is read once for all of them.
-    func attention(_ batch: ForwardBatch, layer: Int, kv: PagePool, ws: Workspace) {
+    func attention(_ batch: ForwardBatch, layer: Int, kv: KVView, ws: Workspace) {
         let c = config
         let hd = c.headDim, group = c.heads / c.kvHeads
         let scale = 1 / Float(hd).squareRoot()
