@@ -43,12 +43,14 @@ public final class Engine: @unchecked Sendable {
         pthread_cond_init(&ready, nil)
         pthread_cond_init(&taskDone, nil)
         let unmanaged = Unmanaged.passRetained(self)
+        // pthread_t is an integer on Linux and a pointer on Darwin; the start routine's
+        // argument is optional on one and not the other: both go through engineThreadMain.
+        #if canImport(Darwin)
+        var t: pthread_t?
+        #else
         var t = pthread_t()
-        let rc = pthread_create(&t, nil, { arg in
-            let engine = Unmanaged<Engine>.fromOpaque(arg!).takeRetainedValue()
-            engine.loop()
-            return nil
-        }, unmanaged.toOpaque())
+        #endif
+        let rc = pthread_create(&t, nil, { engineThreadMain($0) }, unmanaged.toOpaque())
         guard rc == 0 else {
             unmanaged.release()
             throw VeloError(.internalError, "cannot start the engine thread (error \(rc))")
@@ -175,7 +177,7 @@ public final class Engine: @unchecked Sendable {
         if let t { pthread_join(t, nil) }
     }
 
-    private func loop() {
+    fileprivate func runLoop() {
         while true {
             var newSeqs: [Sequence] = []
             var newCancels: [Int] = []
@@ -216,4 +218,9 @@ public final class Engine: @unchecked Sendable {
             if !events.isEmpty { pthread_cond_broadcast(&ready) }
         }
     }
+}
+
+private func engineThreadMain(_ arg: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
+    Unmanaged<Engine>.fromOpaque(arg!).takeRetainedValue().runLoop()
+    return nil
 }
