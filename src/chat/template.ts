@@ -47,14 +47,32 @@ export class ChatTemplate {
 
   render(messages: ChatMessage[], addGenerationPrompt = true): string {
     try {
-      return this.#template.render({
-        messages,
-        add_generation_prompt: addGenerationPrompt,
-        bos_token: this.context.bosToken ?? "",
-        eos_token: this.context.eosToken ?? "",
-      });
+      return this.#render(messages, addGenerationPrompt);
     } catch (e) {
+      // Some templates (Gemma's) refuse a system role: fold it into the first user turn, as
+      // those models' own chat formats do.
+      const system = messages.filter((m) => m.role === "system");
+      const firstUser = messages.findIndex((m) => m.role === "user");
+      if (system.length && firstUser >= 0 && /system/i.test((e as Error).message)) {
+        const rest = messages.filter((m) => m.role !== "system");
+        const i = rest.findIndex((m) => m.role === "user");
+        rest[i] = { role: "user", content: `${system.map((m) => m.content).join("\n\n")}\n\n${rest[i]!.content}` };
+        try {
+          return this.#render(rest, addGenerationPrompt);
+        } catch {
+          // report the original problem below
+        }
+      }
       throw new Error(`the chat template failed to render: ${(e as Error).message}`);
     }
+  }
+
+  #render(messages: ChatMessage[], addGenerationPrompt: boolean): string {
+    return this.#template.render({
+      messages,
+      add_generation_prompt: addGenerationPrompt,
+      bos_token: this.context.bosToken ?? "",
+      eos_token: this.context.eosToken ?? "",
+    });
   }
 }

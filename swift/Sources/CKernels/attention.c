@@ -66,16 +66,33 @@ static void attention_avx512(const float *q, int64_t heads, int64_t hd, const fl
         const float sum = f->exp_sum(row, f->max(row, n), n);
         f->scale(row, 1.0f / sum, n);
     }
-    memset(out, 0, (size_t)(heads * hd) * sizeof(float));
-    for (int64_t j = 0; j < n; j++) {
-        const float *v = VROW(vp, j);
-        for (int64_t g = 0; g < heads; g++) {
-            const __m512 p = _mm512_set1_ps(scores[g * n + j]);
-            float *o = out + g * hd;
-            for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(o + d, _mm512_fmadd_ps(p, _mm512_loadu_ps(v + d), _mm512_loadu_ps(o + d)));
+    /* weighted V: each head's output stays in registers (hd/16 zmm) across all keys */
+    for (int64_t g = 0; g < heads; g++) {
+        const float *pg = scores + g * n;
+        float *o = out + g * hd;
+        for (int64_t d0 = 0; d0 < hd; d0 += 64) {
+            const int64_t w = hd - d0 < 64 ? hd - d0 : 64; /* multiple of 16 */
+            __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+            for (int64_t j0 = 0; j0 < n; j0 += 16) { /* page by page (page_size == 16 here) */
+                const float *base = vp[j0 / 16] + head_offset + d0;
+                const int64_t m = n - j0 < 16 ? n - j0 : 16;
+                for (int64_t t = 0; t < m; t++) {
+                    const float *v = base + t * stride;
+                    const __m512 p = _mm512_set1_ps(pg[j0 + t]);
+                    acc0 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v), acc0);
+                    if (w > 16) acc1 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16), acc1);
+                    if (w > 32) acc2 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 32), acc2);
+                    if (w > 48) acc3 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 48), acc3);
+                }
+            }
+            _mm512_storeu_ps(o + d0, acc0);
+            if (w > 16) _mm512_storeu_ps(o + d0 + 16, acc1);
+            if (w > 32) _mm512_storeu_ps(o + d0 + 32, acc2);
+            if (w > 48) _mm512_storeu_ps(o + d0 + 48, acc3);
         }
     }
 }
+
 
 __attribute__((target("avx2,fma")))
 static void attention_avx2(const float *q, int64_t heads, int64_t hd, const float *const *kp, const float *const *vp,

@@ -403,7 +403,9 @@ final class Scheduler {
                 continue
             }
             reuseCachedPrefix(for: s)
-            // the whole prompt's pages up front, so a prefill never stalls half-way
+            // check that the whole prompt fits (evicting cached pages if needed), but hold only
+            // the first chunk's pages: the rest are taken chunk by chunk, so pages never sit
+            // reserved-but-empty through a long prefill
             let need = s.tokens.count - s.computed
             while !s.table.reserve(need, in: kv), evictCached(need) {}
             if s.table.pages.count * kv.pageSize < s.tokens.count {
@@ -415,6 +417,7 @@ final class Scheduler {
                 }
                 break // wait for running sequences to free pages
             }
+            s.table.truncate(to: s.computed + min(need, options.batchTokens), in: kv)
             waiting.removeFirst()
             s.admittedAt = nowNanos()
             running.append(s)
