@@ -50,6 +50,19 @@ describe("greedy speculation is exact", () => {
     });
   }
 
+  test("long generations stay exact and complete (the draft's pages share the pool)", async () => {
+    const long = (opts: EngineOptions, draft: string | null) =>
+      withSpec({ ctxSize: 1100, ...opts }, draft, (e) => e.submit({ prompt: "Once upon a time", maxTokens: 1024, temperature: 0, ignoreEos: true }).collect());
+    const plain = await long({}, null);
+    expect(plain.tokens.length).toBe(1024);
+    const spec = await long({ speculation: "draft", draftAdaptive: false }, "stories260K-q8_0.gguf");
+    expect(spec.finish.reason).toBe("length");
+    expect(spec.tokens).toEqual(plain.tokens);
+    // a pool with room for the target alone: the draft gives its pages back instead
+    const tight = await long({ speculation: "draft", draftAdaptive: false, kvPages: 69 }, "stories260K-q8_0.gguf");
+    expect(tight.tokens).toEqual(plain.tokens);
+  });
+
   test("several sequences speculating in one batch stay exact", async () => {
     const prompts = ["Once upon a time", "The cat sat", "Lily and Ben", "One day, a big dog"];
     const run = (opts: EngineOptions, draft: string | null) =>

@@ -60,6 +60,11 @@ final class Scheduler {
         }
         if o.kvPages <= 0 {
             o.kvPages = o.maxBatchSize * ((o.contextSize + o.pageSize - 1) / o.pageSize)
+            // a draft model keeps its K/V in the same pages: add its share
+            if let d = draftModel?.config, o.speculation.mode == .draft {
+                let share = Double(d.layers * d.kvDim) / Double(c.layers * c.kvDim)
+                o.kvPages += Int((Double(o.kvPages) * share).rounded(.up))
+            }
         }
         self.model = model
         self.tokenizer = tokenizer
@@ -371,12 +376,24 @@ final class Scheduler {
     private func reservePages(for s: Sequence, count: Int, protecting fed: [(Sequence, Int)]) -> Bool {
         while !s.table.reserve(count, in: kv) {
             if evictCached(count) { continue }
+            if dropDraftPages() { continue }
             // never a sequence already in this step's batch: its K/V are about to be written
             guard let victim = running.last(where: { v in v !== s && !v.table.pages.isEmpty && !fed.contains { $0.0 === v } })
             else { return false }
             preempt(victim)
         }
         return true
+    }
+
+    /// Frees every sequence's draft-model pages (cheap to recompute): true if any were held.
+    private func dropDraftPages() -> Bool {
+        var freed = false
+        for s in running where !s.spec.draftTable.pages.isEmpty {
+            s.spec.draftTable.releaseAll(to: kv)
+            s.spec.draftComputed = 0
+            freed = true
+        }
+        return freed
     }
 
     private func preempt(_ s: Sequence) {
