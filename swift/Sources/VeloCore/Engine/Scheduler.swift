@@ -118,7 +118,10 @@ final class Scheduler {
         for s in running where s.cancelled { finish(s, .cancelled) }
         running.removeAll { $0.cancelled }
         admit()
+        let tDraft = nowNanos()
         let guesses = options.speculation.mode == .off ? [:] : propose()
+        let draftNs = Double(nowNanos() - tDraft)
+        let generatedBefore = tokensGenerated
         var batch = ForwardBatch()
         var outputs: [Output] = []
         var fed: [(Sequence, Int)] = []
@@ -181,7 +184,35 @@ final class Scheduler {
                 verify(o, now: now)
             }
         }
+        if options.speculation.mode != .off {
+            judgeSpeculation(outputs, ns: draftNs + Double(now - t0), emitted: tokensGenerated - generatedBefore)
+        }
         running.removeAll { $0.finishedFlag }
+    }
+
+    /// The measured gate over the model-based choice of k: the wall time per emitted token of
+    /// steps that speculated (drafting, the draft's catch-up after a pause, and verification)
+    /// against that of plain decode steps. When speculating costs more per token, every
+    /// sequence that speculated pauses, for twice as long each time it happens again.
+    private func judgeSpeculation(_ outputs: [Output], ns: Double, emitted: Int) {
+        let decoding = outputs.filter { $0.seq.generated > 0 || !$0.proposals.isEmpty }
+        guard emitted > 0, !decoding.isEmpty, decoding.count == outputs.count else { return }
+        let perToken = ns / Double(emitted)
+        let speculated = decoding.filter { !$0.proposals.isEmpty }
+        if speculated.isEmpty {
+            specCosts.plainPerToken = SpeculationCosts.ema(specCosts.plainPerToken, perToken)
+            return
+        }
+        specCosts.specPerToken = SpeculationCosts.ema(specCosts.specPerToken, perToken)
+        guard options.speculation.adaptive, specCosts.plainPerToken > 0 else { return }
+        guard specCosts.specPerToken > specCosts.plainPerToken else {
+            specCosts.pauseLength = max(specCosts.pauseLength / 2, 0)
+            return
+        }
+        // the verdict is the engine's: new sequences start from it instead of learning again
+        specCosts.pauseLength = min(max(specCosts.pauseLength * 2, 8), 1024)
+        for o in speculated where o.seq.spec.pausedSteps == 0 { o.seq.spec.pausedSteps = specCosts.pauseLength }
+        specCosts.specPerToken = 0 // judge the next attempt on its own
     }
 
     private func add(_ s: Sequence, tokens: [Int32], to batch: inout ForwardBatch, logits: Int) {
@@ -357,7 +388,6 @@ final class Scheduler {
             s.spec.acceptRate = max(s.spec.acceptRate, 0.5) // give it a fair chance when it resumes
         } else {
             s.spec.k = best.k
-            s.spec.pauseLength = 8
         }
     }
 
@@ -437,6 +467,7 @@ final class Scheduler {
             s.table.truncate(to: s.computed + min(need, options.batchTokens), in: kv)
             waiting.removeFirst()
             s.admittedAt = nowNanos()
+            if options.speculation.adaptive { s.spec.pausedSteps = specCosts.pauseLength }
             running.append(s)
         }
     }

@@ -65,6 +65,11 @@ struct SpeculationCosts {
     var plain = 0.0
     var verify = [Double](repeating: 0, count: 17)
     var draftStep = 0.0
+    /// Measured wall time per emitted token: plain decode steps, and steps that speculated.
+    var plainPerToken = 0.0
+    var specPerToken = 0.0
+    /// Steps a sequence waits before guessing again; 0 while speculation pays (engine-wide).
+    var pauseLength = 0
 
     static func ema(_ old: Double, _ new: Double) -> Double { old == 0 ? new : 0.8 * old + 0.2 * new }
 
