@@ -159,3 +159,24 @@ describe("velo generate", () => {
     }
   });
 });
+
+describe("continuous batching under KV pressure", () => {
+  test("preemption by recompute: everything finishes with the tokens each gives alone", async () => {
+    const prompts = ["Once upon a time", "The little dog", "Lily and Tom went to the park", "One day, a big bird"];
+    const alone = await withEngine("stories260K.gguf", { ctxSize: 128, prefixCache: false }, async (e) => {
+      const out: number[][] = [];
+      for (const p of prompts) out.push((await e.submit({ prompt: p, maxTokens: 60, temperature: 0, ignoreEos: true }).collect()).tokens);
+      return out;
+    });
+    // 4 sequences of up to ~70 tokens need ~20 pages; 12 force preemptions
+    const squeezed = await withEngine("stories260K.gguf", { ctxSize: 128, maxBatchSize: 4, kvPages: 12, prefixCache: false }, async (e) => {
+      const out = await Promise.all(prompts.map((p) => e.submit({ prompt: p, maxTokens: 60, temperature: 0, ignoreEos: true }).collect()));
+      return { out, stats: e.stats() };
+    });
+    expect(squeezed.out.map((r) => r.tokens)).toEqual(alone);
+    expect(squeezed.out.every((r) => r.finish.reason === "length")).toBe(true);
+    expect(squeezed.stats.preemptions).toBeGreaterThan(0);
+    expect(squeezed.stats.kv_pages_used).toBe(0);
+    expect(squeezed.stats.running).toBe(0);
+  });
+});

@@ -466,7 +466,7 @@ final class Scheduler {
             }
             s.table.truncate(to: s.computed + min(need, options.batchTokens), in: kv)
             waiting.removeFirst()
-            s.admittedAt = nowNanos()
+            if s.admittedAt == 0 { s.admittedAt = nowNanos() } // the first admission, not a re-admission after preemption
             if options.speculation.adaptive { s.spec.pausedSteps = specCosts.pauseLength }
             running.append(s)
         }
@@ -528,10 +528,12 @@ final class Scheduler {
         u.promptTokens = s.promptCount
         u.completionTokens = s.generated
         u.cachedTokens = s.cachedTokens
-        if s.firstTokenAt > 0 { u.timeToFirstTokenMs = Double(s.firstTokenAt - s.submittedAt) / 1e6 }
+        // Doubles, not UInt64 differences: nothing here may trap on a clock edge case
+        func ms(_ from: UInt64, _ to: UInt64) -> Double { max(0, Double(to) - Double(from)) / 1e6 }
+        if s.firstTokenAt > 0 { u.timeToFirstTokenMs = ms(s.submittedAt, s.firstTokenAt) }
         if s.promptDoneAt > 0 {
-            u.promptMs = Double(s.promptDoneAt - max(s.admittedAt, s.submittedAt)) / 1e6
-            u.generationMs = Double(now - s.promptDoneAt) / 1e6
+            u.promptMs = ms(max(s.admittedAt, s.submittedAt), s.promptDoneAt)
+            u.generationMs = ms(s.promptDoneAt, now)
         }
         if reason != .error { index(s) }
         s.table.releaseAll(to: kv)
