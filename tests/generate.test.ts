@@ -2,9 +2,8 @@
 // reference logits, plus sampling determinism, stop strings and `velo generate`.
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
-import { Engine } from "../src/engine/engine";
-import { Model } from "../src/engine/model";
 import { runCli } from "./helpers/cli";
+import { withEngine } from "./helpers/engine";
 import { sharedModel } from "./helpers/paths";
 
 interface GoldenCase {
@@ -26,14 +25,6 @@ const models: [string, number][] = [
   ["tiny-random-llama3-bpe", 0.05],
 ];
 
-function withEngine<T>(file: string, opts: Parameters<typeof Engine.create>[1], body: (e: Engine, m: Model) => Promise<T>): Promise<T> {
-  const m = Model.open(sharedModel(file));
-  const e = Engine.create(m, opts);
-  return body(e, m).finally(() => {
-    e.close();
-    m.close();
-  });
-}
 
 describe("golden greedy outputs", () => {
   for (const [name, tol] of models) {

@@ -4,22 +4,13 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Engine } from "../src/engine/engine";
-import { Model } from "../src/engine/model";
+import { withEngine } from "./helpers/engine";
 import { sharedModel } from "./helpers/paths";
 
 const golden = JSON.parse(readFileSync(sharedModel("golden/greedy_golden.json"), "utf8"));
 const dir = mkdtempSync(join(tmpdir(), "velo-prefix-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-function withEngine<T>(file: string, opts: Parameters<typeof Engine.create>[1], body: (e: Engine, m: Model) => Promise<T>): Promise<T> {
-  const m = Model.open(sharedModel(file));
-  const e = Engine.create(m, opts);
-  return body(e, m).finally(() => {
-    e.close();
-    m.close();
-  });
-}
 
 describe("prefix cache", () => {
   test("a follow-up request reuses the cached full pages and gives the same tokens", async () => {
