@@ -418,10 +418,11 @@ T512 static void mm_q4_0_wide(int64_t n, const void *vw, size_t ws, int64_t r0, 
     }
 }
 
-/* Few activation rows (decode): the streaming tiles; many (prefill): unpack weights once. */
+/* Few activation rows (decode, small batches): the streaming tiles; many (prefill): unpack
+ * weights once (below 32 rows the extra store and reload of the unpacked tile does not pay). */
 T512 static void mm_q4_0_any(int64_t n, const void *vw, size_t ws, int64_t r0, int64_t r1, const void *va,
                              size_t as, int64_t M, float *y, int64_t ldy) {
-    if (M >= 8) mm_q4_0_wide(n, vw, ws, r0, r1, va, as, M, y, ldy);
+    if (M >= 32) mm_q4_0_wide(n, vw, ws, r0, r1, va, as, M, y, ldy);
     else mm_q4_0(n, vw, ws, r0, r1, va, as, M, y, ldy);
 }
 

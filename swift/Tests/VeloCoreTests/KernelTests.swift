@@ -205,7 +205,7 @@ final class KernelTests: XCTestCase {
             ck_set_isa_limit(level)
             for t in KType.weights {
                 let n = lengths(t)[1]
-                for M in [1, 3, 4, 5, 17] {
+                for M in [1, 3, 4, 5, 17, 37] { // 37: the Q4_0 prefill path (32+ rows) with a remainder tile
                     let p = problem(t, n: n, rows: rows, M: M, seed: UInt64(7 * M + 1000 * Int(t)))
                     let ref = (0..<M).map { m in
                         (0..<rows).map { r in KernelReference.dot(t, n: n, w: p.wRows[r], a: p.aRows[m]) }
