@@ -35,7 +35,7 @@ export class Metrics {
     this.requests.set(key, (this.requests.get(key) ?? 0) + 1);
   }
 
-  render(engine: EngineStats | null, queued: number): string {
+  render(engine: EngineStats): string {
     const out: string[] = [];
     const counter = (name: string, help: string, value: number) => out.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`, `${name} ${value}`);
     const gauge = (name: string, help: string, value: number) => out.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`, `${name} ${value}`);
@@ -44,20 +44,20 @@ export class Metrics {
     counter("velo_prompt_tokens_total", "prompt tokens received", this.promptTokens);
     counter("velo_generated_tokens_total", "tokens generated", this.generatedTokens);
     counter("velo_cached_prompt_tokens_total", "prompt tokens served from kept KV", this.cachedTokens);
-    gauge("velo_queue_depth", "requests accepted but not yet running", engine ? engine.waiting! : queued);
-    gauge("velo_running_sequences", "sequences in the batch", engine?.running ?? 0);
-    gauge("velo_kv_pages_used", "KV pages in use", engine?.kv_pages_used ?? 0);
-    gauge("velo_kv_pages_free", "KV pages free", engine?.kv_pages_free ?? 0);
-    counter("velo_preemptions_total", "sequences preempted for lack of KV pages", engine?.preemptions ?? 0);
-    counter("velo_prefix_cache_hits_total", "requests that started from cached KV pages", engine?.prefix_cache_hits ?? 0);
-    counter("velo_prefix_cache_misses_total", "requests with no cached prefix", engine?.prefix_cache_misses ?? 0);
-    counter("velo_prefix_cache_tokens_total", "prompt tokens served from the prefix cache", engine?.prefix_cache_tokens_served ?? 0);
-    counter("velo_prefix_cache_evictions_total", "cached pages evicted", engine?.prefix_cache_evictions ?? 0);
-    gauge("velo_prefix_cache_pages", "KV pages held by the prefix cache", engine?.prefix_cache_pages ?? 0);
-    gauge("velo_kv_pages_shared", "cached KV pages also used by a running sequence", engine?.kv_pages_shared ?? 0);
-    const reserved = engine?.kv_reserved_slots ?? 0;
-    gauge("velo_kv_waste_ratio", "reserved but unused KV slots / reserved slots, over running sequences", reserved ? (reserved - engine!.kv_used_slots!) / reserved : 0);
-    const spec = engine?.speculation;
+    gauge("velo_queue_depth", "requests accepted but not yet running", engine.waiting ?? 0);
+    gauge("velo_running_sequences", "sequences in the batch", engine.running ?? 0);
+    gauge("velo_kv_pages_used", "KV pages in use", engine.kv_pages_used ?? 0);
+    gauge("velo_kv_pages_free", "KV pages free", engine.kv_pages_free ?? 0);
+    counter("velo_preemptions_total", "sequences preempted for lack of KV pages", engine.preemptions ?? 0);
+    counter("velo_prefix_cache_hits_total", "requests that started from cached KV pages", engine.prefix_cache_hits ?? 0);
+    counter("velo_prefix_cache_misses_total", "requests with no cached prefix", engine.prefix_cache_misses ?? 0);
+    counter("velo_prefix_cache_tokens_total", "prompt tokens served from the prefix cache", engine.prefix_cache_tokens_served ?? 0);
+    counter("velo_prefix_cache_evictions_total", "cached pages evicted", engine.prefix_cache_evictions ?? 0);
+    gauge("velo_prefix_cache_pages", "KV pages held by the prefix cache", engine.prefix_cache_pages ?? 0);
+    gauge("velo_kv_pages_shared", "cached KV pages also used by a running sequence", engine.kv_pages_shared ?? 0);
+    const reserved = engine.kv_reserved_slots ?? 0;
+    gauge("velo_kv_waste_ratio", "reserved but unused KV slots / reserved slots, over running sequences", reserved ? (reserved - engine.kv_used_slots!) / reserved : 0);
+    const spec = engine.speculation;
     if (spec) {
       counter("velo_spec_drafted_total", "speculative guesses made", spec.drafted);
       counter("velo_spec_accepted_total", "speculative guesses accepted", spec.accepted);

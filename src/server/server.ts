@@ -150,7 +150,7 @@ export class VeloServer {
   }
 
   metricsResponse(): Response {
-    return new Response(this.metrics.render(this.engine.stats(), 0), { headers: { "Content-Type": "text/plain; version=0.0.4" } });
+    return new Response(this.metrics.render(this.engine.stats()), { headers: { "Content-Type": "text/plain; version=0.0.4" } });
   }
 
   models(): Response {

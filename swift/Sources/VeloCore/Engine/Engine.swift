@@ -208,13 +208,22 @@ public final class Engine: @unchecked Sendable {
         }
     }
 
+    /// When the stats snapshot was last rebuilt: it walks the prefix tree, so while busy it is
+    /// refreshed at most every 20 ms rather than after every step; when idle, always.
+    private var statsBuiltAt: UInt64 = 0
+
     private func publish() {
         let events = scheduler.events
         scheduler.events.removeAll(keepingCapacity: true)
-        let snapshot = scheduler.statsJSON
+        let now = nowNanos()
+        var snapshot: JSON?
+        if !scheduler.hasWork || now - statsBuiltAt >= 20_000_000 {
+            snapshot = scheduler.statsJSON
+            statsBuiltAt = now
+        }
         locked {
             outbox.append(contentsOf: events)
-            stats = snapshot
+            if let snapshot { stats = snapshot }
             if !events.isEmpty { pthread_cond_broadcast(&ready) }
         }
     }

@@ -90,8 +90,4 @@ public enum GGMLType: UInt32, CaseIterable, Sendable {
         case .mxfp4: 17
         }
     }
-
-    public static func named(_ name: String) -> GGMLType? {
-        allCases.first { $0.name.lowercased() == name.lowercased() }
-    }
 }
