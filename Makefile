@@ -17,7 +17,7 @@ LIB := .build/release/libVelo.$(LIB_EXT)
 TEST_SCRATCH := .build-test
 BUN := node_modules/bun/bin/bun.exe
 
-.PHONY: all setup deps root lib test test-swift test-bun clean
+.PHONY: all setup deps root lib test test-swift test-bun clean shaders metallib FORCE
 all: setup lib
 
 setup: deps root
@@ -32,17 +32,66 @@ ifneq ($(IN_ROOT),)
 	scripts/toolchain.sh setup
 endif
 
-lib: deps
+lib: deps shaders
 	$(IN_ROOT) swift build $(SWIFT_FLAGS)
 	@ls -l $(LIB)
 
 test: setup lib test-swift test-bun
 
-test-swift:
-	$(IN_ROOT) swift test -c release --scratch-path $(TEST_SCRATCH)
+# GPU kernels and the Vulkan backend are tested on lavapipe (Mesa's CPU Vulkan driver) unless
+# VK_DRIVER_FILES already names a driver.
+export VK_DRIVER_FILES ?= /usr/share/vulkan/icd.d/lvp_icd.json
+
+test-swift: shaders
+	$(IN_ROOT) swift test -c release -Xswiftc -enable-testing --scratch-path $(TEST_SCRATCH)
 
 test-bun:
 	$(IN_ROOT) $(BUN) test
 
+# ---- GPU kernels: shaders/*.comp -> SPIR-V (C arrays in the CShaders target) and MSL ----
+# Weight kernels are built once per weight type (-DWTYPE_<TYPE>), named <kernel>_<type>.
+WTYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k
+WEIGHT_KERNELS := get_rows matvec matmul
+PLAIN_KERNELS := rms_norm rope kv_store attention swiglu add
+SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(PLAIN_KERNELS)
+SPV_ENV := vulkan1.2
+MSL_VER := 20400
+SHADER_C := swift/Sources/CShaders/generated
+SHADER_GEN := gen/shaders
+METAL_DIR := gen/metal
+SHADER_ENV := SPV_ENV=$(SPV_ENV) MSL_VER=$(MSL_VER) SHADER_C=$(SHADER_C) SHADER_GEN=$(SHADER_GEN) METAL_DIR=$(METAL_DIR)
+SHADER_BUILD := $(IN_ROOT) env $(SHADER_ENV) sh shaders/build.sh
+upper = $(subst b,B,$(subst f,F,$(subst k,K,$(subst q,Q,$(1)))))
+
+shaders: $(SHADERS:%=$(SHADER_C)/%.c) $(SHADER_C)/registry.c $(SHADERS:%=$(METAL_DIR)/%.metal)
+
+# $(1) name, $(2) source, $(3) glslc flags
+define shader_rules
+$(SHADER_C)/$(1).c: $(2) shaders/build.sh
+	$(SHADER_BUILD) spirv $(1) $(2) $(3)
+$(METAL_DIR)/$(1).metal: $(2) shaders/build.sh
+	$(SHADER_BUILD) msl $(1) $(2) $(3)
+endef
+$(foreach k,$(WEIGHT_KERNELS),$(foreach t,$(WTYPES),\
+  $(eval $(call shader_rules,$(k)_$(t),shaders/$(k).comp,-DWTYPE_$(call upper,$(t))))))
+$(foreach k,$(PLAIN_KERNELS),$(eval $(call shader_rules,$(k),shaders/$(k).comp,)))
+-include $(wildcard $(SHADER_GEN)/*.d)
+
+# the list of shaders, rewritten only when it changes, so the registry follows it
+$(SHADER_GEN)/names.txt: FORCE
+	@mkdir -p $(@D)
+	@echo '$(SHADERS)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(SHADER_C)/registry.c: $(SHADER_GEN)/names.txt shaders/build.sh
+	env $(SHADER_ENV) sh shaders/build.sh registry $(SHADERS)
+
+# macOS: every kernel in one library (each MSL kernel function is named after its shader)
+METALLIB := $(METAL_DIR)/velo.metallib
+metallib: $(METALLIB)
+$(METALLIB): $(SHADERS:%=$(METAL_DIR)/%.air)
+	xcrun -sdk macosx metallib -o $@ $^
+$(METAL_DIR)/%.air: $(METAL_DIR)/%.metal
+	xcrun -sdk macosx metal -std=macos-metal2.4 -fno-fast-math -c -o $@ $<
+
 clean:
-	rm -rf .build $(TEST_SCRATCH)
+	rm -rf .build $(TEST_SCRATCH) gen $(SHADER_C)

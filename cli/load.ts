@@ -29,6 +29,8 @@ export function loadEngine(path: string | undefined, flags: EngineFlags, extra: 
       model,
       {
         threads: flags.threads,
+        backend: flags.backend,
+        device: flags.device,
         ctxSize: flags.ctxSize ?? Math.min(trained || 4096, 4096),
         prefixCache: flags.prefixCache,
         speculation: flags.spec ?? (flags.draft ? "draft" : "off"),

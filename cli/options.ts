@@ -58,10 +58,19 @@ export function addCommandHelpEnv(cmd: Command): Command {
 
 /** Engine settings every model-running command shares. */
 export function addEngineOptions(cmd: Command): Command {
-  return cmd
+  cmd
     .addOption(opt("-t, --threads <n>", "CPU threads (default: all cores)").argParser(parseIntArg("--threads", 1, 1024)))
     .addOption(opt("-c, --ctx-size <n>", "context size per sequence (default: the model's, at most 4096)").argParser(parseIntArg("--ctx-size", 2, 1 << 20)))
     .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"));
+  return addBackendOptions(cmd);
+}
+
+/** --backend and --device (every command that runs a model). */
+export function addBackendOptions(cmd: Command): Command {
+  return cmd
+    .addOption(opt("--backend <name>", "where the model runs: auto (Metal on macOS, else a Vulkan GPU if there is one, else the CPU), cpu, vulkan or metal")
+      .choices(["auto", "cpu", "vulkan", "metal"]).default("auto"))
+    .addOption(opt("--device <n>", "which GPU of the backend, counted from 0 (default: the first real GPU)").argParser(parseIntArg("--device", 0, 1024)));
 }
 
 /** Speculative decoding flags (generate, chat, serve, bench). */
@@ -82,6 +91,8 @@ export interface SpeculationFlags {
 
 export interface EngineFlags extends SpeculationFlags {
   threads?: number;
+  backend?: "auto" | "cpu" | "vulkan" | "metal";
+  device?: number;
   ctxSize?: number;
   prefixCache?: boolean;
 }

@@ -54,7 +54,7 @@ binds() {
 run() {
   [ -e "$ROOT/.tc/provisioned" ] || setup >&2
   local pass="TERM NO_COLOR FORCE_COLOR CI COLUMNS VK_DRIVER_FILES VK_ICD_FILENAMES"
-  pass+=" $(compgen -e | grep -E '^(VELO_|BUN_)' | tr '\n' ' ' || true)"
+  pass+=" $(compgen -e | grep -E '^(VELO_|BUN_|VK_)' | tr '\n' ' ' || true)"
   TC_BINDS="$(binds)" TC_PASS_ENV="$pass" exec "$HERE/in-root.sh" "$ROOT" "$@"
 }
 

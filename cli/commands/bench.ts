@@ -153,7 +153,7 @@ export function benchCommand(): Command {
         const stats = engine.stats();
         const meta = {
           model: info.name ?? modelPath, path: modelPath, size_bytes: info.tensor_bytes, params: info.parameter_count,
-          types: info.tensor_types, backend: "CPU", threads: stats.threads,
+          types: info.tensor_types, backend: backendLabel(stats), threads: stats.threads,
         };
         const profile = stats.profile_ms ?? undefined;
         const speculation = stats.speculation ?? undefined;
@@ -203,7 +203,7 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
       if (b < maxB && b * 2 > maxB) results.push(await runBatchBench(engine, vocab, bos, maxB, pp, tg));
     }
     if (flags.json) {
-      console.log(JSON.stringify({ model: info.name ?? modelPath, path: modelPath, threads: engine.stats().threads, results }, null, 2));
+      console.log(JSON.stringify({ model: info.name ?? modelPath, path: modelPath, backend: backendLabel(engine.stats()), threads: engine.stats().threads, results }, null, 2));
       return;
     }
     const table = new Table({ head: ["B", "PP", "TG", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "per seq t/s", "TTFT ms", "KV pages"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
@@ -211,6 +211,7 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
       table.push([r.batch, r.pp, r.tg, r.t_pp_s.toFixed(2), r.s_pp_tps.toFixed(1), r.t_tg_s.toFixed(2), r.s_tg_tps.toFixed(1), r.s_tg_per_seq_tps.toFixed(1), r.ttft_avg_ms.toFixed(0), r.kv_pages_peak]);
     }
     console.log(table.toString());
+    console.log(`backend: ${backendLabel(engine.stats())}`);
   } finally {
     loaded.close();
   }
@@ -218,4 +219,10 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
 
 function formatParams(n: number): string {
   return n >= 1e9 ? `${(n / 1e9).toFixed(2)} B` : n >= 1e6 ? `${(n / 1e6).toFixed(2)} M` : `${(n / 1e3).toFixed(2)} K`;
+}
+
+/** "CPU (avx512-vnni)" or "vulkan: NVIDIA H100 80GB HBM3". */
+function backendLabel(stats: object): string {
+  const s = stats as { backend?: string; device?: string };
+  return s.backend === "cpu" || !s.backend ? `CPU (${s.device ?? "?"})` : `${s.backend}: ${s.device}`;
 }

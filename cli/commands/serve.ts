@@ -1,10 +1,12 @@
 import chalk from "chalk";
 import { Command } from "commander";
 import { VeloServer } from "../../src/server/server";
-import { addCommandHelpEnv, addSpeculationOptions, opt, parseIntArg, requireModelPath, type SpeculationFlags } from "../options";
+import { addBackendOptions, addCommandHelpEnv, addSpeculationOptions, opt, parseIntArg, requireModelPath, type SpeculationFlags } from "../options";
 import { action, CliError, spinner } from "../ui";
 
 interface ServeFlags extends SpeculationFlags {
+  backend?: "auto" | "cpu" | "vulkan" | "metal";
+  device?: number;
   host: string;
   port: number;
   apiKey?: string;
@@ -34,6 +36,7 @@ export function serveCommand(): Command {
     .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"))
     .addOption(opt("--prefix-cache-file <path>", "load this saved prefix at start; POST /prefix-cache/save writes it"));
   addSpeculationOptions(cmd);
+  addBackendOptions(cmd);
   cmd.action(
     action(async (modelPath: string, f: ServeFlags) => {
       requireModelPath(modelPath);
@@ -42,7 +45,8 @@ export function serveCommand(): Command {
       const server = new VeloServer({
         modelPath, draftPath: f.draft, modelId: f.alias, host: f.host, prefixCacheFile: f.prefixCacheFile, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
         engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, ctxSize: f.contextLen ?? 4096, kvMemoryMb: f.kvMemory, prefixCache: f.prefixCache,
-          speculation: f.spec ?? (f.draft ? "draft" : "off"), draftMax: f.draftMax, draftAdaptive: f.specAdapt },
+          speculation: f.spec ?? (f.draft ? "draft" : "off"), draftMax: f.draftMax, draftAdaptive: f.specAdapt,
+          backend: f.backend, device: f.device },
       });
       let http;
       try {

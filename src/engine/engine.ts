@@ -22,6 +22,10 @@ export interface EngineOptions {
   draftMax?: number;
   /** Adapt the number of guesses and switch off when it does not pay (default true). */
   draftAdaptive?: boolean;
+  /** Where forward passes run (default auto: Metal on macOS, a Vulkan GPU, else the CPU). */
+  backend?: "auto" | "cpu" | "vulkan" | "metal";
+  /** Which GPU of the backend. */
+  device?: number;
 }
 
 /** Scheduler counters and gauges (velo_engine_stats). */
@@ -177,6 +181,8 @@ export class Engine {
       speculation: opts.speculation,
       draft_max: opts.draftMax,
       draft_adaptive: opts.draftAdaptive,
+      backend: opts.backend,
+      device: opts.device,
     });
     const out = new BigUint64Array(1);
     check(lib().velo_engine_create(model.handle, draft ? draft.handle : null, cstr(json), out));

@@ -20,6 +20,12 @@ public final class Profiler: @unchecked Sendable {
         return r
     }
 
+    /// Time measured elsewhere (GPU timestamps).
+    func add(_ op: Op, nanos: UInt64) {
+        self.nanos[op.rawValue] &+= nanos
+    }
+
+
     var json: JSON {
         .object(Op.allCases.map { ($0.name, .number(Double(nanos[$0.rawValue]) / 1e6)) })
     }

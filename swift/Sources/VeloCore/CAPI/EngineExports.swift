@@ -59,6 +59,11 @@ func engineOptions(from text: String) throws -> EngineOptions {
     }
     if let k = try f.int("draft_max", 1...16) { o.speculation.maxDraft = k }
     if let a = try f.bool("draft_adaptive") { o.speculation.adaptive = a }
+    if let b = try f.string("backend") {
+        guard let c = BackendChoice(rawValue: b) else { throw VeloError(.invalidArgument, "backend must be auto, cpu, vulkan or metal (got '\(b)')") }
+        o.backend = c
+    }
+    if let d = try f.int("device", -1...1024), d >= 0 { o.device = d }
     return o
 }
 

@@ -1,3 +1,5 @@
+import CKernels
+
 /// Engine settings (from the CLI / server flags).
 public struct EngineOptions: Sendable {
     public var threads = max(1, cpuCount())
@@ -16,6 +18,10 @@ public struct EngineOptions: Sendable {
     /// Time every kind of op (reported in the stats).
     public var profile = false
     public var speculation = SpeculationOptions()
+    /// Where forward passes run: the CPU, or a GPU through Vulkan or Metal.
+    public var backend = BackendChoice.auto
+    /// Which GPU of the backend (nil: the first real one).
+    public var device: Int?
 
     public init() {}
 }
@@ -29,9 +35,14 @@ final class Scheduler {
     let tokenizer: Tokenizer
     let options: EngineOptions
     let kv: PagePool
-    let kvView: KVView
-    let ops: TransformerOps
-    let ws: Workspace
+    /// The target model's forward pass on the chosen backend, and the logits of the last one.
+    let forwardOps: ForwardOps
+    private var logits: UnsafeMutablePointer<Float>?
+    let profiler: Profiler
+    let threads: Int
+    /// "cpu", or the GPU API and device name.
+    let backendName: String
+    let deviceName: String
     var waiting: [Sequence] = []
     var running: [Sequence] = []
     /// The prefix index over KV pages (nil when disabled).
@@ -39,7 +50,7 @@ final class Scheduler {
     var events: [EngineEvent] = []
     /// Speculative decoding: the draft model and its scratch (draft mode only), the step-time
     /// model and the counters.
-    let draft: (model: LanguageModel, ops: TransformerOps, ws: Workspace, kv: KVView)?
+    let draft: (model: LanguageModel, ops: ForwardOps)?
     var specCosts = SpeculationCosts()
     var specStats = SpeculationStats()
     // counters for stats
@@ -68,22 +79,51 @@ final class Scheduler {
         }
         self.model = model
         self.tokenizer = tokenizer
-        kv = try PagePool(pageCount: o.kvPages, pageSize: o.pageSize, layers: c.layers, kvDim: c.kvDim)
+        let gpu = try openGPUDevice(o.backend, index: o.device)
+        kv = try PagePool(pageCount: o.kvPages, pageSize: o.pageSize, layers: c.layers, kvDim: c.kvDim, hostStorage: gpu == nil)
+        let kv = self.kv
         cache = o.prefixCache ? RadixCache(pool: kv) : nil
-        kvView = kv.view
-        let pool = ThreadPool(threads: o.threads)
-        ops = TransformerOps(config: c, pool: pool, profiler: Profiler(enabled: o.profile))
+        let profiler = Profiler(enabled: o.profile)
+        self.profiler = profiler
         let spec = o.speculation.mode == .off ? 0 : o.speculation.maxDraft
         o.batchTokens = max(o.batchTokens, o.maxBatchSize * (spec + 1))
-        ws = Workspace(config: c, maxTokens: o.batchTokens, maxLogitRows: o.maxBatchSize * (spec + 1), maxContext: o.contextSize, threads: pool.size)
-        if o.speculation.mode == .draft {
-            guard let d = draftModel else { throw VeloError(.invalidArgument, "draft speculation needs a draft model") }
-            let dc = d.config
-            draft = (d, TransformerOps(config: dc, pool: pool, profiler: ops.profiler),
-                     Workspace(config: dc, maxTokens: o.batchTokens, maxLogitRows: o.maxBatchSize, maxContext: o.contextSize, threads: pool.size),
-                     try KVView(pool: kv, layers: dc.layers, kvDim: dc.kvDim))
+        if o.speculation.mode == .draft && draftModel == nil {
+            throw VeloError(.invalidArgument, "draft speculation needs a draft model")
+        }
+        let draftModel = o.speculation.mode == .draft ? draftModel : nil
+        if let gpu {
+            let pages = try GPUKVPages(device: gpu, pool: kv)
+            kv.gpu = (gpu, pages)
+            threads = 1
+            #if canImport(Metal)
+            backendName = "metal"
+            #else
+            backendName = "vulkan"
+            #endif
+            deviceName = gpu.name
+            let (batchTokens, ctx, seqs) = (o.batchTokens, o.contextSize, o.maxBatchSize)
+            func runner(_ m: LanguageModel, logitRows: Int) throws -> ForwardOps {
+                try GPUForward(device: gpu, model: m, kv: pages, layers: m.config.layers, kvDim: m.config.kvDim, maxTokens: batchTokens,
+                               maxLogitRows: logitRows, maxSequences: seqs, maxContext: ctx, profiler: profiler)
+            }
+            forwardOps = try runner(model, logitRows: o.maxBatchSize * (spec + 1))
+            draft = try draftModel.map { ($0, try runner($0, logitRows: o.maxBatchSize)) }
         } else {
-            draft = nil
+            let pool = ThreadPool(threads: o.threads)
+            threads = pool.size
+            backendName = "cpu"
+            deviceName = ck_isa_name().map { String(cString: $0) } ?? "cpu"
+            let (batchTokens, ctx, prof) = (o.batchTokens, o.contextSize, profiler)
+            func runner(_ m: LanguageModel, kv view: KVView, logitRows: Int) -> ForwardOps {
+                let mc = m.config
+                return CPUForward(config: mc, ops: TransformerOps(config: mc, pool: pool, profiler: prof),
+                                  ws: Workspace(config: mc, maxTokens: batchTokens, maxLogitRows: logitRows, maxContext: ctx, threads: pool.size),
+                                  kv: view)
+            }
+            forwardOps = runner(model, kv: kv.view, logitRows: o.maxBatchSize * (spec + 1))
+            draft = try draftModel.map { d in
+                (d, runner(d, kv: try KVView(pool: kv, layers: d.config.layers, kvDim: d.config.kvDim), logitRows: o.maxBatchSize))
+            }
         }
         self.options = o
     }
@@ -156,7 +196,14 @@ final class Scheduler {
             return
         }
         let t0 = nowNanos()
-        model.forward(batch, kv: kvView, ops: ops, ws: ws)
+        do {
+            logits = try model.run(batch, on: forwardOps)
+        } catch {
+            // a failed device step ends the sequences in it, with the reason; the engine goes on
+            for (s, _) in fed where !s.finishedFlag { finishWithText(s, .error, message: "\(error)") }
+            running.removeAll { $0.finishedFlag }
+            return
+        }
         stepsRun += 1
         let now = nowNanos()
         recordStepTime(Double(now - t0), outputs: outputs, batch: batch)
@@ -173,7 +220,7 @@ final class Scheduler {
                 index(s) // concurrent requests with the same prompt can share it from now on
             }
             if o.proposals.isEmpty {
-                let logits = ws.logits + o.first * vocab
+                let logits = self.logits! + o.first * vocab
                 var top: [(Int32, Float)] = []
                 if s.request.topLogits > 0 {
                     top = Sampler.topCandidates(logits, vocab: vocab, k: min(s.request.topLogits, vocab)).map { ($0.id, $0.logit) }
@@ -295,9 +342,9 @@ final class Scheduler {
             }
             guard batch.count > 0 else { break }
             let t0 = nowNanos()
-            d.model.forward(batch, kv: d.kv, ops: d.ops, ws: d.ws)
+            guard let logits = try? d.model.run(batch, on: d.ops) else { return [:] } // speculation is optional
             if batch.count == batch.tables.count { specCosts.draftStep = SpeculationCosts.ema(specCosts.draftStep, Double(nowNanos() - t0)) }
-            for r in rowsFor { guessNext(&active[r.index], logits: d.ws.logits + r.row * vocab, vocab: vocab) }
+            for r in rowsFor { guessNext(&active[r.index], logits: logits + r.row * vocab, vocab: vocab) }
         }
         // further guesses: feed the last guess, read the next
         while true {
@@ -313,11 +360,11 @@ final class Scheduler {
                 batch.logitRows.append(batch.count - 1)
             }
             let t0 = nowNanos()
-            d.model.forward(batch, kv: d.kv, ops: d.ops, ws: d.ws)
+            guard let logits = try? d.model.run(batch, on: d.ops) else { break }
             specCosts.draftStep = SpeculationCosts.ema(specCosts.draftStep, Double(nowNanos() - t0))
             for (row, i) in more.enumerated() {
                 active[i].s.spec.draftComputed += 1
-                guessNext(&active[i], logits: d.ws.logits + row * vocab, vocab: vocab)
+                guessNext(&active[i], logits: logits + row * vocab, vocab: vocab)
             }
         }
         var out: [ObjectIdentifier: Guesses] = [:]
@@ -342,7 +389,7 @@ final class Scheduler {
         var kept = 0
         for i in 0...k {
             if s.finishedFlag { break }
-            let p = s.sampler.probabilities(ws.logits + (o.first + i) * vocab, vocab: vocab, history: s.tokens[...])
+            let p = s.sampler.probabilities(logits! + (o.first + i) * vocab, vocab: vocab, history: s.tokens[...])
             if i == k {
                 accept(s.sampler.draw(p), for: s, now: now, topLogits: [])
                 break
@@ -568,7 +615,9 @@ final class Scheduler {
         put("tokens_generated", tokensGenerated)
         put("tokens_prefilled", tokensPrefilled)
         put("preemptions", preemptions)
-        put("threads", ops.pool.size)
+        put("threads", threads)
+        pairs.append(("backend", .string(backendName)))
+        pairs.append(("device", .string(deviceName)))
         put("context_size", options.contextSize)
         put("max_batch_size", options.maxBatchSize)
         pairs.append(("prefix_cache_enabled", .bool(cache != nil)))
@@ -578,7 +627,7 @@ final class Scheduler {
         put("prefix_cache_evictions", cache?.evictions ?? 0)
         put("prefix_cache_pages", cache?.pagesHeld ?? 0)
         put("kv_pages_shared", cache?.pagesShared ?? 0)
-        pairs.append(("profile_ms", ops.profiler.enabled ? ops.profiler.json : .null))
+        pairs.append(("profile_ms", profiler.enabled ? profiler.json : .null))
         pairs.append(("speculation", options.speculation.mode == .off ? .null : specStats.json))
         pairs.append(("speculation_mode", .string(options.speculation.mode.rawValue)))
         return .object(pairs)

@@ -8,11 +8,13 @@ public final class PagePool: @unchecked Sendable {
     public let kvDim: Int
     /// Floats per (page, layer, K or V) plane.
     let planeFloats: Int
-    let storage: UnsafeMutablePointer<Float>
+    /// The pages in host memory; nil when they live on a GPU (`gpu`).
+    let storage: UnsafeMutablePointer<Float>!
+    var gpu: (device: GPUDevice, pages: GPUKVPages)?
     private var refcounts: [Int32]
     private var freeList: [Int32]
 
-    public init(pageCount: Int, pageSize: Int, layers: Int, kvDim: Int) throws {
+    public init(pageCount: Int, pageSize: Int, layers: Int, kvDim: Int, hostStorage: Bool = true) throws {
         guard pageCount > 0, pageSize > 0 else { throw VeloError(.invalidArgument, "the KV pool needs at least one page") }
         self.pageSize = pageSize
         self.pageCount = pageCount
@@ -20,13 +22,17 @@ public final class PagePool: @unchecked Sendable {
         self.kvDim = kvDim
         planeFloats = pageSize * kvDim
         let total = pageCount * layers * 2 * planeFloats
-        storage = .allocate(capacity: total)
-        storage.initialize(repeating: 0, count: total)
+        if hostStorage {
+            storage = .allocate(capacity: total)
+            storage.initialize(repeating: 0, count: total)
+        } else {
+            storage = nil
+        }
         refcounts = [Int32](repeating: 0, count: pageCount)
         freeList = (0..<Int32(pageCount)).reversed()
     }
 
-    deinit { storage.deallocate() }
+    deinit { storage?.deallocate() }
 
     public static func bytesPerPage(pageSize: Int, layers: Int, kvDim: Int) -> Int {
         pageSize * layers * 2 * kvDim * MemoryLayout<Float>.size
@@ -53,6 +59,27 @@ public final class PagePool: @unchecked Sendable {
     }
 
     public func refcount(_ page: Int32) -> Int32 { refcounts[Int(page)] }
+
+    /// Bytes of one page (every layer's K and V).
+    var pageBytes: Int { layers * 2 * planeFloats * 4 }
+
+    /// Copies a whole page out (prefix files), from host or GPU memory.
+    func readPage(_ page: Int32, into dst: UnsafeMutableRawPointer) throws {
+        if let gpu {
+            try gpu.device.download(gpu.pages.buffer, offset: Int(page) * pageBytes, into: dst, bytes: pageBytes)
+        } else {
+            dst.copyMemory(from: slot(page, layer: 0, plane: 0, index: 0), byteCount: pageBytes)
+        }
+    }
+
+    /// Copies a whole page in (prefix files).
+    func writePage(_ page: Int32, from src: UnsafeRawPointer) throws {
+        if let gpu {
+            try gpu.device.upload(gpu.pages.buffer, offset: Int(page) * pageBytes, from: src, bytes: pageBytes)
+        } else {
+            UnsafeMutableRawPointer(slot(page, layer: 0, plane: 0, index: 0)).copyMemory(from: src, byteCount: pageBytes)
+        }
+    }
 
     /// The pool's own layout (the target model's).
     public var view: KVView { try! KVView(pool: self, layers: layers, kvDim: kvDim) }

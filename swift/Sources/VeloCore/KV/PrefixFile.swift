@@ -48,10 +48,10 @@ enum PrefixFile {
         put(modelTag)
         put(UInt32(pool.pageSize)); put(UInt32(pool.layers)); put(UInt32(pool.kvDim)); put(UInt32(nodes.count))
         for n in nodes { for t in n.tokens { put(t) } }
-        let pageFloats = pool.layers * 2 * pool.planeFloats
+        var page = [UInt8](repeating: 0, count: pool.pageBytes)
         for n in nodes {
-            let p = pool.slot(n.page, layer: 0, plane: 0, index: 0)
-            out += UnsafeRawBufferPointer(start: p, count: pageFloats * 4)
+            try page.withUnsafeMutableBytes { try pool.readPage(n.page, into: $0.baseAddress!) }
+            out += page
         }
         try writeFile(path, out)
         return nodes.count * pool.pageSize
@@ -92,7 +92,7 @@ enum PrefixFile {
         }
         for (i, page) in table.pages.enumerated() {
             let src = base + 32 + count * ps * 4 + i * pageBytes
-            UnsafeMutableRawPointer(pool.slot(page, layer: 0, plane: 0, index: 0)).copyMemory(from: src, byteCount: pageBytes)
+            try pool.writePage(page, from: src)
         }
         cache.insert(tokens, pages: table.pages)
         table.releaseAll(to: pool) // the tree keeps what it indexed

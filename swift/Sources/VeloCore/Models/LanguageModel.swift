@@ -1,8 +1,10 @@
-/// What the engine needs of an architecture: its shape and one batched forward pass that
-/// writes K/V into pages and logits for `batch.logitRows` into the workspace.
+/// What the engine needs of an architecture: its shape, its weights (a GPU uploads them
+/// once), and its forward pass written in `ForwardOps`, which every backend implements.
 protocol LanguageModel: AnyObject {
     var config: ModelConfig { get }
-    func forward(_ batch: ForwardBatch, kv: KVView, ops: TransformerOps, ws: Workspace)
+    var matrices: [WeightMatrix] { get }
+    var vectors: [WeightVector] { get }
+    func forward(_ ops: ForwardOps)
 }
 
 /// One file per architecture; this table picks it from `general.architecture`.

@@ -1,5 +1,3 @@
-import CKernels
-
 /// The Llama architecture (Llama 2/3, Mistral-style, TinyLlama, TinyStories): pre-norm
 /// blocks of grouped-query attention with RoPE and a SwiGLU MLP; tied or separate output.
 final class LlamaModel: LanguageModel, @unchecked Sendable {
@@ -40,36 +38,30 @@ final class LlamaModel: LanguageModel, @unchecked Sendable {
         output = try w.optionalMatrix("output.weight", rows: c.vocabSize, cols: c.dim) ?? embeddings
     }
 
-    func forward(_ batch: ForwardBatch, kv: KVView, ops: TransformerOps, ws: Workspace) {
-        let c = config
-        let n = batch.count
-        ops.profiler.measure(.embed) { embed(batch.tokens, into: ws.x) }
-        let rope = ops.profiler.measure(.rope) { ops.ropeTable(positions: batch.positions) }
-        for (li, l) in layers.enumerated() {
-            ops.rmsNorm(ws.x, l.attnNorm, rows: n, n: c.dim, into: ws.xn)
-            ops.matmul(ws.xn, rows: n, [(l.wq, ws.q), (l.wk, ws.k), (l.wv, ws.v)], ws: ws)
-            ops.rope(ws.q, rows: n, heads: c.heads, table: rope)
-            ops.rope(ws.k, rows: n, heads: c.kvHeads, table: rope)
-            ops.storeKV(batch, layer: li, kv: kv, ws: ws)
-            ops.attention(batch, layer: li, kv: kv, ws: ws)
-            ops.matmul(ws.attn, rows: n, [(l.wo, ws.xn)], ws: ws)
-            ops.profiler.measure(.other) { ops.addInPlace(ws.x, ws.xn, count: n * c.dim) }
-            ops.rmsNorm(ws.x, l.ffnNorm, rows: n, n: c.dim, into: ws.xn)
-            ops.gatedMLP(rows: n, gate: l.gate, up: l.up, down: l.down, ws: ws)
-        }
-        // Only the rows that need logits go through the (large) output projection.
-        for (i, r) in batch.logitRows.enumerated() {
-            ck_rms_norm(ws.x + r * c.dim, outputNorm.values, ws.xn + i * c.dim, Int64(c.dim), c.normEps)
-        }
-        if !batch.logitRows.isEmpty {
-            ops.matmul(ws.xn, rows: batch.logitRows.count, [(output, ws.logits)], ws: ws)
-        }
+    var matrices: [WeightMatrix] {
+        [embeddings] + layers.flatMap { [$0.wq, $0.wk, $0.wv, $0.wo, $0.gate, $0.up, $0.down] } + (output.data == embeddings.data ? [] : [output])
     }
 
-    func embed(_ tokens: [Int32], into x: UnsafeMutablePointer<Float>) {
-        for (i, t) in tokens.enumerated() {
-            ck_dequantize_row(Int32(embeddings.type.rawValue), embeddings.data + Int(t) * embeddings.rowBytes,
-                              x + i * config.dim, Int64(config.dim))
+    var vectors: [WeightVector] { layers.flatMap { [$0.attnNorm, $0.ffnNorm] } + [outputNorm] }
+
+    func forward(_ ops: ForwardOps) {
+        let c = config
+        ops.embed(embeddings)
+        for (li, l) in layers.enumerated() {
+            ops.rmsNorm(.x, l.attnNorm, into: .xn)
+            ops.matmul(.xn, [(l.wq, .q), (l.wk, .k), (l.wv, .v)])
+            ops.rope(.q, heads: c.heads)
+            ops.rope(.k, heads: c.kvHeads)
+            ops.storeKV(layer: li)
+            ops.attention(layer: li)
+            ops.matmul(.attn, [(l.wo, .xn)])
+            ops.add(.x, .xn)
+            ops.rmsNorm(.x, l.ffnNorm, into: .xn)
+            ops.matmul(.xn, [(l.gate, .gate), (l.up, .up)])
+            ops.swiglu()
+            ops.matmul(.gate, [(l.down, .xn)])
+            ops.add(.x, .xn)
         }
+        ops.logits(norm: outputNorm, output: output)
     }
 }

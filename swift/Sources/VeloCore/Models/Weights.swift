@@ -16,6 +16,7 @@ public struct WeightMatrix: @unchecked Sendable {
 
 /// A 1-D float vector (norm weights, biases), converted to F32 once at load.
 public struct WeightVector: Sendable {
+    public let name: String
     public let values: [Float]
 }
 
@@ -54,7 +55,7 @@ struct WeightLoader {
         }
         var values = [Float](repeating: 0, count: count)
         values.withUnsafeMutableBufferPointer { ck_dequantize_row(Int32(t.type.rawValue), gguf.data(of: t), $0.baseAddress, Int64(count)) }
-        return WeightVector(values: values)
+        return WeightVector(name: name, values: values)
     }
 
     func optionalVector(_ name: String, count: Int) throws -> WeightVector? {

@@ -1,0 +1,112 @@
+#version 450
+// matvec_T — decode-shaped matrix product: Y[m*yStride + r] = sum_k W[r][k] X[m*xStride + k]
+// for weight rows r < N and activation rows m < M, when M is small (decode, batched decode).
+//
+// One workgroup computes ROWS weight rows for NCOLS activation rows: every thread walks the
+// units of the rows (see quants.glsl) with a stride of the workgroup size, so neighbouring
+// threads read neighbouring bytes of each row (coalesced), dequantizes each unit once and
+// multiplies it with all NCOLS activation rows (a weight is read once for up to NCOLS
+// sequences), each activation load serving all ROWS rows. Per-thread partial sums are reduced
+// with subgroupAdd, then across subgroups in shared memory (any subgroup size).
+//
+// Dispatch (ceil(N / ROWS), ceil(M / NCOLS), 1). With ROWS = 4, N up to 262140 keeps the x group
+// count within 65535.
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+
+layout(local_size_x = 128, local_size_x_id = 0) in;
+layout(constant_id = 1) const uint NCOLS = 16; // activation rows per workgroup
+layout(constant_id = 2) const uint ROWS = 4;   // weight rows per workgroup (rowsPerGroup)
+
+#include "quants.glsl"
+
+layout(std430, binding = 1) readonly buffer XBuf { float X[]; };
+layout(std430, binding = 2) writeonly buffer YBuf { float Y[]; };
+layout(std140, binding = 3) uniform Params {
+    uint K, N, M, rowBytes, xStride, yStride;
+} p;
+
+const uint SGMAX = 16u; // subgroups reduced per pass
+shared float red[SGMAX * ROWS * NCOLS];
+shared float tot[ROWS * NCOLS];
+
+// 4 consecutive activations from index i; with a partial unit (f32/f16/bf16), those at k >= K read as 0
+vec4 xload(uint i, uint k) {
+#ifdef UNIT_TAIL
+    if (k + 4u > p.K) {
+        vec4 x = vec4(0.0);
+        for (uint e = 0u; e < 4u; e++)
+            if (k + e < p.K) x[e] = X[i + e];
+        return x;
+    }
+#endif
+    return vec4(X[i], X[i + 1u], X[i + 2u], X[i + 3u]);
+}
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
+    const uint r0 = gl_WorkGroupID.x * ROWS, c0 = gl_WorkGroupID.y * NCOLS;
+    if (r0 >= p.N || c0 >= p.M) return; // whole workgroup: no barrier is skipped by part of it
+    const uint ncols = min(NCOLS, p.M - c0);
+    const uint rowWords = p.rowBytes >> 1;
+
+    uint rw[ROWS];
+    [[unroll]] for (uint r = 0u; r < ROWS; r++) rw[r] = min(r0 + r, p.N - 1u) * rowWords; // rows past N: read row N-1, never stored
+
+    float acc[ROWS * NCOLS];
+    [[unroll]] for (uint i = 0u; i < ROWS * NCOLS; i++) acc[i] = 0.0;
+
+    const uint U = units_per_row(p.K);
+    for (uint u = tid; u < U; u += WG) {
+        Unit s[ROWS];
+        [[unroll]] for (uint r = 0u; r < ROWS; r++) s[r] = unit_load(rw[r], u, p.K);
+        [[unroll]] for (uint g = 0u; g < UNIT_VECS; g++) {
+            const uint k = unit_pos(u, g);
+            vec4 w[ROWS];
+            [[unroll]] for (uint r = 0u; r < ROWS; r++) w[r] = unit_vec(s[r], g);
+            [[unroll]] for (uint c = 0u; c < NCOLS; c++) {
+                if (c < ncols) {
+                    const vec4 x = xload((c0 + c) * p.xStride + k, k);
+                    [[unroll]] for (uint r = 0u; r < ROWS; r++) {
+                        float a = acc[r * NCOLS + c];
+                        a = fma(w[r].x, x.x, a);
+                        a = fma(w[r].y, x.y, a);
+                        a = fma(w[r].z, x.z, a);
+                        a = fma(w[r].w, x.w, a);
+                        acc[r * NCOLS + c] = a;
+                    }
+                }
+            }
+        }
+    }
+
+    // reduction: subgroupAdd, then the subgroup sums through shared memory, SGMAX subgroups a pass
+    const uint RN = ROWS * NCOLS, sg = gl_SubgroupID, nsg = gl_NumSubgroups;
+    for (uint o = tid; o < RN; o += WG) tot[o] = 0.0;
+    for (uint base = 0u; base < nsg; base += SGMAX) {
+        if (sg >= base && sg < base + SGMAX) {
+            [[unroll]] for (uint o = 0u; o < RN; o++) {
+                if (o % NCOLS < ncols) {
+                    const float t = subgroupAdd(acc[o]);
+                    if (subgroupElect()) red[(sg - base) * RN + o] = t;
+                }
+            }
+        }
+        barrier();
+        const uint cnt = min(SGMAX, nsg - base);
+        for (uint o = tid; o < RN; o += WG) {
+            if (o % NCOLS < ncols) {
+                float t = tot[o];
+                for (uint j = 0u; j < cnt; j++) t += red[j * RN + o];
+                tot[o] = t;
+            }
+        }
+        barrier();
+    }
+    for (uint o = tid; o < RN; o += WG) {
+        const uint r = o / NCOLS, c = o % NCOLS;
+        if (c < ncols && r0 + r < p.N) Y[(c0 + c) * p.yStride + r0 + r] = tot[o];
+    }
+}

@@ -1,0 +1,47 @@
+#version 450
+// rope — rotary position embedding, in place, on `heads` heads of headDim values in each of
+// `rows` rows (row r starts at X[r * rowStride], head h at + h * headDim). Pair i < ropeDim/2
+// is (2i, 2i+1) (neox = 0) or (i, i + ropeDim/2) (neox = 1), rotated by
+// theta = (tokpos[r] * scale) * base^(-2i / ropeDim):
+//   a' = a cos(theta) - b sin(theta),  b' = a sin(theta) + b cos(theta).
+// Values past ropeDim are left alone. One workgroup per (row, head); dispatch (rows, heads, 1).
+layout(local_size_x = 64, local_size_x_id = 0) in;
+
+layout(std430, binding = 0) buffer XBuf { float X[]; };
+layout(std430, binding = 1) readonly buffer PosBuf { int tokpos[]; };
+layout(std140, binding = 2) uniform Params {
+    uint rows, heads, headDim, ropeDim, neox;
+    float base, scale;
+    uint rowStride;
+} p;
+
+// 2*pi as a float plus the remainder, for an argument reduction accurate at large angles
+const float TWO_PI_HI = 6.28318548202514648;
+const float TWO_PI_LO = -1.7484556000744883e-7;
+const float INV_TWO_PI = 0.159154943091895336;
+
+void main() {
+    const uint r = gl_WorkGroupID.x, h = gl_WorkGroupID.y;
+    if (r >= p.rows || h >= p.heads) return;
+    const uint half_ = p.ropeDim / 2u;
+    const uint vb = r * p.rowStride + h * p.headDim;
+    const float pos = float(tokpos[r]) * p.scale;
+    const float lb = log2(p.base);
+    for (uint i = gl_LocalInvocationID.x; i < half_; i += gl_WorkGroupSize.x) {
+        // base^(-2i/ropeDim) = 2^(-(2i/ropeDim) * log2(base))
+        const float freq = exp2(-(float(2u * i) / float(p.ropeDim)) * lb);
+        // theta = pos * freq, kept as th + tl (exact product), reduced modulo 2 pi
+        precise float th = pos * freq;
+        precise float tl = fma(pos, freq, -th);
+        precise float kq = round(th * INV_TWO_PI);
+        precise float a0 = fma(-kq, TWO_PI_HI, th);
+        precise float a1 = fma(-kq, TWO_PI_LO, a0);
+        precise float ang = a1 + tl;
+        const float c = cos(ang), s = sin(ang);
+        const uint ia = vb + (p.neox != 0u ? i : 2u * i);
+        const uint ib = ia + (p.neox != 0u ? half_ : 1u);
+        const float a = X[ia], b = X[ib];
+        X[ia] = a * c - b * s;
+        X[ib] = a * s + b * c;
+    }
+}

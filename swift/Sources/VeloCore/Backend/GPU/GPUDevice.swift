@@ -1,0 +1,94 @@
+/// What the GPU forward pass needs of a GPU API. Vulkan (Linux, Windows) and Metal (Apple
+/// Silicon) implement it the same way: buffers, pipelines made from the kernels in `shaders/`,
+/// and one command buffer per step in which every dispatch binds its buffers and a small
+/// parameter block, with each dispatch ordered after the one before.
+protocol GPUDevice: AnyObject {
+    /// The device, as its driver names it.
+    var name: String { get }
+    /// A CPU implementation of the API (lavapipe): correct, and slow.
+    var isSoftware: Bool { get }
+    /// Largest byte range one storage-buffer binding may cover.
+    var maxBindingBytes: Int { get }
+
+    func makeBuffer(bytes: Int, memory: GPUMemory, label: String) throws -> GPUBuffer
+    /// Copies host memory into a buffer (through a staging buffer where it is not mapped); waits.
+    func upload(_ dst: GPUBuffer, offset: Int, from src: UnsafeRawPointer, bytes: Int) throws
+    /// Copies a buffer's bytes to host memory; waits.
+    func download(_ src: GPUBuffer, offset: Int, into dst: UnsafeMutableRawPointer, bytes: Int) throws
+    /// The compute pipeline of kernel `name` (see shaders/README.md) with `buffers` storage
+    /// buffers and specialization constants 0, 1, … set to `constants`; cached.
+    func pipeline(_ name: String, buffers: Int, constants: [UInt32]) throws -> GPUPipeline
+
+    /// Starts recording a step.
+    func begin() throws
+    /// Records one dispatch; it runs after every dispatch recorded before it and sees its writes.
+    func dispatch(_ pipeline: GPUPipeline, _ buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int), op: Profiler.Op)
+    /// Submits the step and waits for it; adds per-kernel GPU time to `profiler` when it is on.
+    func commit(profiler: Profiler?) throws
+}
+
+enum GPUMemory {
+    /// GPU memory the host never touches (weights, activations, K/V).
+    case device
+    /// Host-written each step (token ids, positions, page tables).
+    case upload
+    /// Host-read each step (logits).
+    case readback
+}
+
+protocol GPUBuffer: AnyObject {
+    var size: Int { get }
+    /// Mapped host address (upload and readback buffers), nil for device memory.
+    var contents: UnsafeMutableRawPointer? { get }
+}
+
+protocol GPUPipeline: AnyObject {}
+
+/// A byte range of a buffer bound to one kernel binding.
+struct GPUBinding {
+    let buffer: GPUBuffer
+    let offset: Int
+    let size: Int
+
+    init(_ buffer: GPUBuffer, offset: Int = 0, size: Int? = nil) {
+        self.buffer = buffer
+        self.offset = offset
+        self.size = size ?? (buffer.size - offset)
+    }
+}
+
+/// Which GPU API, and which device of it, the engine runs on.
+public enum BackendChoice: String, Sendable {
+    case auto, cpu, vulkan, metal
+}
+
+/// Opens the GPU device for a backend choice; nil means the CPU. `auto` takes Metal on macOS
+/// and a real (not software) Vulkan GPU elsewhere; a software Vulkan device (lavapipe) only
+/// when Vulkan is asked for by name.
+func openGPUDevice(_ choice: BackendChoice, index: Int?) throws -> GPUDevice? {
+    switch choice {
+    case .cpu:
+        return nil
+    case .metal:
+        #if canImport(Metal)
+        return try MetalDevice(index: index)
+        #else
+        throw VeloError(.unsupported, "the Metal backend exists only on macOS; use --backend vulkan or cpu")
+        #endif
+    case .vulkan:
+        #if canImport(CVulkan)
+        return try VulkanDevice(index: index, allowSoftware: true)
+        #else
+        throw VeloError(.unsupported, "this build of Velo has no Vulkan backend")
+        #endif
+    case .auto:
+        #if canImport(Metal)
+        return try? MetalDevice(index: index)
+        #elseif canImport(CVulkan)
+        if index != nil { return try VulkanDevice(index: index, allowSoftware: false) }
+        return try? VulkanDevice(index: nil, allowSoftware: false)
+        #else
+        return nil
+        #endif
+    }
+}

@@ -1,0 +1,224 @@
+/// `ForwardOps` on a GPU: weights uploaded once, activations and K/V in GPU memory, and each
+/// forward pass recorded into one command buffer (one dispatch per op, kernels from
+/// `shaders/`), run at `finish`, with the logits read back from mapped memory. The same code
+/// drives Vulkan and Metal through `GPUDevice`.
+final class GPUForward: ForwardOps {
+    let device: GPUDevice
+    let config: ModelConfig
+    let kv: GPUKVPages
+    let layers: Int
+    let kvDim: Int
+    let maxTokens: Int
+    let maxLogitRows: Int
+    let profiler: Profiler
+    private var acts: [GPUBuffer] = []
+    private let logitsBuffer: GPUBuffer
+    /// Per-step inputs, host-written: token ids, positions, page-table starts, logit rows,
+    /// page tables (sections at aligned offsets of one mapped buffer).
+    private let inputs: GPUBuffer
+    private let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, pagetab: Int)
+    private let pagetabCapacity: Int
+    private var weights: [UnsafeRawPointer: GPUBuffer] = [:]
+    private var vectors: [String: GPUBuffer] = [:]
+    private var batch = ForwardBatch()
+    private var n = 0
+
+    init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
+         maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
+        self.device = device
+        config = model.config
+        self.kv = kv
+        self.layers = layers
+        self.kvDim = kvDim
+        self.maxTokens = maxTokens
+        self.maxLogitRows = maxLogitRows
+        self.profiler = profiler
+        let c = config
+        for a in Activation.allCases {
+            acts.append(try device.makeBuffer(bytes: maxTokens * Self.width(a, c) * 4, memory: .device, label: "activations"))
+        }
+        logitsBuffer = try device.makeBuffer(bytes: maxLogitRows * c.vocabSize * 4, memory: .readback, label: "logits")
+        pagetabCapacity = maxSequences * ((maxContext + kv.pageSize - 1) / kv.pageSize + 1) + 16
+        func align(_ x: Int) -> Int { (x + 255) / 256 * 256 }
+        let t = 0, p = align(t + maxTokens * 4), pt = align(p + maxTokens * 4), rs = align(pt + maxTokens * 4),
+            tab = align(rs + maxLogitRows * 4)
+        sections = (t, p, pt, rs, tab)
+        inputs = try device.makeBuffer(bytes: tab + pagetabCapacity * 4, memory: .upload, label: "step inputs")
+        // weights: once, in the file's own formats
+        for w in model.matrices where weights[w.data] == nil {
+            let bytes = w.rowBytes * w.rows
+            guard bytes <= device.maxBindingBytes else {
+                throw VeloError(.unsupported, "\(w.name) (\(bytes >> 20) MiB) is larger than one GPU buffer binding may be on \(device.name)")
+            }
+            let b = try device.makeBuffer(bytes: bytes, memory: .device, label: w.name)
+            try device.upload(b, offset: 0, from: w.data, bytes: bytes)
+            weights[w.data] = b
+        }
+        for v in model.vectors {
+            let b = try device.makeBuffer(bytes: v.values.count * 4, memory: .device, label: v.name)
+            try v.values.withUnsafeBytes { try device.upload(b, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
+            vectors[v.name] = b
+        }
+        // compile every pipeline now, not in the first request
+        for w in model.matrices {
+            for m in [1, 2, 4, 8, 16] { _ = try pipeline(GPUKernels.matvec(w.type, rows: m)) }
+            _ = try pipeline(GPUKernels.matmul(w.type))
+        }
+        _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
+        for k in [GPUKernels.rmsNorm, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.swiglu, GPUKernels.add] { _ = try pipeline(k) }
+    }
+
+    static func width(_ a: Activation, _ c: ModelConfig) -> Int {
+        switch a {
+        case .x, .xn: return c.dim
+        case .q, .attn: return c.qDim
+        case .k, .v: return c.kvDim
+        case .gate, .up: return c.ffnDim
+        }
+    }
+
+    private func pipeline(_ k: GPUKernels.Kernel) throws -> GPUPipeline {
+        try device.pipeline(k.name, buffers: k.buffers, constants: k.constants)
+    }
+
+    private func dispatch(_ k: GPUKernels.Kernel, _ buffers: [GPUBinding], _ params: [UInt32], _ groups: (Int, Int, Int), _ op: Profiler.Op) {
+        // every pipeline was made in init; a failure here would be a bug, not bad input
+        let p = try! pipeline(k)
+        device.dispatch(p, buffers, params: params, groups: groups, op: op)
+    }
+
+    private func act(_ a: Activation) -> GPUBinding { GPUBinding(acts[a.rawValue]) }
+    private func input(_ offset: Int, _ count: Int) -> GPUBinding { GPUBinding(inputs, offset: offset, size: max(count, 1) * 4) }
+    private var tokpos: GPUBinding { input(sections.tokpos, maxTokens) }
+    private var tokpt: GPUBinding { input(sections.tokpt, maxTokens) }
+    private var pagetab: GPUBinding { input(sections.pagetab, pagetabCapacity) }
+
+    // MARK: ForwardOps
+
+    func begin(_ batch: ForwardBatch) throws {
+        precondition(batch.count <= maxTokens && batch.logitRows.count <= maxLogitRows, "batch larger than the GPU workspace")
+        self.batch = batch
+        n = batch.count
+        let base = inputs.contents!
+        func write(_ offset: Int, _ values: [Int32]) {
+            values.withUnsafeBytes { (base + offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        }
+        var starts: [Int32] = []
+        var table: [Int32] = []
+        for t in batch.tables {
+            starts.append(Int32(table.count))
+            table += t.pages
+        }
+        guard table.count <= pagetabCapacity else {
+            throw VeloError(.internalError, "GPU page table overflow (\(table.count) > \(pagetabCapacity))")
+        }
+        write(sections.tokens, batch.tokens)
+        write(sections.tokpos, batch.positions.map { Int32($0) })
+        write(sections.tokpt, batch.sequence.map { starts[$0] })
+        write(sections.rowsel, batch.logitRows.map { Int32($0) })
+        if !table.isEmpty { write(sections.pagetab, table) }
+        try device.begin()
+    }
+
+    func embed(_ table: WeightMatrix) {
+        dispatch(GPUKernels.getRows(table.type),
+                 [GPUBinding(weights[table.data]!), input(sections.tokens, maxTokens), act(.x)],
+                 [UInt32(table.cols), UInt32(table.rowBytes), UInt32(n)], (n, 1, 1), .embed)
+    }
+
+    func rmsNorm(_ src: Activation, _ w: WeightVector, into dst: Activation) {
+        norm(src, w, rows: n, selected: false, into: act(dst))
+    }
+
+    private func norm(_ src: Activation, _ w: WeightVector, rows: Int, selected: Bool, into dst: GPUBinding) {
+        dispatch(GPUKernels.rmsNorm,
+                 [act(src), GPUBinding(vectors[w.name]!), dst, input(sections.rowsel, maxLogitRows)],
+                 [UInt32(config.dim), UInt32(rows), config.normEps.bitPattern, selected ? 1 : 0, UInt32(config.dim)],
+                 (rows, 1, 1), .norm)
+    }
+
+    func matmul(_ src: Activation, _ pairs: [(WeightMatrix, Activation)]) {
+        for (w, dst) in pairs {
+            multiply(w, act(src), rows: n, xStride: Self.width(src, config), into: act(dst), yStride: Self.width(dst, config), op: .matmul)
+        }
+    }
+
+    /// Y = W · X over `rows` activation rows: the matrix×vector kernel for decode-sized batches
+    /// (each weight read once for all rows), the tiled one for prefill.
+    private func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op) {
+        let params = [UInt32(w.cols), UInt32(w.rows), UInt32(rows), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride)]
+        let wb = GPUBinding(weights[w.data]!)
+        if rows <= GPUKernels.matvecMaxRows {
+            let k = GPUKernels.matvec(w.type, rows: rows)
+            dispatch(k, [wb, x, y], params, GPUKernels.matvecGroups(n: w.rows, m: rows), op)
+        } else {
+            let k = GPUKernels.matmul(w.type)
+            dispatch(k, [wb, x, y], params, GPUKernels.matmulGroups(n: w.rows, m: rows), op)
+        }
+    }
+
+    func rope(_ a: Activation, heads: Int) {
+        let c = config
+        dispatch(GPUKernels.rope, [act(a), tokpos],
+                 [UInt32(n), UInt32(heads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
+                  c.ropeBase.bitPattern, c.ropeScale.bitPattern, UInt32(Self.width(a, c))],
+                 (n, heads, 1), .rope)
+    }
+
+    private var layerOffsets: (pageSize: Int, pageStride: Int) { (kv.pageSize, kv.pageStride) }
+
+    func storeKV(layer: Int) {
+        let ps = kv.pageSize
+        dispatch(GPUKernels.kvStore, [act(.k), act(.v), GPUBinding(kv.buffer), tokpos, tokpt, pagetab],
+                 [UInt32(n), UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim)],
+                 (n, (kvDim + 63) / 64, 1), .attention)
+    }
+
+    func attention(layer: Int) {
+        let c = config, ps = kv.pageSize
+        dispatch(GPUKernels.attention, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab],
+                 [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps),
+                  UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim), (1 / Float(c.headDim).squareRoot()).bitPattern],
+                 (n, c.kvHeads, 1), .attention)
+    }
+
+    func add(_ dst: Activation, _ src: Activation) {
+        let count = n * config.dim
+        dispatch(GPUKernels.add, [act(dst), act(src)], [UInt32(count)], ((count + 255) / 256, 1, 1), .other)
+    }
+
+    func swiglu() {
+        let count = n * config.ffnDim
+        dispatch(GPUKernels.swiglu, [act(.gate), act(.up)], [UInt32(count)], ((count + 255) / 256, 1, 1), .mlpActivation)
+    }
+
+    func logits(norm w: WeightVector, output: WeightMatrix) {
+        let rows = batch.logitRows.count
+        guard rows > 0 else { return }
+        norm(.x, w, rows: rows, selected: true, into: act(.xn))
+        multiply(output, act(.xn), rows: rows, xStride: config.dim, into: GPUBinding(logitsBuffer), yStride: config.vocabSize, op: .output)
+    }
+
+    func finish() throws -> UnsafeMutablePointer<Float> {
+        try device.commit(profiler: profiler.enabled ? profiler : nil)
+        return logitsBuffer.contents!.assumingMemoryBound(to: Float.self)
+    }
+}
+
+/// The KV pages in GPU memory (the layout of `PagePool`; shaders/README.md).
+final class GPUKVPages {
+    let buffer: GPUBuffer
+    let pageSize: Int
+    /// Floats per page (every layer's K and V).
+    let pageStride: Int
+
+    init(device: GPUDevice, pool: PagePool) throws {
+        pageSize = pool.pageSize
+        pageStride = pool.layers * 2 * pool.planeFloats
+        let bytes = pool.pageCount * pageStride * 4
+        guard bytes <= device.maxBindingBytes, pool.pageCount * pageStride < Int(Int32.max) else {
+            throw VeloError(.invalidArgument, "the KV cache (\(bytes >> 20) MiB) is larger than one GPU buffer may be on \(device.name) (\(device.maxBindingBytes >> 20) MiB): lower --kv-memory, --context-len or --max-batch-size")
+        }
+        buffer = try device.makeBuffer(bytes: bytes, memory: .device, label: "KV cache")
+    }
+}

@@ -1,0 +1,147 @@
+#if canImport(Metal)
+import Metal
+import Foundation
+
+/// The Metal implementation of `GPUDevice`, mirroring `VulkanDevice`: the same kernels
+/// (translated from the SPIR-V by spirv-cross into `velo.metallib`), shared-storage buffers
+/// (Apple Silicon has one memory), pipelines cached by kernel and constants, and one command
+/// buffer per step with a serial compute encoder, so each dispatch sees the writes of the
+/// ones before it. Buffer N of a kernel is `[[buffer(N)]]`; its parameter block is set with
+/// `setBytes` at the index after its buffers.
+final class MetalDevice: GPUDevice {
+    let name: String
+    let isSoftware = false
+    let maxBindingBytes: Int
+    private let device: MTLDevice
+    private let queue: MTLCommandQueue
+    private let library: MTLLibrary
+    private var pipelines: [String: MetalPipeline] = [:]
+    private var commandBuffer: MTLCommandBuffer?
+    private var encoder: MTLComputeCommandEncoder?
+
+    init(index: Int?) throws {
+        let all = MTLCopyAllDevices()
+        let chosen: MTLDevice?
+        if let index {
+            guard index >= 0 && index < all.count else {
+                throw VeloError(.invalidArgument, "no Metal device \(index): this Mac has \(all.count)")
+            }
+            chosen = all[index]
+        } else {
+            chosen = MTLCreateSystemDefaultDevice()
+        }
+        guard let device = chosen, let queue = device.makeCommandQueue() else {
+            throw VeloError(.unsupported, "no Metal device")
+        }
+        self.device = device
+        self.queue = queue
+        name = device.name
+        maxBindingBytes = device.maxBufferLength
+        library = try Self.loadLibrary(device)
+    }
+
+    /// velo.metallib: beside the library (VELO_METALLIB overrides).
+    private static func loadLibrary(_ device: MTLDevice) throws -> MTLLibrary {
+        var candidates: [String] = []
+        if let env = ProcessInfo.processInfo.environment["VELO_METALLIB"] { candidates.append(env) }
+        var info = Dl_info()
+        if dladdr(#dsohandle, &info) != 0, let f = info.dli_fname {
+            let dir = (String(cString: f) as NSString).deletingLastPathComponent
+            candidates.append(dir + "/velo.metallib")
+        }
+        for path in candidates where FileManager.default.fileExists(atPath: path) {
+            return try device.makeLibrary(URL: URL(fileURLWithPath: path))
+        }
+        throw VeloError(.unsupported, "velo.metallib not found (looked in: \(candidates.joined(separator: ", "))); build it with `make metallib`")
+    }
+
+    func makeBuffer(bytes: Int, memory: GPUMemory, label: String) throws -> GPUBuffer {
+        guard let b = device.makeBuffer(length: max(bytes, 16), options: .storageModeShared) else {
+            throw VeloError(.outOfMemory, "\(name): cannot allocate \(label) (\(bytes >> 20) MiB)")
+        }
+        b.label = label
+        return MetalBuffer(b)
+    }
+
+    func upload(_ dst: GPUBuffer, offset: Int, from src: UnsafeRawPointer, bytes: Int) throws {
+        (dst.contents! + offset).copyMemory(from: src, byteCount: bytes)
+    }
+
+    func download(_ src: GPUBuffer, offset: Int, into dst: UnsafeMutableRawPointer, bytes: Int) throws {
+        dst.copyMemory(from: src.contents! + offset, byteCount: bytes)
+    }
+
+    func pipeline(_ kernel: String, buffers: Int, constants: [UInt32]) throws -> GPUPipeline {
+        let key = "\(kernel)/\(buffers)/\(constants)"
+        if let p = pipelines[key] { return p }
+        let values = MTLFunctionConstantValues()
+        for (i, c) in constants.enumerated() {
+            var v = c
+            values.setConstantValue(&v, type: .uint, index: i)
+        }
+        let function = try library.makeFunction(name: kernel, constantValues: values)
+        let state = try device.makeComputePipelineState(function: function)
+        let local = Int(constants.first ?? 0)
+        let p = MetalPipeline(state: state, buffers: buffers, threads: local > 0 ? local : state.threadExecutionWidth, name: kernel)
+        pipelines[key] = p
+        return p
+    }
+
+    func begin() throws {
+        guard let cb = queue.makeCommandBuffer(), let enc = cb.makeComputeCommandEncoder(dispatchType: .serial) else {
+            throw VeloError(.internalError, "\(name): cannot make a command buffer")
+        }
+        commandBuffer = cb
+        encoder = enc
+    }
+
+    func dispatch(_ pipeline: GPUPipeline, _ buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int), op: Profiler.Op) {
+        let p = pipeline as! MetalPipeline
+        precondition(buffers.count == p.buffers, "\(p.name): \(buffers.count) buffers bound, \(p.buffers) expected")
+        guard let enc = encoder, groups.0 > 0 && groups.1 > 0 && groups.2 > 0 else { return }
+        enc.setComputePipelineState(p.state)
+        for (i, b) in buffers.enumerated() {
+            enc.setBuffer((b.buffer as! MetalBuffer).buffer, offset: b.offset, index: i)
+        }
+        var words = params
+        if words.count < 4 { words += [UInt32](repeating: 0, count: 4 - words.count) }
+        words.withUnsafeBytes { enc.setBytes($0.baseAddress!, length: $0.count, index: buffers.count) }
+        enc.dispatchThreadgroups(MTLSize(width: groups.0, height: groups.1, depth: groups.2),
+                                 threadsPerThreadgroup: MTLSize(width: p.threads, height: 1, depth: 1))
+    }
+
+    func commit(profiler: Profiler?) throws {
+        guard let cb = commandBuffer, let enc = encoder else { throw VeloError(.internalError, "commit without begin()") }
+        enc.endEncoding()
+        cb.commit()
+        cb.waitUntilCompleted()
+        commandBuffer = nil
+        encoder = nil
+        if let error = cb.error { throw VeloError(.internalError, "\(name): \(error.localizedDescription)") }
+        // Metal reports the GPU time of the whole step, not of each kernel
+        if let profiler, profiler.enabled, cb.gpuEndTime > cb.gpuStartTime {
+            profiler.add(.other, nanos: UInt64((cb.gpuEndTime - cb.gpuStartTime) * 1e9))
+        }
+    }
+}
+
+final class MetalBuffer: GPUBuffer {
+    let buffer: MTLBuffer
+    init(_ buffer: MTLBuffer) { self.buffer = buffer }
+    var size: Int { buffer.length }
+    var contents: UnsafeMutableRawPointer? { buffer.contents() }
+}
+
+final class MetalPipeline: GPUPipeline {
+    let state: MTLComputePipelineState
+    let buffers: Int
+    let threads: Int
+    let name: String
+    init(state: MTLComputePipelineState, buffers: Int, threads: Int, name: String) {
+        self.state = state
+        self.buffers = buffers
+        self.threads = threads
+        self.name = name
+    }
+}
+#endif

@@ -1,0 +1,702 @@
+#if canImport(CVulkan)
+import CVulkan
+#if canImport(CShaders)
+import CShaders
+#endif
+
+/// The Vulkan implementation of `GPUDevice`: one device and compute queue, one memory
+/// sub-allocator, pipelines cached by kernel and constants, and one command buffer per step
+/// whose dispatches bind their buffers with push descriptors; a timeline semaphore says when
+/// a step is done.
+final class VulkanDevice: GPUDevice {
+    let name: String
+    let isSoftware: Bool
+    let maxBindingBytes: Int
+    private let instance: VkInstance
+    private let physical: VkPhysicalDevice
+    private let device: VkDevice
+    private let queue: VkQueue
+    private let memory: VulkanMemory
+    private let commandPool: VkCommandPool
+    private let commandBuffer: VkCommandBuffer
+    private let timeline: VkSemaphore
+    private var timelineValue: UInt64 = 0
+    private var pipelines: [String: VulkanPipeline] = [:]
+    /// Parameter blocks of the step being recorded, one aligned slot per dispatch.
+    private let params: VulkanBuffer
+    private var paramsUsed = 0
+    private let paramsAlign: Int
+    private var staging: VulkanBuffer?
+    // per-kernel timing (profiling only)
+    private var queryPool: VkQueryPool?
+    private let timestampPeriod: Double
+    private var timedOps: [Profiler.Op] = []
+    private static let maxTimedDispatches = 4096
+    private var recording = false
+
+    /// Every Vulkan device with a compute queue, in the loader's order.
+    static func list() throws -> [(name: String, software: Bool)] {
+        let inst = try createInstance()
+        defer { vkDestroyInstance(inst, nil) }
+        return try physicalDevices(inst).map { p in
+            var props = VkPhysicalDeviceProperties()
+            vkGetPhysicalDeviceProperties(p, &props)
+            return (cString(props.deviceName), props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)
+        }
+    }
+
+    init(index: Int?, allowSoftware: Bool) throws {
+        let instance = try Self.createInstance()
+        self.instance = instance
+        let all: [VkPhysicalDevice]
+        do { all = try Self.physicalDevices(instance) } catch { vkDestroyInstance(instance, nil); throw error }
+        var choice: VkPhysicalDevice?
+        func type(_ p: VkPhysicalDevice) -> VkPhysicalDeviceType {
+            var props = VkPhysicalDeviceProperties()
+            vkGetPhysicalDeviceProperties(p, &props)
+            return props.deviceType
+        }
+        if let index {
+            guard index >= 0 && index < all.count else {
+                vkDestroyInstance(instance, nil)
+                throw VeloError(.invalidArgument, "no Vulkan device \(index): this machine has \(all.count) (0…\(max(all.count - 1, 0)))")
+            }
+            choice = all[index]
+        } else {
+            let order = [VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU, VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU]
+                + (allowSoftware ? [VK_PHYSICAL_DEVICE_TYPE_CPU] : [])
+            for t in order where choice == nil { choice = all.first { type($0) == t } }
+        }
+        guard let physical = choice else {
+            vkDestroyInstance(instance, nil)
+            throw VeloError(.unsupported, all.isEmpty ? "no Vulkan device found" : "no Vulkan GPU found (only a software renderer; pass --backend vulkan to use it)")
+        }
+        self.physical = physical
+        var props = VkPhysicalDeviceProperties()
+        vkGetPhysicalDeviceProperties(physical, &props)
+        name = cString(props.deviceName)
+        isSoftware = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU
+        maxBindingBytes = Int(props.limits.maxStorageBufferRange)
+        paramsAlign = max(Int(props.limits.minUniformBufferOffsetAlignment), 16)
+        timestampPeriod = Double(props.limits.timestampPeriod)
+        guard props.apiVersion >= Self.apiVersion else {
+            vkDestroyInstance(instance, nil)
+            throw VeloError(.unsupported, "\(name) supports Vulkan \(props.apiVersion >> 22).\((props.apiVersion >> 12) & 0x3ff); Velo needs 1.2")
+        }
+        do {
+            let (device, family, timestamps) = try Self.createDevice(physical, name: name)
+            self.device = device
+            var q: VkQueue?
+            vkGetDeviceQueue(device, family, 0, &q)
+            queue = q!
+            var pci = VkCommandPoolCreateInfo()
+            pci.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO
+            pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT.rawValue
+            pci.queueFamilyIndex = family
+            var pool: VkCommandPool?
+            try check(vkCreateCommandPool(device, &pci, nil, &pool), "vkCreateCommandPool")
+            let commandPool = pool!
+            self.commandPool = commandPool
+            var cai = VkCommandBufferAllocateInfo()
+            cai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO
+            cai.commandPool = commandPool
+            cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY
+            cai.commandBufferCount = 1
+            var cb: VkCommandBuffer?
+            try check(vkAllocateCommandBuffers(device, &cai, &cb), "vkAllocateCommandBuffers")
+            commandBuffer = cb!
+            var typeInfo = VkSemaphoreTypeCreateInfo()
+            typeInfo.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO
+            typeInfo.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE
+            typeInfo.initialValue = 0
+            var sem: VkSemaphore?
+            try withUnsafePointer(to: &typeInfo) { ti in
+                var sci = VkSemaphoreCreateInfo()
+                sci.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO
+                sci.pNext = UnsafeRawPointer(ti)
+                try check(vkCreateSemaphore(device, &sci, nil, &sem), "vkCreateSemaphore")
+            }
+            timeline = sem!
+            let memory = VulkanMemory(device: device, physical: physical)
+            self.memory = memory
+            params = try memory.buffer(bytes: 4 << 20, memory: .upload,
+                                       usage: VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT.rawValue)
+            if timestamps {
+                var qpi = VkQueryPoolCreateInfo()
+                qpi.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO
+                qpi.queryType = VK_QUERY_TYPE_TIMESTAMP
+                qpi.queryCount = UInt32(2 * Self.maxTimedDispatches)
+                var qp: VkQueryPool?
+                if vkCreateQueryPool(device, &qpi, nil, &qp) == VK_SUCCESS { queryPool = qp }
+            }
+        } catch {
+            vkDestroyInstance(instance, nil)
+            throw error
+        }
+    }
+
+    deinit {
+        vkDeviceWaitIdle(device)
+        pipelines.values.forEach { $0.destroy(device) }
+        if let queryPool { vkDestroyQueryPool(device, queryPool, nil) }
+        staging = nil
+        memory.destroy()
+        vkDestroySemaphore(device, timeline, nil)
+        vkDestroyCommandPool(device, commandPool, nil)
+        vkDestroyDevice(device, nil)
+        vkDestroyInstance(instance, nil)
+    }
+
+    // MARK: set-up
+
+    static let apiVersion: UInt32 = (1 << 22) | (2 << 12)
+
+    private static func createInstance() throws -> VkInstance {
+        if velo_vk_load() != 0 { throw VeloError(.unsupported, String(cString: velo_vk_error())) }
+        var app = VkApplicationInfo()
+        app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO
+        app.apiVersion = apiVersion
+        var inst: VkInstance?
+        let r: VkResult = "velo".withCString { n in
+            app.pApplicationName = n
+            app.pEngineName = n
+            return withUnsafePointer(to: &app) { pa in
+                var ci = VkInstanceCreateInfo()
+                ci.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO
+                ci.pApplicationInfo = pa
+                return vkCreateInstance(&ci, nil, &inst)
+            }
+        }
+        guard r == VK_SUCCESS, let inst else { throw VeloError(.unsupported, "Vulkan: vkCreateInstance failed (\(r.rawValue)); is a Vulkan driver installed?") }
+        _ = velo_vk_load_instance(inst)
+        return inst
+    }
+
+    private static func physicalDevices(_ inst: VkInstance) throws -> [VkPhysicalDevice] {
+        var n: UInt32 = 0
+        try check(vkEnumeratePhysicalDevices(inst, &n, nil), "vkEnumeratePhysicalDevices")
+        var list = [VkPhysicalDevice?](repeating: nil, count: Int(n))
+        try check(vkEnumeratePhysicalDevices(inst, &n, &list), "vkEnumeratePhysicalDevices")
+        return list.prefix(Int(n)).compactMap { $0 }.filter { computeFamily($0) != nil }
+    }
+
+    private static func computeFamily(_ p: VkPhysicalDevice) -> (index: UInt32, timestamps: Bool)? {
+        var n: UInt32 = 0
+        vkGetPhysicalDeviceQueueFamilyProperties(p, &n, nil)
+        var fams = [VkQueueFamilyProperties](repeating: VkQueueFamilyProperties(), count: Int(n))
+        vkGetPhysicalDeviceQueueFamilyProperties(p, &n, &fams)
+        // a compute-only family first: it is the one meant for compute work
+        let compute = VK_QUEUE_COMPUTE_BIT.rawValue, graphics = VK_QUEUE_GRAPHICS_BIT.rawValue
+        let i = fams.firstIndex { $0.queueFlags & compute != 0 && $0.queueFlags & graphics == 0 }
+            ?? fams.firstIndex { $0.queueFlags & compute != 0 }
+        return i.map { (UInt32($0), fams[$0].timestampValidBits > 0) }
+    }
+
+    private static func createDevice(_ p: VkPhysicalDevice, name: String) throws -> (VkDevice, UInt32, Bool) {
+        guard let (family, timestamps) = computeFamily(p) else { throw VeloError(.unsupported, "\(name) has no compute queue") }
+        // features the kernels need (16-bit storage and integers, timeline semaphores) and
+        // extensions (push descriptors)
+        var v11 = VkPhysicalDeviceVulkan11Features()
+        v11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES
+        var v12 = VkPhysicalDeviceVulkan12Features()
+        v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES
+        var f2 = VkPhysicalDeviceFeatures2()
+        f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
+        withUnsafeMutablePointer(to: &v11) { p11 in
+            withUnsafeMutablePointer(to: &v12) { p12 in
+                p11.pointee.pNext = UnsafeMutableRawPointer(p12)
+                f2.pNext = UnsafeMutableRawPointer(p11)
+                vkGetPhysicalDeviceFeatures2(p, &f2)
+                p11.pointee.pNext = nil
+            }
+        }
+        var missing: [String] = []
+        if v11.storageBuffer16BitAccess == 0 { missing.append("16-bit storage") }
+        if f2.features.shaderInt16 == 0 { missing.append("16-bit integers") }
+        if v12.timelineSemaphore == 0 { missing.append("timeline semaphores") }
+        var extCount: UInt32 = 0
+        vkEnumerateDeviceExtensionProperties(p, nil, &extCount, nil)
+        var exts = [VkExtensionProperties](repeating: VkExtensionProperties(), count: Int(extCount))
+        vkEnumerateDeviceExtensionProperties(p, nil, &extCount, &exts)
+        let extNames = Set(exts.map { cString($0.extensionName) })
+        if !extNames.contains("VK_KHR_push_descriptor") { missing.append("VK_KHR_push_descriptor") }
+        guard missing.isEmpty else {
+            throw VeloError(.unsupported, "\(name) lacks what Velo's kernels need: \(missing.joined(separator: ", "))")
+        }
+        // enable exactly what is used (and the optional 8-bit/fp16 paths when present)
+        var e11 = VkPhysicalDeviceVulkan11Features()
+        e11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES
+        e11.storageBuffer16BitAccess = 1
+        e11.uniformAndStorageBuffer16BitAccess = v11.uniformAndStorageBuffer16BitAccess
+        var e12 = VkPhysicalDeviceVulkan12Features()
+        e12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES
+        e12.timelineSemaphore = 1
+        e12.storageBuffer8BitAccess = v12.storageBuffer8BitAccess
+        e12.shaderInt8 = v12.shaderInt8
+        e12.shaderFloat16 = v12.shaderFloat16
+        var ef = VkPhysicalDeviceFeatures2()
+        ef.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
+        ef.features.shaderInt16 = 1
+        ef.features.shaderInt64 = f2.features.shaderInt64
+        var prio: Float = 1
+        var device: VkDevice?
+        let r: VkResult = withUnsafeMutablePointer(to: &e11) { p11 in
+            withUnsafeMutablePointer(to: &e12) { p12 in
+                withUnsafeMutablePointer(to: &ef) { pf in
+                    p11.pointee.pNext = UnsafeMutableRawPointer(p12)
+                    pf.pointee.pNext = UnsafeMutableRawPointer(p11)
+                    return withUnsafePointer(to: &prio) { pp in
+                        var qci = VkDeviceQueueCreateInfo()
+                        qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO
+                        qci.queueFamilyIndex = family
+                        qci.queueCount = 1
+                        qci.pQueuePriorities = pp
+                        return withUnsafePointer(to: &qci) { pq in
+                            "VK_KHR_push_descriptor".withCString { ext in
+                                var extPtr: UnsafePointer<CChar>? = ext
+                                return withUnsafePointer(to: &extPtr) { pe in
+                                    var dci = VkDeviceCreateInfo()
+                                    dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO
+                                    dci.pNext = UnsafeRawPointer(pf)
+                                    dci.queueCreateInfoCount = 1
+                                    dci.pQueueCreateInfos = pq
+                                    dci.enabledExtensionCount = 1
+                                    dci.ppEnabledExtensionNames = pe
+                                    return vkCreateDevice(p, &dci, nil, &device)
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        guard r == VK_SUCCESS, let device else { throw VeloError(.unsupported, "\(name): vkCreateDevice failed (\(r.rawValue))") }
+        if velo_vk_load_device(device) != 0 {
+            throw VeloError(.unsupported, "\(name): \(String(cString: velo_vk_error()))")
+        }
+        return (device, family, timestamps)
+    }
+
+    // MARK: buffers
+
+    func makeBuffer(bytes: Int, memory kind: GPUMemory, label: String) throws -> GPUBuffer {
+        let usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT.rawValue | VK_BUFFER_USAGE_TRANSFER_SRC_BIT.rawValue
+            | VK_BUFFER_USAGE_TRANSFER_DST_BIT.rawValue
+        do {
+            return try memory.buffer(bytes: bytes, memory: kind, usage: usage)
+        } catch let e as VeloError {
+            throw VeloError(e.code, "\(name): cannot allocate \(label) (\(bytes >> 20) MiB): \(e.message)")
+        }
+    }
+
+    func upload(_ dst: GPUBuffer, offset: Int, from src: UnsafeRawPointer, bytes: Int) throws {
+        let dst = dst as! VulkanBuffer
+        if let p = dst.contents {
+            (p + offset).copyMemory(from: src, byteCount: bytes)
+            return
+        }
+        try copyThroughStaging(bytes: bytes) { stage, done, n in
+            stage.copyMemory(from: src + done, byteCount: n)
+            return (self.staging!.buffer, 0, dst.buffer, VkDeviceSize(offset + done))
+        }
+    }
+
+    func download(_ src: GPUBuffer, offset: Int, into dst: UnsafeMutableRawPointer, bytes: Int) throws {
+        let src = src as! VulkanBuffer
+        if let p = src.contents {
+            dst.copyMemory(from: p + offset, byteCount: bytes)
+            return
+        }
+        var done = 0
+        let chunk = try stagingBuffer().size
+        while done < bytes {
+            let n = min(chunk, bytes - done)
+            try oneShot { cb in
+                var region = VkBufferCopy(srcOffset: VkDeviceSize(offset + done), dstOffset: 0, size: VkDeviceSize(n))
+                vkCmdCopyBuffer(cb, src.buffer, self.staging!.buffer, 1, &region)
+            }
+            (dst + done).copyMemory(from: staging!.contents!, byteCount: n)
+            done += n
+        }
+    }
+
+    private func stagingBuffer() throws -> VulkanBuffer {
+        if let staging { return staging }
+        let b = try memory.buffer(bytes: 64 << 20, memory: .upload,
+                                  usage: VK_BUFFER_USAGE_TRANSFER_SRC_BIT.rawValue | VK_BUFFER_USAGE_TRANSFER_DST_BIT.rawValue)
+        staging = b
+        return b
+    }
+
+    private func copyThroughStaging(bytes: Int, fill: (UnsafeMutableRawPointer, Int, Int) -> (VkBuffer, VkDeviceSize, VkBuffer, VkDeviceSize)) throws {
+        let stage = try stagingBuffer()
+        var done = 0
+        while done < bytes {
+            let n = min(stage.size, bytes - done)
+            let (s, so, d, dOff) = fill(stage.contents!, done, n)
+            try oneShot { cb in
+                var region = VkBufferCopy(srcOffset: so, dstOffset: dOff, size: VkDeviceSize(n))
+                vkCmdCopyBuffer(cb, s, d, 1, &region)
+            }
+            done += n
+        }
+    }
+
+    /// Records, submits and waits for a command buffer outside the step.
+    private func oneShot(_ record: (VkCommandBuffer) -> Void) throws {
+        precondition(!recording, "transfer while a step is being recorded")
+        try beginCommandBuffer()
+        record(commandBuffer)
+        try submitAndWait()
+    }
+
+    // MARK: pipelines
+
+    func pipeline(_ kernel: String, buffers: Int, constants: [UInt32]) throws -> GPUPipeline {
+        let key = "\(kernel)/\(buffers)/\(constants)"
+        if let p = pipelines[key] { return p }
+        var words = 0
+        #if canImport(CShaders)
+        let found = velo_shader_spirv(kernel, &words)
+        #else
+        let found: UnsafePointer<UInt32>? = nil
+        #endif
+        guard let spirv = found else {
+            throw VeloError(.internalError, "no GPU kernel named \(kernel)")
+        }
+        let p = try VulkanPipeline(device: device, spirv: spirv, words: words, buffers: buffers, constants: constants, name: kernel)
+        pipelines[key] = p
+        return p
+    }
+
+    // MARK: recording a step
+
+    func begin() throws {
+        try beginCommandBuffer()
+        recording = true
+        paramsUsed = 0
+        timedOps.removeAll(keepingCapacity: true)
+        if let queryPool { vkCmdResetQueryPool(commandBuffer, queryPool, 0, UInt32(2 * Self.maxTimedDispatches)) }
+    }
+
+    func dispatch(_ pipeline: GPUPipeline, _ buffers: [GPUBinding], params values: [UInt32], groups: (Int, Int, Int), op: Profiler.Op) {
+        precondition(recording, "dispatch outside begin()/commit()")
+        let p = pipeline as! VulkanPipeline
+        precondition(buffers.count == p.buffers, "\(p.name): \(buffers.count) buffers bound, \(p.buffers) expected")
+        guard groups.0 > 0 && groups.1 > 0 && groups.2 > 0 else { return }
+        // the parameter block: 32-bit words, std140 scalars, in this step's ring
+        let bytes = max(values.count * 4, 16)
+        precondition(paramsUsed + bytes <= params.size, "too many dispatches in one step")
+        let off = paramsUsed
+        values.withUnsafeBytes { (params.contents! + off).copyMemory(from: $0.baseAddress!, byteCount: values.count * 4) }
+        paramsUsed += (bytes + paramsAlign - 1) / paramsAlign * paramsAlign
+        vkCmdBindPipeline(commandBuffer, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline)
+        var infos = buffers.map { b in
+            VkDescriptorBufferInfo(buffer: (b.buffer as! VulkanBuffer).buffer, offset: VkDeviceSize(b.offset), range: VkDeviceSize(b.size))
+        }
+        infos.append(VkDescriptorBufferInfo(buffer: params.buffer, offset: VkDeviceSize(off), range: VkDeviceSize(bytes)))
+        infos.withUnsafeBufferPointer { ip in
+            var writes = (0..<ip.count).map { i in
+                var w = VkWriteDescriptorSet()
+                w.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+                w.dstBinding = UInt32(i)
+                w.descriptorCount = 1
+                w.descriptorType = i == ip.count - 1 ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+                w.pBufferInfo = ip.baseAddress! + i
+                return w
+            }
+            vkCmdPushDescriptorSetKHR(commandBuffer, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, UInt32(writes.count), &writes)
+        }
+        let timed = queryPool != nil && timedOps.count < Self.maxTimedDispatches
+        if timed { vkCmdWriteTimestamp(commandBuffer, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queryPool, UInt32(2 * timedOps.count)) }
+        vkCmdDispatch(commandBuffer, UInt32(groups.0), UInt32(groups.1), UInt32(groups.2))
+        if timed {
+            vkCmdWriteTimestamp(commandBuffer, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queryPool, UInt32(2 * timedOps.count + 1))
+            timedOps.append(op)
+        }
+        // each dispatch sees the writes of the ones before it
+        var barrier = VkMemoryBarrier()
+        barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
+        barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT.rawValue
+        barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT.rawValue | VK_ACCESS_SHADER_WRITE_BIT.rawValue
+        vkCmdPipelineBarrier(commandBuffer, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue,
+                             0, 1, &barrier, 0, nil, 0, nil)
+    }
+
+    func commit(profiler: Profiler?) throws {
+        precondition(recording, "commit without begin()")
+        recording = false
+        // make the step's writes visible to the host (logits in mapped memory)
+        var barrier = VkMemoryBarrier()
+        barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
+        barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT.rawValue
+        barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT.rawValue
+        vkCmdPipelineBarrier(commandBuffer, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue, VK_PIPELINE_STAGE_HOST_BIT.rawValue,
+                             0, 1, &barrier, 0, nil, 0, nil)
+        try submitAndWait()
+        if let profiler, profiler.enabled, let queryPool, !timedOps.isEmpty {
+            var stamps = [UInt64](repeating: 0, count: 2 * timedOps.count)
+            let r = vkGetQueryPoolResults(device, queryPool, 0, UInt32(stamps.count), stamps.count * 8, &stamps, 8,
+                                          VK_QUERY_RESULT_64_BIT.rawValue | VK_QUERY_RESULT_WAIT_BIT.rawValue)
+            if r == VK_SUCCESS {
+                for (i, op) in timedOps.enumerated() where stamps[2 * i + 1] >= stamps[2 * i] {
+                    profiler.add(op, nanos: UInt64(Double(stamps[2 * i + 1] - stamps[2 * i]) * timestampPeriod))
+                }
+            }
+        }
+    }
+
+    private func beginCommandBuffer() throws {
+        try check(vkResetCommandBuffer(commandBuffer, 0), "vkResetCommandBuffer")
+        var bi = VkCommandBufferBeginInfo()
+        bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
+        bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT.rawValue
+        try check(vkBeginCommandBuffer(commandBuffer, &bi), "vkBeginCommandBuffer")
+    }
+
+    private func submitAndWait() throws {
+        try check(vkEndCommandBuffer(commandBuffer), "vkEndCommandBuffer")
+        timelineValue += 1
+        var signal = timelineValue
+        var cb: VkCommandBuffer? = commandBuffer
+        var sem: VkSemaphore? = timeline
+        var tsi = VkTimelineSemaphoreSubmitInfo()
+        tsi.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO
+        tsi.signalSemaphoreValueCount = 1
+        let r: VkResult = withUnsafePointer(to: &signal) { ps in
+            tsi.pSignalSemaphoreValues = ps
+            return withUnsafePointer(to: &tsi) { pt in
+                withUnsafePointer(to: &cb) { pcb in
+                    withUnsafePointer(to: &sem) { psem in
+                        var si = VkSubmitInfo()
+                        si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO
+                        si.pNext = UnsafeRawPointer(pt)
+                        si.commandBufferCount = 1
+                        si.pCommandBuffers = pcb
+                        si.signalSemaphoreCount = 1
+                        si.pSignalSemaphores = psem
+                        return vkQueueSubmit(queue, 1, &si, nil)
+                    }
+                }
+            }
+        }
+        try check(r, "vkQueueSubmit")
+        var wait = timelineValue
+        let w: VkResult = withUnsafePointer(to: &sem) { psem in
+            withUnsafePointer(to: &wait) { pw in
+                var wi = VkSemaphoreWaitInfo()
+                wi.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO
+                wi.semaphoreCount = 1
+                wi.pSemaphores = psem
+                wi.pValues = pw
+                // a step never takes minutes: past that the device is hung, not busy
+                return vkWaitSemaphores(device, &wi, 300_000_000_000)
+            }
+        }
+        if w == VK_TIMEOUT { throw VeloError(.internalError, "\(name): a GPU step did not finish in 5 minutes") }
+        try check(w, "vkWaitSemaphores")
+    }
+}
+
+/// A storage (or uniform) buffer bound into a block of the sub-allocator.
+final class VulkanBuffer: GPUBuffer {
+    let buffer: VkBuffer
+    let size: Int
+    let contents: UnsafeMutableRawPointer?
+    init(buffer: VkBuffer, size: Int, contents: UnsafeMutableRawPointer?) {
+        self.buffer = buffer
+        self.size = size
+        self.contents = contents
+    }
+}
+
+/// The memory sub-allocator: large blocks per memory type, carved into buffers in order.
+/// Buffers live as long as the device (weights, activations, K/V are allocated once).
+final class VulkanMemory {
+    private let device: VkDevice
+    private let props: VkPhysicalDeviceMemoryProperties
+    private var blocks: [(memory: VkDeviceMemory, type: UInt32, size: Int, used: Int, mapped: UnsafeMutableRawPointer?)] = []
+    private var buffers: [VkBuffer] = []
+    static let blockBytes = 256 << 20
+
+    init(device: VkDevice, physical: VkPhysicalDevice) {
+        self.device = device
+        var p = VkPhysicalDeviceMemoryProperties()
+        vkGetPhysicalDeviceMemoryProperties(physical, &p)
+        props = p
+    }
+
+    func buffer(bytes: Int, memory kind: GPUMemory, usage: UInt32) throws -> VulkanBuffer {
+        let size = max(bytes, 16)
+        var bci = VkBufferCreateInfo()
+        bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO
+        bci.size = VkDeviceSize(size)
+        bci.usage = usage
+        bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE
+        var buf: VkBuffer?
+        try check(vkCreateBuffer(device, &bci, nil, &buf), "vkCreateBuffer")
+        var req = VkMemoryRequirements()
+        vkGetBufferMemoryRequirements(device, buf, &req)
+        do {
+            let type = try memoryType(bits: req.memoryTypeBits, kind: kind)
+            let (memory, offset, mapped) = try place(bytes: Int(req.size), alignment: Int(req.alignment), type: type,
+                                                     map: kind != .device)
+            try check(vkBindBufferMemory(device, buf, memory, VkDeviceSize(offset)), "vkBindBufferMemory")
+            buffers.append(buf!)
+            return VulkanBuffer(buffer: buf!, size: size, contents: mapped.map { $0 + offset })
+        } catch {
+            vkDestroyBuffer(device, buf, nil)
+            throw error
+        }
+    }
+
+    private func memoryType(bits: UInt32, kind: GPUMemory) throws -> UInt32 {
+        let local = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT.rawValue, visible = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT.rawValue
+        let coherent = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT.rawValue, cached = VK_MEMORY_PROPERTY_HOST_CACHED_BIT.rawValue
+        let wanted: [UInt32]
+        switch kind {
+        case .device: wanted = [local, 0]
+        case .upload: wanted = [visible | coherent]
+        case .readback: wanted = [visible | coherent | cached, visible | coherent]
+        }
+        let types = withUnsafeBytes(of: props.memoryTypes) { Array($0.bindMemory(to: VkMemoryType.self)) }
+        for w in wanted {
+            for i in 0..<Int(props.memoryTypeCount) where bits & (1 << UInt32(i)) != 0 && types[i].propertyFlags & w == w {
+                return UInt32(i)
+            }
+        }
+        throw VeloError(.unsupported, "no suitable memory type")
+    }
+
+    private func place(bytes: Int, alignment: Int, type: UInt32, map: Bool) throws -> (VkDeviceMemory, Int, UnsafeMutableRawPointer?) {
+        for i in blocks.indices where blocks[i].type == type {
+            let start = (blocks[i].used + alignment - 1) / alignment * alignment
+            if start + bytes <= blocks[i].size {
+                blocks[i].used = start + bytes
+                return (blocks[i].memory, start, blocks[i].mapped)
+            }
+        }
+        let size = max(bytes, Self.blockBytes)
+        var ai = VkMemoryAllocateInfo()
+        ai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO
+        ai.allocationSize = VkDeviceSize(size)
+        ai.memoryTypeIndex = type
+        var mem: VkDeviceMemory?
+        let r = vkAllocateMemory(device, &ai, nil, &mem)
+        guard r == VK_SUCCESS, let mem else {
+            throw VeloError(.outOfMemory, r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "out of GPU memory" : "vkAllocateMemory failed (\(r.rawValue))")
+        }
+        var mapped: UnsafeMutableRawPointer?
+        if map { try check(vkMapMemory(device, mem, 0, VkDeviceSize(size), 0, &mapped), "vkMapMemory") }
+        blocks.append((mem, type, size, bytes, mapped))
+        return (mem, 0, mapped)
+    }
+
+    func destroy() {
+        for b in buffers { vkDestroyBuffer(device, b, nil) }
+        for b in blocks {
+            if b.mapped != nil { vkUnmapMemory(device, b.memory) }
+            vkFreeMemory(device, b.memory, nil)
+        }
+        buffers.removeAll()
+        blocks.removeAll()
+    }
+}
+
+/// A compute pipeline and its push-descriptor layout: `buffers` storage buffers, then the
+/// parameter uniform block.
+final class VulkanPipeline: GPUPipeline {
+    let pipeline: VkPipeline
+    let layout: VkPipelineLayout
+    let setLayout: VkDescriptorSetLayout
+    let buffers: Int
+    let name: String
+
+    init(device: VkDevice, spirv: UnsafePointer<UInt32>, words: Int, buffers: Int, constants: [UInt32], name: String) throws {
+        self.buffers = buffers
+        self.name = name
+        var bindings = (0...buffers).map { i in
+            var b = VkDescriptorSetLayoutBinding()
+            b.binding = UInt32(i)
+            b.descriptorType = i == buffers ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+            b.descriptorCount = 1
+            b.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT.rawValue
+            return b
+        }
+        var dsl = VkDescriptorSetLayoutCreateInfo()
+        dsl.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO
+        dsl.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR.rawValue
+        dsl.bindingCount = UInt32(bindings.count)
+        var sl: VkDescriptorSetLayout?
+        try bindings.withUnsafeMutableBufferPointer { bp in
+            dsl.pBindings = UnsafePointer(bp.baseAddress)
+            try check(vkCreateDescriptorSetLayout(device, &dsl, nil, &sl), "vkCreateDescriptorSetLayout")
+        }
+        setLayout = sl!
+        var pli = VkPipelineLayoutCreateInfo()
+        pli.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO
+        pli.setLayoutCount = 1
+        var pl: VkPipelineLayout?
+        try withUnsafePointer(to: &sl) { psl in
+            pli.pSetLayouts = psl
+            try check(vkCreatePipelineLayout(device, &pli, nil, &pl), "vkCreatePipelineLayout")
+        }
+        let layout = pl!
+        self.layout = layout
+        var smci = VkShaderModuleCreateInfo()
+        smci.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO
+        smci.codeSize = words * 4
+        smci.pCode = spirv
+        var module: VkShaderModule?
+        try check(vkCreateShaderModule(device, &smci, nil, &module), "vkCreateShaderModule(\(name))")
+        defer { vkDestroyShaderModule(device, module, nil) }
+        var entries = constants.indices.map { i in
+            VkSpecializationMapEntry(constantID: UInt32(i), offset: UInt32(i * 4), size: 4)
+        }
+        var values = constants
+        var pipe: VkPipeline?
+        let r: VkResult = entries.withUnsafeMutableBufferPointer { ep in
+            values.withUnsafeMutableBytes { vp in
+                var spec = VkSpecializationInfo(mapEntryCount: UInt32(ep.count), pMapEntries: UnsafePointer(ep.baseAddress),
+                                                dataSize: vp.count, pData: UnsafeRawPointer(vp.baseAddress))
+                return "main".withCString { entry in
+                    withUnsafePointer(to: &spec) { ps in
+                        var stage = VkPipelineShaderStageCreateInfo()
+                        stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO
+                        stage.stage = VK_SHADER_STAGE_COMPUTE_BIT
+                        stage.module = module
+                        stage.pName = entry
+                        stage.pSpecializationInfo = constants.isEmpty ? nil : ps
+                        var ci = VkComputePipelineCreateInfo()
+                        ci.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO
+                        ci.stage = stage
+                        ci.layout = layout
+                        return vkCreateComputePipelines(device, nil, 1, &ci, nil, &pipe)
+                    }
+                }
+            }
+        }
+        try check(r, "vkCreateComputePipelines(\(name))")
+        pipeline = pipe!
+    }
+
+    func destroy(_ device: VkDevice) {
+        vkDestroyPipeline(device, pipeline, nil)
+        vkDestroyPipelineLayout(device, layout, nil)
+        vkDestroyDescriptorSetLayout(device, setLayout, nil)
+    }
+}
+
+@inline(__always)
+private func check(_ r: VkResult, _ what: String) throws {
+    if r != VK_SUCCESS {
+        throw VeloError(r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? .outOfMemory : .internalError,
+                        "Vulkan: \(what) failed (VkResult \(r.rawValue))")
+    }
+}
+
+/// A fixed C char array (imported as a tuple) as a String.
+private func cString<T>(_ t: T) -> String {
+    withUnsafeBytes(of: t) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+}
+#endif

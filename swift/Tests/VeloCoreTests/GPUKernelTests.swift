@@ -1,0 +1,261 @@
+import CKernels
+import XCTest
+@testable import VeloCore
+
+/// Every GPU kernel (shaders/) against a plain CPU reference, on small and odd shapes, on the
+/// machine's GPU backend: Vulkan (lavapipe in CI, VK_DRIVER_FILES picks it) or Metal on macOS.
+final class GPUKernelTests: XCTestCase {
+    nonisolated(unsafe) static var shared: GPUDevice?
+
+    func device() throws -> GPUDevice {
+        if let d = Self.shared { return d }
+        #if canImport(Metal)
+        let d = try openGPUDevice(.metal, index: nil)!
+        #else
+        let d = try openGPUDevice(.vulkan, index: nil)!
+        #endif
+        Self.shared = d
+        return d
+    }
+
+    // MARK: helpers
+
+    func upload(_ bytes: UnsafeRawBufferPointer) throws -> GPUBuffer {
+        let d = try device()
+        let b = try d.makeBuffer(bytes: max(bytes.count, 16), memory: .device, label: "test")
+        if bytes.count > 0 { try d.upload(b, offset: 0, from: bytes.baseAddress!, bytes: bytes.count) }
+        return b
+    }
+    func upload(_ f: [Float]) throws -> GPUBuffer { try f.withUnsafeBytes { try upload($0) } }
+    func upload(_ i: [Int32]) throws -> GPUBuffer { try i.withUnsafeBytes { try upload($0) } }
+    func upload(_ u: [UInt8]) throws -> GPUBuffer { try u.withUnsafeBytes { try upload($0) } }
+
+    func read(_ b: GPUBuffer, _ count: Int) throws -> [Float] {
+        var out = [Float](repeating: 0, count: count)
+        try out.withUnsafeMutableBytes { try device().download(b, offset: 0, into: $0.baseAddress!, bytes: $0.count) }
+        return out
+    }
+
+    func run(_ k: GPUKernels.Kernel, _ buffers: [GPUBuffer], _ params: [UInt32], _ groups: (Int, Int, Int)) throws {
+        let d = try device()
+        let p = try d.pipeline(k.name, buffers: k.buffers, constants: k.constants)
+        try d.begin()
+        d.dispatch(p, buffers.map { GPUBinding($0) }, params: params, groups: groups, op: .other)
+        try d.commit(profiler: nil)
+    }
+
+    var rng = SplitMix64(seed: 42)
+    func random(_ n: Int, scale: Float = 1) -> [Float] { (0..<n).map { _ in Float.random(in: -scale...scale, using: &rng) } }
+
+    func assertClose(_ got: [Float], _ want: [Double], tolerance: [Double], _ what: String, file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertEqual(got.count, want.count, what, file: file, line: line)
+        var bad = 0
+        for i in want.indices where !(abs(Double(got[i]) - want[i]) <= tolerance[i]) {
+            if bad < 5 { XCTFail("\(what): [\(i)] = \(got[i]), expected \(want[i]) ± \(tolerance[i])", file: file, line: line) }
+            bad += 1
+        }
+        if bad > 5 { XCTFail("\(what): \(bad) values off in all", file: file, line: line) }
+    }
+
+    // MARK: weights
+
+    /// Quantized random rows and their exact dequantized values.
+    func weights(_ type: GGMLType, rows: Int, cols: Int) -> (bytes: [UInt8], rowBytes: Int, values: [Float]) {
+        let rowBytes = ck_row_size(Int32(type.rawValue), Int64(cols))
+        var bytes = [UInt8](repeating: 0, count: rowBytes * rows)
+        var values = [Float](repeating: 0, count: rows * cols)
+        let src = random(rows * cols)
+        bytes.withUnsafeMutableBytes { b in
+            for r in 0..<rows {
+                src.withUnsafeBufferPointer { ck_quantize_row(Int32(type.rawValue), $0.baseAddress! + r * cols, b.baseAddress! + r * rowBytes, Int64(cols)) }
+                values.withUnsafeMutableBufferPointer { ck_dequantize_row(Int32(type.rawValue), b.baseAddress! + r * rowBytes, $0.baseAddress! + r * cols, Int64(cols)) }
+            }
+        }
+        return (bytes, rowBytes, values)
+    }
+
+    func testMatrixKernelsEveryType() throws {
+        for type in GPUKernels.weightTypes {
+            let k = [GGMLType.q4_K, .q5_K, .q6_K].contains(type) ? 512 : 96
+            for (n, ms) in [(5, [1, 3, 8, 9, 17]), (37, [2, 16, 70])] {
+                let w = weights(type, rows: n, cols: k)
+                let wb = try upload(w.bytes)
+                for m in ms {
+                    let x = random(m * k)
+                    var want = [Double](repeating: 0, count: m * n), tol = want
+                    for i in 0..<m {
+                        for r in 0..<n {
+                            var s = 0.0, a = 0.0
+                            for j in 0..<k {
+                                let p = Double(w.values[r * k + j]) * Double(x[i * k + j])
+                                s += p
+                                a += abs(p)
+                            }
+                            want[i * n + r] = s
+                            tol[i * n + r] = 1e-4 * a + 1e-5
+                        }
+                    }
+                    let xb = try upload(x)
+                    let params = [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(n)]
+                    if m <= GPUKernels.matvecMaxRows {
+                        let yb = try upload([Float](repeating: .nan, count: m * n))
+                        try run(GPUKernels.matvec(type, rows: m), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m))
+                        assertClose(try read(yb, m * n), want, tolerance: tol, "matvec \(type.name) N=\(n) M=\(m) K=\(k)")
+                    }
+                    // several activation-row groups: 4 columns per workgroup
+                    let k4 = GPUKernels.Kernel(name: "matvec_" + GPUKernels.suffix(type), buffers: 3,
+                                               constants: [GPUKernels.matvecLocal, 4, UInt32(GPUKernels.matvecRowsPerGroup)])
+                    let y4 = try upload([Float](repeating: .nan, count: m * n))
+                    try run(k4, [wb, xb, y4], params, ((n + GPUKernels.matvecRowsPerGroup - 1) / GPUKernels.matvecRowsPerGroup, (m + 3) / 4, 1))
+                    assertClose(try read(y4, m * n), want, tolerance: tol, "matvec/4 \(type.name) N=\(n) M=\(m) K=\(k)")
+                    let yb = try upload([Float](repeating: .nan, count: m * n))
+                    try run(GPUKernels.matmul(type), [wb, xb, yb], params, GPUKernels.matmulGroups(n: n, m: m))
+                    assertClose(try read(yb, m * n), want, tolerance: tol, "matmul \(type.name) N=\(n) M=\(m) K=\(k)")
+                }
+            }
+        }
+    }
+
+    func testGetRowsEveryType() throws {
+        for type in GPUKernels.weightTypes {
+            let k = [GGMLType.q4_K, .q5_K, .q6_K].contains(type) ? 256 : 64
+            let w = weights(type, rows: 11, cols: k)
+            let tokens: [Int32] = [3, 0, 10, 3, 7]
+            let out = try upload([Float](repeating: .nan, count: tokens.count * k))
+            try run(GPUKernels.getRows(type), [try upload(w.bytes), try upload(tokens), out],
+                    [UInt32(k), UInt32(w.rowBytes), UInt32(tokens.count)], (tokens.count, 1, 1))
+            let want = tokens.flatMap { t in (0..<k).map { Double(w.values[Int(t) * k + $0]) } }
+            assertClose(try read(out, tokens.count * k), want, tolerance: want.map { abs($0) * 1e-6 + 1e-7 }, "get_rows \(type.name)")
+        }
+    }
+
+    func testRMSNorm() throws {
+        for n in [7, 64, 1000] {
+            let rows = 5
+            let x = random(rows * n, scale: 3), w = random(n)
+            let eps: Float = 1e-5
+            for select in [false, true] {
+                let rowsel: [Int32] = select ? [4, 1] : []
+                let outRows = select ? rowsel.map(Int.init) : Array(0..<rows)
+                let out = try upload([Float](repeating: .nan, count: outRows.count * n))
+                try run(GPUKernels.rmsNorm, [try upload(x), try upload(w), out, try upload(rowsel.isEmpty ? [0] : rowsel)],
+                        [UInt32(n), UInt32(outRows.count), eps.bitPattern, select ? 1 : 0, UInt32(n)], (outRows.count, 1, 1))
+                var want: [Double] = []
+                for r in outRows {
+                    let ss = (0..<n).reduce(0.0) { $0 + Double(x[r * n + $1]) * Double(x[r * n + $1]) }
+                    let scale = 1 / (ss / Double(n) + Double(eps)).squareRoot()
+                    want += (0..<n).map { Double(x[r * n + $0]) * scale * Double(w[$0]) }
+                }
+                assertClose(try read(out, outRows.count * n), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "rms_norm n=\(n) rowsel=\(select)")
+            }
+        }
+    }
+
+    func testRope() throws {
+        for (neox, hd, ropeDim) in [(false, 8, 8), (true, 16, 16), (false, 64, 32), (true, 64, 48)] {
+            let rows = 3, heads = 2, stride = heads * hd
+            let x = random(rows * stride)
+            let pos: [Int32] = [0, 7, 1000]
+            let base: Float = 10000, scale: Float = 0.5
+            let buf = try upload(x)
+            try run(GPUKernels.rope, [buf, try upload(pos)],
+                    [UInt32(rows), UInt32(heads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, base.bitPattern, scale.bitPattern, UInt32(stride)],
+                    (rows, heads, 1))
+            var want = x.map(Double.init)
+            let half = ropeDim / 2
+            for r in 0..<rows {
+                for h in 0..<heads {
+                    for i in 0..<half {
+                        let theta = Double(Float(pos[r]) * scale) * pow(Double(base), -2.0 * Double(i) / Double(ropeDim))
+                        let (a, b) = neox ? (r * stride + h * hd + i, r * stride + h * hd + i + half) : (r * stride + h * hd + 2 * i, r * stride + h * hd + 2 * i + 1)
+                        want[a] = Double(x[a]) * cos(theta) - Double(x[b]) * sin(theta)
+                        want[b] = Double(x[a]) * sin(theta) + Double(x[b]) * cos(theta)
+                    }
+                }
+            }
+            // positions up to 1000 radians: float32 angle arithmetic costs ~1e-4
+            assertClose(try read(buf, x.count), want, tolerance: want.map { _ in 2e-3 }, "rope neox=\(neox) hd=\(hd) ropeDim=\(ropeDim)")
+        }
+    }
+
+    func testElementwise() throws {
+        let count = 1000
+        let a = random(count, scale: 4), b = random(count)
+        let ab = try upload(a)
+        try run(GPUKernels.add, [ab, try upload(b)], [UInt32(count)], ((count + 255) / 256, 1, 1))
+        let sum = (0..<count).map { Double(a[$0]) + Double(b[$0]) }
+        assertClose(try read(ab, count), sum, tolerance: sum.map { abs($0) * 1e-6 + 1e-7 }, "add")
+        let gb = try upload(a)
+        try run(GPUKernels.swiglu, [gb, try upload(b)], [UInt32(count)], ((count + 255) / 256, 1, 1))
+        let sw = (0..<count).map { Double(a[$0]) / (1 + exp(-Double(a[$0]))) * Double(b[$0]) }
+        assertClose(try read(gb, count), sw, tolerance: sw.map { abs($0) * 1e-5 + 1e-6 }, "swiglu")
+    }
+
+    /// kv_store then attention through page tables, for two sequences sharing a batch with
+    /// positions that cross page edges, GQA groups and odd head sizes; against softmax(QKᵀ)V.
+    func testPagedAttention() throws {
+        for (heads, kvHeads, hd, pageSize) in [(4, 2, 16, 4), (3, 1, 40, 16), (8, 8, 64, 16), (2, 1, 128, 8)] {
+            let kvDim = kvHeads * hd, layers = 2, layer = 1
+            let pageStride = layers * 2 * pageSize * kvDim
+            // sequence 0: 37 positions on pages [5, 1, 7, …]; sequence 1: 6 positions on pages [2, 0]
+            let lengths = [37, 6]
+            var pageLists: [[Int32]] = [[5, 1, 7, 3, 9, 4, 6, 8, 10, 11], [2, 0]]
+            pageLists[0] = Array(pageLists[0].prefix((lengths[0] + pageSize - 1) / pageSize))
+            let pageCount = 12
+            var kvHost = [Float](repeating: 0, count: pageCount * pageStride)
+            var keys = lengths.map { [[Float]](repeating: [], count: $0) }, values = keys
+            for s in 0..<2 { for j in 0..<lengths[s] { keys[s][j] = random(kvDim); values[s][j] = random(kvDim) } }
+            // the earlier positions are written by the host; each sequence's last 3 (s0) / 2 (s1)
+            // come in this batch through kv_store
+            let fresh = [3, 2]
+            for s in 0..<2 {
+                for j in 0..<(lengths[s] - fresh[s]) {
+                    let page = Int(pageLists[s][j / pageSize]), slot = j % pageSize
+                    let base = page * pageStride + layer * 2 * pageSize * kvDim
+                    for d in 0..<kvDim {
+                        kvHost[base + d * pageSize + slot] = keys[s][j][d]
+                        kvHost[base + pageSize * kvDim + slot * kvDim + d] = values[s][j][d]
+                    }
+                }
+            }
+            var tokpos: [Int32] = [], tokpt: [Int32] = [], kIn: [Float] = [], vIn: [Float] = []
+            let pagetab = pageLists[0] + pageLists[1]
+            for s in 0..<2 {
+                for j in (lengths[s] - fresh[s])..<lengths[s] {
+                    tokpos.append(Int32(j))
+                    tokpt.append(s == 0 ? 0 : Int32(pageLists[0].count))
+                    kIn += keys[s][j]
+                    vIn += values[s][j]
+                }
+            }
+            let n = tokpos.count
+            let kv = try upload(kvHost)
+            let posB = try upload(tokpos), ptB = try upload(tokpt), tabB = try upload(pagetab)
+            let layerOff = UInt32(layer * 2 * pageSize * kvDim)
+            try run(GPUKernels.kvStore, [try upload(kIn), try upload(vIn), kv, posB, ptB, tabB],
+                    [UInt32(n), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff], (n, (kvDim + 63) / 64, 1))
+            let q = random(n * heads * hd)
+            let out = try upload([Float](repeating: .nan, count: n * heads * hd))
+            let scale = 1 / Float(hd).squareRoot()
+            try run(GPUKernels.attention, [try upload(q), kv, out, posB, ptB, tabB],
+                    [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff, scale.bitPattern],
+                    (n, kvHeads, 1))
+            var want: [Double] = []
+            for t in 0..<n {
+                let s = t < fresh[0] ? 0 : 1
+                let len = Int(tokpos[t]) + 1
+                for h in 0..<heads {
+                    let kvh = h / (heads / kvHeads)
+                    let qh = (0..<hd).map { Double(q[(t * heads + h) * hd + $0]) }
+                    let sc = (0..<len).map { j in (0..<hd).reduce(0.0) { $0 + qh[$1] * Double(keys[s][j][kvh * hd + $1]) } * Double(scale) }
+                    let m = sc.max()!
+                    let e = sc.map { exp($0 - m) }
+                    let z = e.reduce(0, +)
+                    want += (0..<hd).map { d in (0..<len).reduce(0.0) { $0 + e[$1] / z * Double(values[s][$1][kvh * hd + d]) } }
+                }
+            }
+            assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
+                        "attention heads=\(heads)/\(kvHeads) hd=\(hd) page=\(pageSize)")
+        }
+    }
+}

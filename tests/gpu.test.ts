@@ -1,0 +1,105 @@
+// The GPU backend end to end (Vulkan here: lavapipe, Mesa's CPU driver, which `make test` selects
+// with VK_DRIVER_FILES): greedy outputs on the golden models identical to the CPU backend's and
+// to llama.cpp's, continuous batching, prefix files across backends, and clear errors.
+import { describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Engine, type EngineOptions } from "../src/engine/engine";
+import { Model } from "../src/engine/model";
+import { runCli } from "./helpers/cli";
+import { withEngine } from "./helpers/engine";
+import { sharedModel } from "./helpers/paths";
+
+const backend = process.platform === "darwin" ? "metal" : "vulkan";
+const golden = JSON.parse(readFileSync(sharedModel("golden/greedy_golden.json"), "utf8")) as Record<
+  string,
+  { file: string; cases: { prompt_ids_with_bos: number[]; greedy_ids: number[] }[] }
+>;
+
+async function greedy(file: string, opts: EngineOptions, prompt: number[], n: number): Promise<number[]> {
+  return withEngine(file, opts, async (engine) =>
+    (await engine.submit({ promptTokens: prompt, maxTokens: n, temperature: 0, ignoreEos: true }).collect()).tokens);
+}
+
+describe(`${backend} backend`, () => {
+  for (const name of ["stories260K", "stories260K-q8_0", "stories260K-q4_0", "llama-2-tiny-random", "tiny-random-llama3-bpe"]) {
+    test(`${name}: greedy tokens identical to the CPU backend and to llama.cpp`, async () => {
+      const g = golden[name]!;
+      for (const c of g.cases) {
+        const gpu = await greedy(g.file, { ctxSize: 256, backend }, c.prompt_ids_with_bos, c.greedy_ids.length);
+        const cpu = await greedy(g.file, { ctxSize: 256, backend: "cpu", threads: 2 }, c.prompt_ids_with_bos, c.greedy_ids.length);
+        expect(gpu).toEqual(cpu);
+        expect(gpu).toEqual(c.greedy_ids);
+      }
+    });
+  }
+
+  test("the engine reports the GPU it runs on", async () => {
+    await withEngine("stories260K.gguf", { ctxSize: 64, backend }, async (engine) => {
+      const s = engine.stats() as unknown as { backend: string; device: string };
+      expect(s.backend).toBe(backend);
+      expect(s.device.length).toBeGreaterThan(0);
+    });
+  });
+
+  test("concurrent requests (prefill chunks and batched decode) give what each gives alone", async () => {
+    const prompts = [[1, 403, 407, 261], [1, 9038, 2501, 263, 931], [1, 365, 2354, 1024, 29892, 727, 471], [1, 319]].map((p) => p.map((t) => t % 512));
+    const alone: number[][] = [];
+    for (const p of prompts) alone.push(await greedy("stories260K.gguf", { ctxSize: 128, backend }, p, 24));
+    await withEngine("stories260K.gguf", { ctxSize: 128, backend, maxBatchSize: 4, batchTokens: 6 }, async (engine) => {
+      const got = await Promise.all(prompts.map((p) => engine.submit({ promptTokens: p, maxTokens: 24, temperature: 0, ignoreEos: true }).collect()));
+      expect(got.map((r) => r.tokens)).toEqual(alone);
+    });
+  });
+
+  test("draft speculation on the GPU is exact", async () => {
+    const c = golden["stories260K"]!.cases[0]!;
+    const plain = await greedy("stories260K.gguf", { ctxSize: 256, backend }, c.prompt_ids_with_bos, 40);
+    const model = Model.open(sharedModel("stories260K.gguf"));
+    const draft = Model.open(sharedModel("stories260K-q8_0.gguf"));
+    const engine = Engine.create(model, { ctxSize: 256, backend, speculation: "draft", draftAdaptive: false, draftMax: 4 }, draft);
+    try {
+      const r = await engine.submit({ promptTokens: c.prompt_ids_with_bos, maxTokens: 40, temperature: 0, ignoreEos: true }).collect();
+      expect(r.tokens).toEqual(plain);
+      expect(r.finish.usage.accepted_tokens).toBeGreaterThan(0);
+    } finally {
+      engine.close();
+      model.close();
+      draft.close();
+    }
+  }, 60_000);
+
+  test("a prefix saved on the CPU loads on the GPU and gives the same tokens", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "velo-gpu-"));
+    const file = join(dir, "p.kv");
+    const prompt = golden["stories260K"]!.cases[0]!.prompt_ids_with_bos.concat(Array.from({ length: 40 }, (_, i) => 300 + i));
+    const want = await withEngine("stories260K.gguf", { ctxSize: 256, backend: "cpu" }, async (engine) => {
+      const r = await engine.submit({ promptTokens: prompt, maxTokens: 16, temperature: 0, ignoreEos: true }).collect();
+      engine.savePrefix(prompt, file);
+      return r.tokens;
+    });
+    await withEngine("stories260K.gguf", { ctxSize: 256, backend }, async (engine) => {
+      expect(engine.loadPrefix(file)).toBe(Math.floor(prompt.length / 16) * 16);
+      const r = await engine.submit({ promptTokens: prompt, maxTokens: 16, temperature: 0, ignoreEos: true }).collect();
+      expect(r.finish.usage.cached_tokens).toBeGreaterThan(0);
+      expect(r.tokens).toEqual(want);
+    });
+  });
+
+  test("bad backends and devices are clear errors", async () => {
+    const other = backend === "metal" ? "vulkan" : "metal";
+    let r = await runCli(["generate", sharedModel("stories260K.gguf"), "Once", "-n", "4", "--backend", other]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/backend|Vulkan|Metal/);
+    r = await runCli(["generate", sharedModel("stories260K.gguf"), "Once", "-n", "4", "--backend", backend, "--device", "99"]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/no (Vulkan|Metal) device 99/);
+    r = await runCli(["generate", sharedModel("stories260K.gguf"), "Once", "-n", "4", "--backend", "gpu"]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/auto, cpu, vulkan, metal/);
+    r = await runCli(["generate", sharedModel("stories260K.gguf"), "Once", "-n", "4", "--temp", "0", "--backend", backend]);
+    expect(r.code).toBe(0);
+    expect(r.stdout.length).toBeGreaterThan(0);
+  });
+});
