@@ -52,7 +52,7 @@ test-bun:
 # Weight kernels are built once per weight type (-DWTYPE_<TYPE>), named <kernel>_<type>.
 WTYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k
 WEIGHT_KERNELS := get_rows matvec matmul
-PLAIN_KERNELS := rms_norm rope kv_store attention swiglu add
+PLAIN_KERNELS := rms_norm rope kv_store attention attention_combine swiglu add
 SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(PLAIN_KERNELS)
 SPV_ENV := vulkan1.2
 MSL_VER := 20400

@@ -1,17 +1,24 @@
 #version 450
-// attention — causal paged attention. Token t (at position tokpos[t] of its sequence, whose page
-// list starts at pagetab[tokpt[t]]) attends over keys 0 .. tokpos[t] of that sequence, for the
-// heads/kvHeads query heads that share KV head kvh:
+// attention — causal paged attention, split over the keys ("flash decoding"). Token t (at
+// position tokpos[t] of its sequence, whose page list starts at pagetab[tokpt[t]]) attends over
+// keys 0 .. tokpos[t] of that sequence, for the heads/kvHeads query heads that share KV head kvh:
 //   out[t][h] = sum_j softmax_j(scale * q[t][h] . k[j]) v[j]
 // Q and out rows are heads*headDim floats (head h at h*headDim); K/V live in the pages at this
-// layer (README.md, "K/V pages"). One workgroup per (token, KV head); dispatch (n, kvHeads, 1).
+// layer (README.md, "K/V pages"). One workgroup per (token, KV head, split); dispatch
+// (n, kvHeads, splits). Split s takes keys [s*chunk, min((s+1)*chunk, tokpos[t]+1)) (a split past
+// the token's last key does nothing).
+//   splits == 1: the workgroup writes out[t][h] itself (part is not touched).
+//   splits  > 1: it writes a partial for each head h to part, row r = (t*heads + h)*splits + s of
+//                headDim+2 floats: sum_j exp(x_j - m) v[j] (headDim floats), m, sum_j exp(x_j - m);
+//                attention_combine then merges the splits into out.
 //
-// Keys are taken TK at a time with an online softmax (running max and sum), so any context length
-// works; the query heads of the group share every K/V load. headDim up to 256 (any size with
-// fewer heads per pass: a pass takes min(8, 2048/headDim) heads and re-reads K/V per pass).
+// Within a workgroup keys go TK at a time with an online softmax. Scores: thread (key kk =
+// tid % TK, slice ps = tid / TK) dots a slice of the dimensions (consecutive threads read
+// consecutive K slots), slices summed through shared memory. Weighted V: thread over d (V rows are
+// contiguous in d). The query heads of a group share every K/V load; a pass takes
+// min(8, 2048/headDim) heads (headDim up to 2048; more heads re-read K/V per pass).
+// Needs a workgroup of at least 64 threads (GMAX * TK / KPT) and a multiple of TK (32).
 #extension GL_EXT_control_flow_attributes : require
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
 
 layout(local_size_x = 128, local_size_x_id = 0) in;
 
@@ -21,32 +28,48 @@ layout(std430, binding = 2) writeonly buffer OutBuf { float outv[]; };
 layout(std430, binding = 3) readonly buffer PosBuf { int tokpos[]; };
 layout(std430, binding = 4) readonly buffer PtBuf { int tokpt[]; };
 layout(std430, binding = 5) readonly buffer PageBuf { int pagetab[]; };
-layout(std140, binding = 6) uniform Params {
+layout(std430, binding = 6) writeonly buffer PartBuf { float part[]; };
+layout(std140, binding = 7) uniform Params {
     uint n, heads, kvHeads, headDim, kvDim, pageSize, pageStride, layerOff;
     float scale;
+    uint chunk, splits;
 } p;
 
-const uint TK = 128u;    // keys per tile
+const uint TK = 32u;     // keys per tile
 const uint GMAX = 8u;    // query heads per pass
 const uint QMAX = 2048u; // floats of the heads of a pass
-const uint SGMAX = 32u;  // subgroup partials reduced at a time
+const uint PMAX = 8u;    // dimension slices per key in the score phase
+const uint KPT = 4u;     // keys per thread in the softmax phase
+const uint NQ = TK / KPT;
 const float NEG = -1.0e30; // "minus infinity" that stays finite in exp(a - b)
 
-shared float Qs[QMAX];       // [g][d] queries of the pass
-shared float Os[QMAX];       // [g][d] running weighted sums of V
-shared float S[GMAX * TK];   // [g][key] scores, then probabilities
-shared uint Vb[TK];          // index of V[key][kvh*headDim] in kv
-shared float red[SGMAX * GMAX];
+shared float Qs[QMAX];            // [g][d] queries of the pass
+shared float Os[QMAX];            // [g][d] running weighted sums of V
+shared float Ps[PMAX * GMAX * TK]; // [slice][g][key] partial scores
+shared float S[GMAX * TK];        // [g][key] probabilities of the tile
+shared uint Vb[TK];               // index of V[key][kvh*headDim] in kv
+shared float red[GMAX * NQ];      // [g][q] tile maxima, then sums
+shared float alphaS[GMAX], mS[GMAX];
 
 void main() {
-    const uint t = gl_WorkGroupID.x, kvh = gl_WorkGroupID.y;
+    const uint t = gl_WorkGroupID.x, kvh = gl_WorkGroupID.y, split = gl_WorkGroupID.z;
     if (t >= p.n || kvh >= p.kvHeads) return;
+    const uint nkeys = uint(tokpos[t]) + 1u;
+    const uint kbeg = split * p.chunk;
+    if (kbeg >= nkeys) return;
+    const uint kend = min(nkeys, kbeg + p.chunk);
     const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
-    const uint sg = gl_SubgroupID, nsg = gl_NumSubgroups;
-    const uint hd = p.headDim, G = p.heads / p.kvHeads;
-    const uint nkeys = uint(tokpos[t]) + 1u, pt = uint(tokpt[t]);
-    const uint kOff = kvh * hd, plane = p.pageSize * p.kvDim;
+    const uint hd = p.headDim, G = p.heads / p.kvHeads, ps0 = p.pageSize;
+    const uint pt = uint(tokpt[t]);
+    const uint kOff = kvh * hd, plane = ps0 * p.kvDim;
     const uint gpass = max(1u, min(GMAX, QMAX / hd));
+    // score phase: key kk, dimension slice ps of P
+    const uint kk = tid % TK, ps = tid / TK;
+    const uint P = min(PMAX, max(1u, WG / TK));
+    const uint dsl = (hd + P - 1u) / P;
+    const uint d0 = min(hd, ps * dsl), d1 = min(hd, d0 + dsl);
+    // softmax phase: head sg, keys sq*KPT .. +KPT
+    const uint sg = tid / NQ, sq = tid % NQ;
 
     for (uint g0 = 0u; g0 < G; g0 += gpass) {
         const uint GC = min(gpass, G - g0);
@@ -55,82 +78,98 @@ void main() {
             Qs[i] = Q[qb + i];
             Os[i] = 0.0;
         }
-        float mrun[GMAX], lrun[GMAX]; // running max (same in every thread), this thread's share of the sum
-        [[unroll]] for (uint g = 0u; g < GMAX; g++) { mrun[g] = NEG; lrun[g] = 0.0; }
+        float mrun = NEG, lrun = 0.0; // of head sg (threads of the softmax phase)
         barrier();
 
-        for (uint j0 = 0u; j0 < nkeys; j0 += TK) {
-            const uint nt = min(TK, nkeys - j0);
-            // scores of this thread's keys
-            float lmax[GMAX];
-            [[unroll]] for (uint g = 0u; g < GMAX; g++) lmax[g] = NEG;
-            for (uint jj = tid; jj < nt; jj += WG) {
-                const uint j = j0 + jj;
-                const uint pb = uint(pagetab[pt + j / p.pageSize]) * p.pageStride + p.layerOff;
-                const uint slot = j % p.pageSize;
-                const uint kb = pb + kOff * p.pageSize + slot;
-                Vb[jj] = pb + plane + slot * p.kvDim + kOff;
+        for (uint j0 = kbeg; j0 < kend; j0 += TK) {
+            const uint nt = min(TK, kend - j0);
+            // 1. partial scores of key kk over dimensions d0 .. d1
+            if (ps < P) {
                 float sc[GMAX];
                 [[unroll]] for (uint g = 0u; g < GMAX; g++) sc[g] = 0.0;
-                for (uint d = 0u; d < hd; d++) {
-                    const float kd = kv[kb + d * p.pageSize];
-                    [[unroll]] for (uint g = 0u; g < GMAX; g++)
-                        if (g < GC) sc[g] = fma(Qs[g * hd + d], kd, sc[g]);
-                }
-                [[unroll]] for (uint g = 0u; g < GMAX; g++) {
-                    if (g < GC) {
-                        const float v = sc[g] * p.scale;
-                        S[g * TK + jj] = v;
-                        lmax[g] = max(lmax[g], v);
+                if (kk < nt) {
+                    const uint j = j0 + kk;
+                    const uint pb = uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff;
+                    const uint slot = j % ps0;
+                    const uint kb = pb + kOff * ps0 + slot;
+                    if (ps == 0u) Vb[kk] = pb + plane + slot * p.kvDim + kOff;
+                    uint d = d0;
+                    for (; d + 4u <= d1; d += 4u) {
+                        const float k0 = kv[kb + d * ps0], k1 = kv[kb + (d + 1u) * ps0];
+                        const float k2 = kv[kb + (d + 2u) * ps0], k3 = kv[kb + (d + 3u) * ps0];
+                        [[unroll]] for (uint g = 0u; g < GMAX; g++) {
+                            if (g < GC) {
+                                const uint qo = g * hd + d;
+                                sc[g] = fma(Qs[qo], k0, sc[g]);
+                                sc[g] = fma(Qs[qo + 1u], k1, sc[g]);
+                                sc[g] = fma(Qs[qo + 2u], k2, sc[g]);
+                                sc[g] = fma(Qs[qo + 3u], k3, sc[g]);
+                            }
+                        }
+                    }
+                    for (; d < d1; d++) {
+                        const float k0 = kv[kb + d * ps0];
+                        [[unroll]] for (uint g = 0u; g < GMAX; g++)
+                            if (g < GC) sc[g] = fma(Qs[g * hd + d], k0, sc[g]);
                     }
                 }
+                [[unroll]] for (uint g = 0u; g < GMAX; g++)
+                    if (g < GC) Ps[(ps * GMAX + g) * TK + kk] = sc[g];
             }
-            // tile max of each head over the workgroup
-            float tmax[GMAX];
-            [[unroll]] for (uint g = 0u; g < GMAX; g++) tmax[g] = NEG;
-            for (uint base = 0u; base < nsg; base += SGMAX) {
-                if (sg >= base && sg < base + SGMAX) {
+            barrier();
+            // 2. scores of keys sq*KPT .. (head sg): sum the slices, tile max
+            float x[KPT];
+            if (sg < GC) {
+                float lm = NEG;
+                [[unroll]] for (uint c = 0u; c < KPT; c++) {
+                    const uint k = sq * KPT + c;
+                    float s = 0.0;
+                    for (uint q = 0u; q < P; q++) s += Ps[(q * GMAX + sg) * TK + k];
+                    x[c] = k < nt ? s * p.scale : NEG;
+                    lm = max(lm, x[c]);
+                }
+                red[sg * NQ + sq] = lm;
+            }
+            barrier();
+            // 3. new running max, rescale factor, probabilities
+            if (sg < GC) {
+                float tmax = NEG;
+                [[unroll]] for (uint q = 0u; q < NQ; q++) tmax = max(tmax, red[sg * NQ + q]);
+                const float mn = max(mrun, tmax);
+                const float alpha = exp(mrun - mn);
+                mrun = mn;
+                float l = 0.0;
+                [[unroll]] for (uint c = 0u; c < KPT; c++) {
+                    const float e = exp(x[c] - mn);
+                    S[sg * TK + sq * KPT + c] = e;
+                    l += e;
+                }
+                lrun = fma(lrun, alpha, l);
+                if (sq == 0u) { alphaS[sg] = alpha; mS[sg] = mn; }
+            }
+            barrier();
+            // 4. weighted V: this thread's dimensions, all heads of the pass
+            for (uint d = tid; d < hd; d += WG) {
+                float o[GMAX];
+                [[unroll]] for (uint g = 0u; g < GMAX; g++) o[g] = g < GC ? Os[g * hd + d] * alphaS[g] : 0.0;
+                uint k = 0u;
+                for (; k + 4u <= nt; k += 4u) {
+                    const float v0 = kv[Vb[k] + d], v1 = kv[Vb[k + 1u] + d];
+                    const float v2 = kv[Vb[k + 2u] + d], v3 = kv[Vb[k + 3u] + d];
                     [[unroll]] for (uint g = 0u; g < GMAX; g++) {
                         if (g < GC) {
-                            const float m = subgroupMax(lmax[g]);
-                            if (subgroupElect()) red[(sg - base) * GMAX + g] = m;
+                            const uint so = g * TK + k;
+                            o[g] = fma(S[so], v0, o[g]);
+                            o[g] = fma(S[so + 1u], v1, o[g]);
+                            o[g] = fma(S[so + 2u], v2, o[g]);
+                            o[g] = fma(S[so + 3u], v3, o[g]);
                         }
                     }
                 }
-                barrier();
-                const uint cnt = min(SGMAX, nsg - base);
-                for (uint q = 0u; q < cnt; q++) {
+                for (; k < nt; k++) {
+                    const float v0 = kv[Vb[k] + d];
                     [[unroll]] for (uint g = 0u; g < GMAX; g++)
-                        if (g < GC) tmax[g] = max(tmax[g], red[q * GMAX + g]);
-                }
-                barrier();
-            }
-            // rescale by exp(old max - new max); probabilities of this thread's keys
-            float alpha[GMAX];
-            [[unroll]] for (uint g = 0u; g < GMAX; g++) {
-                const float mn = max(mrun[g], tmax[g]);
-                alpha[g] = exp(mrun[g] - mn);
-                mrun[g] = mn;
-                lrun[g] *= alpha[g];
-            }
-            for (uint jj = tid; jj < nt; jj += WG) {
-                [[unroll]] for (uint g = 0u; g < GMAX; g++) {
-                    if (g < GC) {
-                        const float e = exp(S[g * TK + jj] - mrun[g]);
-                        S[g * TK + jj] = e;
-                        lrun[g] += e;
-                    }
-                }
-            }
-            barrier();
-            // weighted V: this thread's dimensions, all heads of the pass
-            for (uint d = tid; d < hd; d += WG) {
-                float o[GMAX];
-                [[unroll]] for (uint g = 0u; g < GMAX; g++) o[g] = g < GC ? Os[g * hd + d] * alpha[g] : 0.0;
-                for (uint jj = 0u; jj < nt; jj++) {
-                    const float v = kv[Vb[jj] + d];
-                    [[unroll]] for (uint g = 0u; g < GMAX; g++)
-                        if (g < GC) o[g] = fma(S[g * TK + jj], v, o[g]);
+                        if (g < GC) o[g] = fma(S[g * TK + k], v0, o[g]);
                 }
                 [[unroll]] for (uint g = 0u; g < GMAX; g++)
                     if (g < GC) Os[g * hd + d] = o[g];
@@ -138,33 +177,22 @@ void main() {
             barrier();
         }
 
-        // softmax denominators: sum of every thread's share
-        float l[GMAX];
-        [[unroll]] for (uint g = 0u; g < GMAX; g++) l[g] = 0.0;
-        for (uint base = 0u; base < nsg; base += SGMAX) {
-            if (sg >= base && sg < base + SGMAX) {
-                [[unroll]] for (uint g = 0u; g < GMAX; g++) {
-                    if (g < GC) {
-                        const float s = subgroupAdd(lrun[g]);
-                        if (subgroupElect()) red[(sg - base) * GMAX + g] = s;
-                    }
-                }
-            }
-            barrier();
-            const uint cnt = min(SGMAX, nsg - base);
-            for (uint q = 0u; q < cnt; q++) {
-                [[unroll]] for (uint g = 0u; g < GMAX; g++)
-                    if (g < GC) l[g] += red[q * GMAX + g];
-            }
-            barrier();
-        }
+        // softmax denominators: the sum of the softmax threads' shares
+        if (sg < GC) red[sg * NQ + sq] = lrun;
+        barrier();
         for (uint i = tid; i < GC * hd; i += WG) {
-            const uint g = i / hd;
-            float lg = l[0];
-            [[unroll]] for (uint q = 1u; q < GMAX; q++)
-                if (q == g) lg = l[q];
-            outv[qb + i] = Os[i] / lg;
+            const uint g = i / hd, d = i - g * hd;
+            float l = 0.0;
+            [[unroll]] for (uint q = 0u; q < NQ; q++) l += red[g * NQ + q];
+            const uint h = kvh * G + g0 + g;
+            if (p.splits == 1u) {
+                outv[qb + i] = Os[i] / l;
+            } else {
+                const uint rb = ((t * p.heads + h) * p.splits + split) * (hd + 2u);
+                part[rb + d] = Os[i];
+                if (d == 0u) { part[rb + hd] = mS[g]; part[rb + hd + 1u] = l; }
+            }
         }
-        barrier(); // Qs/Os are reloaded by the next pass
+        barrier(); // Qs/Os/red are reused by the next pass
     }
 }

@@ -23,6 +23,9 @@ layout(constant_id = 2) const uint ROWS = 4;   // weight rows per workgroup (row
 #include "quants.glsl"
 
 layout(std430, binding = 1) readonly buffer XBuf { float X[]; };
+// the same buffer as vec4s, for 16-byte loads when every row starts 16-byte aligned (xStride % 4 == 0:
+// the 4 values of a group start at a multiple of 4 and lie within the row)
+layout(std430, binding = 1) readonly buffer XBuf4 { vec4 X4[]; };
 layout(std430, binding = 2) writeonly buffer YBuf { float Y[]; };
 layout(std140, binding = 3) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride;
@@ -42,6 +45,7 @@ vec4 xload(uint i, uint k) {
         return x;
     }
 #endif
+    if ((p.xStride & 3u) == 0u) return X4[i >> 2];
     return vec4(X[i], X[i + 1u], X[i + 2u], X[i + 3u]);
 }
 

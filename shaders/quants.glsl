@@ -38,18 +38,22 @@ float wf16(uint i) { return unpackHalf2x16(uint(w16[i])).x; }
 // byte `off` of the data starting at word `base`
 uint wbyte(uint base, uint off) { return (uint(w16[base + (off >> 1)]) >> ((off & 1u) << 3)) & 0xFFu; }
 
-// the 4 low / high nibbles of the 4 bytes of q, as floats (byte 0 first)
-vec4 nib_lo(uint q) { return vec4(uvec4(q, q >> 8, q >> 16, q >> 24) & 0xFu); }
-vec4 nib_hi(uint q) { return vec4(uvec4(q >> 4, q >> 12, q >> 20, q >> 28) & 0xFu); }
-// bit 0 of each byte of h, times 16 (the fifth bit of the Q5 types)
-vec4 bit4_16(uint h) { return vec4(uvec4(h, h >> 8, h >> 16, h >> 24) & 1u) * 16.0; }
-// bit i of h for i = 0..3, times 16
-vec4 bits_16(uint h) { return vec4(uvec4(h, h >> 1, h >> 2, h >> 3) & 1u) * 16.0; }
-// the 4 bytes of q as signed values
-vec4 sbytes(uint q) {
-    int v = int(q);
-    return vec4(bitfieldExtract(v, 0, 8), bitfieldExtract(v, 8, 8), bitfieldExtract(v, 16, 8), bitfieldExtract(v, 24, 8));
-}
+// Small unsigned integers to float without an int-to-float conversion (a low-throughput
+// instruction on some GPUs): for v < 2^23, the float with bits 0x4B000000 | v is exactly
+// 2^23 + v, so one OR and one subtraction give v - bias exactly.
+const float MAGIC = 8388608.0; // 2^23
+vec4 ufloat4(uvec4 v, float bias) { return uintBitsToFloat(v | 0x4B000000u) - (MAGIC + bias); }
+float ufloat(uint v) { return uintBitsToFloat(v | 0x4B000000u) - MAGIC; }
+uvec4 bytes4(uint q) { return uvec4(q, q >> 8, q >> 16, q >> 24) & 0xFFu; }
+// the 4 low / high nibbles of the 4 bytes of q (byte 0 first)
+uvec4 nib_lo(uint q) { return uvec4(q, q >> 8, q >> 16, q >> 24) & 0xFu; }
+uvec4 nib_hi(uint q) { return uvec4(q >> 4, q >> 12, q >> 20, q >> 28) & 0xFu; }
+// bit 0 of each byte of h, moved to bit 4 (the fifth bit of the Q5 types)
+uvec4 bit4_16(uint h) { return (uvec4(h, h >> 8, h >> 16, h >> 24) & 1u) << 4; }
+// bits 0..3 of h, each moved to bit 4
+uvec4 bits_16(uint h) { return (uvec4(h, h >> 1, h >> 2, h >> 3) & 1u) << 4; }
+// the 4 bytes of q as signed values (b ^ 0x80 is the signed byte plus 128)
+vec4 sbytes(uint q) { return ufloat4(bytes4(q) ^ 0x80u, 128.0); }
 
 // Scale (x) and min (y) j of the 12 packed 6-bit scale bytes of a Q4_K / Q5_K block, which start
 // at byte 4 of the block at word b (ck_kscales / ggml's get_scale_min_k4).
@@ -76,7 +80,7 @@ Unit unit_load(uint rw, uint u, uint K) {
 }
 vec4 unit_vec(Unit s, uint g) {
     uint q = (g & 1u) == 0u ? s.q0 : s.q1;
-    DQP vec4 r = ((g < 2u ? nib_lo(q) : nib_hi(q)) - 8.0) * s.d;
+    DQP vec4 r = ufloat4(g < 2u ? nib_lo(q) : nib_hi(q), 8.0) * s.d;
     return r;
 }
 uint unit_pos(uint u, uint g) { return (u >> 1) * 32u + (u & 1u) * 8u + (g & 1u) * 4u + (g >> 1) * 16u; }
@@ -98,7 +102,7 @@ Unit unit_load(uint rw, uint u, uint K) {
 }
 vec4 unit_vec(Unit s, uint g) {
     uint q = (g & 1u) == 0u ? s.q0 : s.q1;
-    DQP vec4 r = (g < 2u ? nib_lo(q) : nib_hi(q)) * s.d + s.m;
+    DQP vec4 r = ufloat4(g < 2u ? nib_lo(q) : nib_hi(q), 0.0) * s.d + s.m;
     return r;
 }
 uint unit_pos(uint u, uint g) { return (u >> 1) * 32u + (u & 1u) * 8u + (g & 1u) * 4u + (g >> 1) * 16u; }
@@ -120,8 +124,8 @@ Unit unit_load(uint rw, uint u, uint K) {
 }
 vec4 unit_vec(Unit s, uint g) {
     uint q = (g & 1u) == 0u ? s.q0 : s.q1;
-    vec4 hb = bits_16(s.h >> ((g & 1u) * 4u + (g >> 1) * 16u));
-    DQP vec4 r = ((g < 2u ? nib_lo(q) : nib_hi(q)) + hb - 16.0) * s.d;
+    uvec4 hb = bits_16(s.h >> ((g & 1u) * 4u + (g >> 1) * 16u));
+    DQP vec4 r = ufloat4((g < 2u ? nib_lo(q) : nib_hi(q)) | hb, 16.0) * s.d;
     return r;
 }
 uint unit_pos(uint u, uint g) { return (u >> 1) * 32u + (u & 1u) * 8u + (g & 1u) * 4u + (g >> 1) * 16u; }
@@ -144,8 +148,8 @@ Unit unit_load(uint rw, uint u, uint K) {
 }
 vec4 unit_vec(Unit s, uint g) {
     uint q = (g & 1u) == 0u ? s.q0 : s.q1;
-    vec4 hb = bits_16(s.h >> ((g & 1u) * 4u + (g >> 1) * 16u));
-    DQP vec4 r = ((g < 2u ? nib_lo(q) : nib_hi(q)) + hb) * s.d + s.m;
+    uvec4 hb = bits_16(s.h >> ((g & 1u) * 4u + (g >> 1) * 16u));
+    DQP vec4 r = ufloat4((g < 2u ? nib_lo(q) : nib_hi(q)) | hb, 0.0) * s.d + s.m;
     return r;
 }
 uint unit_pos(uint u, uint g) { return (u >> 1) * 32u + (u & 1u) * 8u + (g & 1u) * 4u + (g >> 1) * 16u; }
@@ -182,17 +186,17 @@ Unit unit_load(uint rw, uint u, uint K) {
     float d = wf16(b), dmin = wf16(b + 1u);
     uvec2 sm1 = kscale(b, 2u * c), sm2 = kscale(b, 2u * c + 1u);
     Unit s;
-    s.d1 = d * float(sm1.x);
-    s.m1 = dmin * float(sm1.y);
-    s.d2 = d * float(sm2.x);
-    s.m2 = dmin * float(sm2.y);
+    s.d1 = d * ufloat(sm1.x);
+    s.m1 = dmin * ufloat(sm1.y);
+    s.d2 = d * ufloat(sm2.x);
+    s.m2 = dmin * ufloat(sm2.y);
     s.q0 = wload32(o);
     s.q1 = wload32(o + 2u);
     return s;
 }
 vec4 unit_vec(Unit s, uint g) {
     uint q = (g & 1u) == 0u ? s.q0 : s.q1;
-    DQP vec4 r = g < 2u ? s.d1 * nib_lo(q) - s.m1 : s.d2 * nib_hi(q) - s.m2;
+    DQP vec4 r = g < 2u ? s.d1 * ufloat4(nib_lo(q), 0.0) - s.m1 : s.d2 * ufloat4(nib_hi(q), 0.0) - s.m2;
     return r;
 }
 uint unit_pos(uint u, uint g) {
@@ -213,10 +217,10 @@ Unit unit_load(uint rw, uint u, uint K) {
     float d = wf16(b), dmin = wf16(b + 1u);
     uvec2 sm1 = kscale(b, 2u * c), sm2 = kscale(b, 2u * c + 1u);
     Unit s;
-    s.d1 = d * float(sm1.x);
-    s.m1 = dmin * float(sm1.y);
-    s.d2 = d * float(sm2.x);
-    s.m2 = dmin * float(sm2.y);
+    s.d1 = d * ufloat(sm1.x);
+    s.m1 = dmin * ufloat(sm1.y);
+    s.d2 = d * ufloat(sm2.x);
+    s.m2 = dmin * ufloat(sm2.y);
     s.q0 = wload32(o);
     s.q1 = wload32(o + 2u);
     s.h0 = wload32(oh) >> (2u * c);
@@ -225,8 +229,8 @@ Unit unit_load(uint rw, uint u, uint K) {
 }
 vec4 unit_vec(Unit s, uint g) {
     uint q = (g & 1u) == 0u ? s.q0 : s.q1;
-    vec4 hb = bit4_16(((g & 1u) == 0u ? s.h0 : s.h1) >> (g >> 1));
-    DQP vec4 r = g < 2u ? s.d1 * (nib_lo(q) + hb) - s.m1 : s.d2 * (nib_hi(q) + hb) - s.m2;
+    uvec4 hb = bit4_16(((g & 1u) == 0u ? s.h0 : s.h1) >> (g >> 1));
+    DQP vec4 r = g < 2u ? s.d1 * ufloat4(nib_lo(q) | hb, 0.0) - s.m1 : s.d2 * ufloat4(nib_hi(q) | hb, 0.0) - s.m2;
     return r;
 }
 uint unit_pos(uint u, uint g) {
@@ -251,8 +255,7 @@ Unit unit_load(uint rw, uint u, uint K) {
     uint v = u & 15u, h = v >> 3, l0 = (v & 7u) * 4u, b = rw + (u >> 4) * BLOCK_WORDS;
     float d = wf16(b + 104u);
     uint sb = 192u + 8u * h + l0 / 16u;          // byte of sc[is]
-    vec4 sc = vec4(bitfieldExtract(int(wbyte(b, sb)), 0, 8), bitfieldExtract(int(wbyte(b, sb + 2u)), 0, 8),
-                   bitfieldExtract(int(wbyte(b, sb + 4u)), 0, 8), bitfieldExtract(int(wbyte(b, sb + 6u)), 0, 8));
+    vec4 sc = ufloat4(uvec4(wbyte(b, sb), wbyte(b, sb + 2u), wbyte(b, sb + 4u), wbyte(b, sb + 6u)) ^ 0x80u, 128.0);
     Unit s;
     s.ds = d * sc;
     s.qla = wload32(b + 32u * h + l0 / 2u);
@@ -263,8 +266,7 @@ Unit unit_load(uint rw, uint u, uint K) {
 vec4 unit_vec(Unit s, uint g) {
     uint ql = ((g & 1u) == 0u ? s.qla : s.qlb) >> ((g >> 1) * 4u);
     uint q = (ql & 0x0F0F0F0Fu) | (((s.qh >> (2u * g)) & 0x03030303u) << 4);
-    vec4 qv = vec4(uvec4(q, q >> 8, q >> 16, q >> 24) & 0xFFu) - 32.0;
-    DQP vec4 r = s.ds[g] * qv;
+    DQP vec4 r = s.ds[g] * ufloat4(bytes4(q), 32.0);
     return r;
 }
 uint unit_pos(uint u, uint g) {

@@ -130,7 +130,7 @@ final class GPUKernelTests: XCTestCase {
     }
 
     func testRMSNorm() throws {
-        for n in [7, 64, 1000] {
+        for n in [7, 64, 1000, 4096, 5003, 9000] {
             let rows = 5
             let x = random(rows * n, scale: 3), w = random(n)
             let eps: Float = 1e-5
@@ -192,22 +192,33 @@ final class GPUKernelTests: XCTestCase {
     }
 
     /// kv_store then attention through page tables, for two sequences sharing a batch with
-    /// positions that cross page edges, GQA groups and odd head sizes; against softmax(QKᵀ)V.
+    /// positions that cross page edges, GQA groups (1, 3, 4, 8 query heads per KV head) and odd
+    /// head sizes; single-split (direct) and split-K (partials + attention_combine) paths, short
+    /// and long (300+ keys, many tiles and splits) contexts; against softmax(QKᵀ)V.
     func testPagedAttention() throws {
-        for (heads, kvHeads, hd, pageSize) in [(4, 2, 16, 4), (3, 1, 40, 16), (8, 8, 64, 16), (2, 1, 128, 8)] {
+        // (heads, kvHeads, hd, pageSize, sequence lengths, fresh tokens per sequence)
+        let cases: [(Int, Int, Int, Int, [Int], [Int])] = [
+            (4, 2, 16, 4, [37, 6], [3, 2]), (3, 1, 40, 16, [37, 6], [3, 2]), (8, 8, 64, 16, [37, 6], [3, 2]),
+            (2, 1, 128, 8, [37, 6], [3, 2]),
+            (32, 8, 128, 16, [333, 17], [1, 1]), (8, 1, 80, 16, [517, 40], [2, 1]), (16, 2, 64, 16, [1000, 70], [1, 3]),
+            (4, 4, 128, 16, [129, 2], [2, 1]), (9, 1, 64, 16, [260, 100], [1, 1]),
+        ]
+        for (heads, kvHeads, hd, pageSize, lengths, fresh) in cases {
             let kvDim = kvHeads * hd, layers = 2, layer = 1
             let pageStride = layers * 2 * pageSize * kvDim
-            // sequence 0: 37 positions on pages [5, 1, 7, …]; sequence 1: 6 positions on pages [2, 0]
-            let lengths = [37, 6]
-            var pageLists: [[Int32]] = [[5, 1, 7, 3, 9, 4, 6, 8, 10, 11], [2, 0]]
-            pageLists[0] = Array(pageLists[0].prefix((lengths[0] + pageSize - 1) / pageSize))
-            let pageCount = 12
+            // every sequence on its own shuffled pages
+            let pagesPer = lengths.map { ($0 + pageSize - 1) / pageSize }
+            let pageCount = pagesPer.reduce(0, +) + 2
+            var perm = Array(0..<pageCount)
+            perm.shuffle(using: &rng)
+            var pageLists: [[Int32]] = []
+            var next = 0
+            for c in pagesPer { pageLists.append(perm[next..<(next + c)].map { Int32($0) }); next += c }
             var kvHost = [Float](repeating: 0, count: pageCount * pageStride)
             var keys = lengths.map { [[Float]](repeating: [], count: $0) }, values = keys
             for s in 0..<2 { for j in 0..<lengths[s] { keys[s][j] = random(kvDim); values[s][j] = random(kvDim) } }
-            // the earlier positions are written by the host; each sequence's last 3 (s0) / 2 (s1)
-            // come in this batch through kv_store
-            let fresh = [3, 2]
+            // the earlier positions are written by the host; each sequence's last `fresh` come in
+            // this batch through kv_store
             for s in 0..<2 {
                 for j in 0..<(lengths[s] - fresh[s]) {
                     let page = Int(pageLists[s][j / pageSize]), slot = j % pageSize
@@ -218,12 +229,13 @@ final class GPUKernelTests: XCTestCase {
                     }
                 }
             }
-            var tokpos: [Int32] = [], tokpt: [Int32] = [], kIn: [Float] = [], vIn: [Float] = []
+            var tokpos: [Int32] = [], tokpt: [Int32] = [], tokseq: [Int] = [], kIn: [Float] = [], vIn: [Float] = []
             let pagetab = pageLists[0] + pageLists[1]
             for s in 0..<2 {
                 for j in (lengths[s] - fresh[s])..<lengths[s] {
                     tokpos.append(Int32(j))
                     tokpt.append(s == 0 ? 0 : Int32(pageLists[0].count))
+                    tokseq.append(s)
                     kIn += keys[s][j]
                     vIn += values[s][j]
                 }
@@ -235,14 +247,11 @@ final class GPUKernelTests: XCTestCase {
             try run(GPUKernels.kvStore, [try upload(kIn), try upload(vIn), kv, posB, ptB, tabB],
                     [UInt32(n), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff], (n, (kvDim + 63) / 64, 1))
             let q = random(n * heads * hd)
-            let out = try upload([Float](repeating: .nan, count: n * heads * hd))
+            let qB = try upload(q)
             let scale = 1 / Float(hd).squareRoot()
-            try run(GPUKernels.attention, [try upload(q), kv, out, posB, ptB, tabB],
-                    [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff, scale.bitPattern],
-                    (n, kvHeads, 1))
             var want: [Double] = []
             for t in 0..<n {
-                let s = t < fresh[0] ? 0 : 1
+                let s = tokseq[t]
                 let len = Int(tokpos[t]) + 1
                 for h in 0..<heads {
                     let kvh = h / (heads / kvHeads)
@@ -254,8 +263,32 @@ final class GPUKernelTests: XCTestCase {
                     want += (0..<hd).map { d in (0..<len).reduce(0.0) { $0 + e[$1] / z * Double(values[s][$1][kvh * hd + d]) } }
                 }
             }
-            assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
-                        "attention heads=\(heads)/\(kvHeads) hd=\(hd) page=\(pageSize)")
+            // the host's plan (decode-sized workspace), one split (direct), and fixed chunks
+            let keysMax = lengths.max()!
+            let planned = GPUKernels.attentionSplits(keys: keysMax, n: n, maxTokens: 16, maxContext: 4096)
+            var plans = [planned, (keysMax, 1), (32, (keysMax + 31) / 32), (64, (keysMax + 63) / 64), (96, (keysMax + 95) / 96)]
+            plans = plans.filter { $0.1 <= 256 }
+            for (chunk, splits) in plans {
+                let out = try upload([Float](repeating: .nan, count: n * heads * hd))
+                let part = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
+                try run(GPUKernels.attention, [qB, kv, out, posB, ptB, tabB, part],
+                        [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
+                         scale.bitPattern, UInt32(chunk), UInt32(splits)],
+                        (n, kvHeads, splits))
+                if splits > 1 {
+                    try run(GPUKernels.attentionCombine, [part, out, posB],
+                            [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], (n, heads, 1))
+                }
+                assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
+                            "attention heads=\(heads)/\(kvHeads) hd=\(hd) page=\(pageSize) lengths=\(lengths) chunk=\(chunk) splits=\(splits)")
+            }
+        }
+        // the host's plans: splits × tokens within the scratch, every key covered
+        for (n, keys) in [(1, 16), (1, 200), (1, 4096), (16, 4096), (512, 512), (512, 4096), (7, 1)] {
+            let lim = GPUKernels.attentionSplitLimit(maxTokens: 512, maxContext: 4096)
+            let (chunk, splits) = GPUKernels.attentionSplits(keys: keys, n: n, maxTokens: 512, maxContext: 4096)
+            XCTAssert(chunk % GPUKernels.attentionTile == 0 && chunk * splits >= keys && chunk * (splits - 1) < keys, "plan n=\(n) keys=\(keys)")
+            XCTAssert(splits == 1 || n * splits <= lim.capacity, "plan n=\(n) keys=\(keys) splits=\(splits)")
         }
     }
 }

@@ -3,6 +3,8 @@
 public final class Profiler: @unchecked Sendable {
     public enum Op: Int, CaseIterable {
         case quantize, matmul, attention, norm, rope, mlpActivation, embed, output, other
+        /// GPU backends: host time spent recording a step, and waiting for it
+        case record, wait
         var name: String { "\(self)" }
     }
 

@@ -22,6 +22,10 @@ final class GPUForward: ForwardOps {
     private var vectors: [String: GPUBuffer] = [:]
     private var batch = ForwardBatch()
     private var n = 0
+    private var recordStart: UInt64 = 0
+    /// Partials of split-K attention (GPUKernels.attentionSplits), merged by attention_combine.
+    private let attnScratch: GPUBuffer
+    private let maxContext: Int
 
     init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
          maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
@@ -33,7 +37,11 @@ final class GPUForward: ForwardOps {
         self.maxTokens = maxTokens
         self.maxLogitRows = maxLogitRows
         self.profiler = profiler
+        self.maxContext = maxContext
         let c = config
+        attnScratch = try device.makeBuffer(
+            bytes: max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16),
+            memory: .device, label: "attention partials")
         for a in Activation.allCases {
             acts.append(try device.makeBuffer(bytes: maxTokens * Self.width(a, c) * 4, memory: .device, label: "activations"))
         }
@@ -65,7 +73,7 @@ final class GPUForward: ForwardOps {
             _ = try pipeline(GPUKernels.matmul(w.type))
         }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
-        for k in [GPUKernels.rmsNorm, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.swiglu, GPUKernels.add] { _ = try pipeline(k) }
+        for k in [GPUKernels.rmsNorm, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.add] { _ = try pipeline(k) }
     }
 
     static func width(_ a: Activation, _ c: ModelConfig) -> Int {
@@ -117,6 +125,7 @@ final class GPUForward: ForwardOps {
         write(sections.tokpt, batch.sequence.map { starts[$0] })
         write(sections.rowsel, batch.logitRows.map { Int32($0) })
         if !table.isEmpty { write(sections.pagetab, table) }
+        recordStart = nowNanos()
         try device.begin()
     }
 
@@ -174,12 +183,23 @@ final class GPUForward: ForwardOps {
                  (n, (kvDim + 63) / 64, 1), .attention)
     }
 
+    /// Split-K attention: keys in splits of `chunk` (from the longest context of the batch),
+    /// one workgroup per (token, KV head, split), then the combine kernel merges the splits
+    /// (a single split writes the output directly).
     func attention(layer: Int) {
         let c = config, ps = kv.pageSize
-        dispatch(GPUKernels.attention, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab],
+        let keys = (batch.positions.max() ?? 0) + 1
+        let (chunk, splits) = GPUKernels.attentionSplits(keys: keys, n: n, maxTokens: maxTokens, maxContext: maxContext)
+        dispatch(GPUKernels.attention, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)],
                  [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps),
-                  UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim), (1 / Float(c.headDim).squareRoot()).bitPattern],
-                 (n, c.kvHeads, 1), .attention)
+                  UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim), (1 / Float(c.headDim).squareRoot()).bitPattern,
+                  UInt32(chunk), UInt32(splits)],
+                 (n, c.kvHeads, splits), .attention)
+        if splits > 1 {
+            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos],
+                     [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)],
+                     (n, c.heads, 1), .attention)
+        }
     }
 
     func add(_ dst: Activation, _ src: Activation) {
@@ -200,7 +220,10 @@ final class GPUForward: ForwardOps {
     }
 
     func finish() throws -> UnsafeMutablePointer<Float> {
+        let t0 = nowNanos()
+        if profiler.enabled { profiler.add(.record, nanos: t0 - recordStart) }
         try device.commit(profiler: profiler.enabled ? profiler : nil)
+        if profiler.enabled { profiler.add(.wait, nanos: nowNanos() - t0) }
         return logitsBuffer.contents!.assumingMemoryBound(to: Float.self)
     }
 }

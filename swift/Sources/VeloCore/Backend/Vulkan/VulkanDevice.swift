@@ -18,7 +18,16 @@ final class VulkanDevice: GPUDevice {
     private let queue: VkQueue
     private let memory: VulkanMemory
     private let commandPool: VkCommandPool
-    private let commandBuffer: VkCommandBuffer
+    /// A step is recorded into these in turn: each is submitted once it holds `chunkDispatches`
+    /// dispatches, so the GPU starts on the first layers while the host records the rest.
+    private let commandBuffers: [VkCommandBuffer]
+    private var current = 0
+    private var commandBuffer: VkCommandBuffer { commandBuffers[current] }
+    private var dispatchesInChunk = 0
+    private static let chunkDispatches = 64
+    private static let commandBufferCount = 16
+    /// Timeline value each command buffer's last submission signals (reuse waits for it).
+    private var submittedValue: [UInt64]
     private let timeline: VkSemaphore
     private var timelineValue: UInt64 = 0
     private var pipelines: [String: VulkanPipeline] = [:]
@@ -33,6 +42,16 @@ final class VulkanDevice: GPUDevice {
     private var timedOps: [Profiler.Op] = []
     private static let maxTimedDispatches = 4096
     private var recording = false
+    private static let maxBindings = 16
+    private let infoScratch = UnsafeMutablePointer<VkDescriptorBufferInfo>.allocate(capacity: VulkanDevice.maxBindings)
+    private let writeScratch: UnsafeMutablePointer<VkWriteDescriptorSet> = {
+        let w = UnsafeMutablePointer<VkWriteDescriptorSet>.allocate(capacity: VulkanDevice.maxBindings)
+        var proto = VkWriteDescriptorSet()
+        proto.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+        proto.descriptorCount = 1
+        w.initialize(repeating: proto, count: VulkanDevice.maxBindings)
+        return w
+    }()
 
     /// Every Vulkan device with a compute queue, in the loader's order.
     static func list() throws -> [(name: String, software: Bool)] {
@@ -101,10 +120,11 @@ final class VulkanDevice: GPUDevice {
             cai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO
             cai.commandPool = commandPool
             cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY
-            cai.commandBufferCount = 1
-            var cb: VkCommandBuffer?
-            try check(vkAllocateCommandBuffers(device, &cai, &cb), "vkAllocateCommandBuffers")
-            commandBuffer = cb!
+            cai.commandBufferCount = UInt32(Self.commandBufferCount)
+            var cbs = [VkCommandBuffer?](repeating: nil, count: Self.commandBufferCount)
+            try check(vkAllocateCommandBuffers(device, &cai, &cbs), "vkAllocateCommandBuffers")
+            commandBuffers = cbs.map { $0! }
+            submittedValue = [UInt64](repeating: 0, count: Self.commandBufferCount)
             var typeInfo = VkSemaphoreTypeCreateInfo()
             typeInfo.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO
             typeInfo.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE
@@ -136,7 +156,9 @@ final class VulkanDevice: GPUDevice {
     }
 
     deinit {
-        vkDeviceWaitIdle(device)
+        _ = vkDeviceWaitIdle(device)
+        infoScratch.deallocate()
+        writeScratch.deallocate()
         pipelines.values.forEach { $0.destroy(device) }
         if let queryPool { vkDestroyQueryPool(device, queryPool, nil) }
         staging = nil
@@ -347,7 +369,8 @@ final class VulkanDevice: GPUDevice {
         precondition(!recording, "transfer while a step is being recorded")
         try beginCommandBuffer()
         record(commandBuffer)
-        try submitAndWait()
+        try submit()
+        try wait(timelineValue)
     }
 
     // MARK: pipelines
@@ -376,6 +399,7 @@ final class VulkanDevice: GPUDevice {
         recording = true
         paramsUsed = 0
         timedOps.removeAll(keepingCapacity: true)
+        dispatchesInChunk = 0
         if let queryPool { vkCmdResetQueryPool(commandBuffer, queryPool, 0, UInt32(2 * Self.maxTimedDispatches)) }
     }
 
@@ -391,22 +415,19 @@ final class VulkanDevice: GPUDevice {
         values.withUnsafeBytes { (params.contents! + off).copyMemory(from: $0.baseAddress!, byteCount: values.count * 4) }
         paramsUsed += (bytes + paramsAlign - 1) / paramsAlign * paramsAlign
         vkCmdBindPipeline(commandBuffer, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline)
-        var infos = buffers.map { b in
-            VkDescriptorBufferInfo(buffer: (b.buffer as! VulkanBuffer).buffer, offset: VkDeviceSize(b.offset), range: VkDeviceSize(b.size))
+        // descriptors written in place (no allocation per dispatch: a step records hundreds)
+        precondition(buffers.count < Self.maxBindings, "too many buffers for one dispatch")
+        for (i, b) in buffers.enumerated() {
+            infoScratch[i] = VkDescriptorBufferInfo(buffer: (b.buffer as! VulkanBuffer).buffer, offset: VkDeviceSize(b.offset), range: VkDeviceSize(b.size))
         }
-        infos.append(VkDescriptorBufferInfo(buffer: params.buffer, offset: VkDeviceSize(off), range: VkDeviceSize(bytes)))
-        infos.withUnsafeBufferPointer { ip in
-            var writes = (0..<ip.count).map { i in
-                var w = VkWriteDescriptorSet()
-                w.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
-                w.dstBinding = UInt32(i)
-                w.descriptorCount = 1
-                w.descriptorType = i == ip.count - 1 ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
-                w.pBufferInfo = ip.baseAddress! + i
-                return w
-            }
-            vkCmdPushDescriptorSetKHR(commandBuffer, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, UInt32(writes.count), &writes)
+        let count = buffers.count + 1
+        infoScratch[buffers.count] = VkDescriptorBufferInfo(buffer: params.buffer, offset: VkDeviceSize(off), range: VkDeviceSize(bytes))
+        for i in 0..<count {
+            writeScratch[i].dstBinding = UInt32(i)
+            writeScratch[i].descriptorType = i == count - 1 ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+            writeScratch[i].pBufferInfo = UnsafePointer(infoScratch + i)
         }
+        vkCmdPushDescriptorSetKHR(commandBuffer, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, UInt32(count), writeScratch)
         let timed = queryPool != nil && timedOps.count < Self.maxTimedDispatches
         if timed { vkCmdWriteTimestamp(commandBuffer, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queryPool, UInt32(2 * timedOps.count)) }
         vkCmdDispatch(commandBuffer, UInt32(groups.0), UInt32(groups.1), UInt32(groups.2))
@@ -421,7 +442,22 @@ final class VulkanDevice: GPUDevice {
         barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT.rawValue | VK_ACCESS_SHADER_WRITE_BIT.rawValue
         vkCmdPipelineBarrier(commandBuffer, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue,
                              0, 1, &barrier, 0, nil, 0, nil)
+        // barriers order work across command buffers of one queue in submission order
+        dispatchesInChunk += 1
+        if dispatchesInChunk >= Self.chunkDispatches {
+            dispatchesInChunk = 0
+            do {
+                try submit()
+                current = (current + 1) % commandBuffers.count
+                try beginCommandBuffer()
+            } catch {
+                chunkError = error
+            }
+        }
     }
+
+    /// A submission that failed mid-step; commit() reports it.
+    private var chunkError: Error?
 
     func commit(profiler: Profiler?) throws {
         precondition(recording, "commit without begin()")
@@ -433,7 +469,12 @@ final class VulkanDevice: GPUDevice {
         barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT.rawValue
         vkCmdPipelineBarrier(commandBuffer, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue, VK_PIPELINE_STAGE_HOST_BIT.rawValue,
                              0, 1, &barrier, 0, nil, 0, nil)
-        try submitAndWait()
+        try submit()
+        try wait(timelineValue)
+        if let e = chunkError {
+            chunkError = nil
+            throw e
+        }
         if let profiler, profiler.enabled, let queryPool, !timedOps.isEmpty {
             var stamps = [UInt64](repeating: 0, count: 2 * timedOps.count)
             let r = vkGetQueryPoolResults(device, queryPool, 0, UInt32(stamps.count), stamps.count * 8, &stamps, 8,
@@ -447,6 +488,8 @@ final class VulkanDevice: GPUDevice {
     }
 
     private func beginCommandBuffer() throws {
+        // a command buffer is reused only once its last submission is done
+        try wait(submittedValue[current])
         try check(vkResetCommandBuffer(commandBuffer, 0), "vkResetCommandBuffer")
         var bi = VkCommandBufferBeginInfo()
         bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
@@ -454,9 +497,10 @@ final class VulkanDevice: GPUDevice {
         try check(vkBeginCommandBuffer(commandBuffer, &bi), "vkBeginCommandBuffer")
     }
 
-    private func submitAndWait() throws {
+    private func submit() throws {
         try check(vkEndCommandBuffer(commandBuffer), "vkEndCommandBuffer")
         timelineValue += 1
+        submittedValue[current] = timelineValue
         var signal = timelineValue
         var cb: VkCommandBuffer? = commandBuffer
         var sem: VkSemaphore? = timeline
@@ -481,7 +525,13 @@ final class VulkanDevice: GPUDevice {
             }
         }
         try check(r, "vkQueueSubmit")
-        var wait = timelineValue
+    }
+
+    /// Waits until the timeline reaches `value` (0: nothing to wait for).
+    private func wait(_ value: UInt64) throws {
+        guard value > 0 else { return }
+        var sem: VkSemaphore? = timeline
+        var wait = value
         let w: VkResult = withUnsafePointer(to: &sem) { psem in
             withUnsafePointer(to: &wait) { pw in
                 var wi = VkSemaphoreWaitInfo()

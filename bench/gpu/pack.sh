@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Packs what bench/gpu/h100.sh needs into .carry/ and .gl/ (both git-ignored): run after `make`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+S=${VELO_SHARED:-$PWD/../shared}
+mkdir -p .carry/shared/models/vocab/reconstructed .carry/shared/models/golden .gl
+scripts/toolchain.sh run strip -o .carry/libVelo.so .build/release/libVelo.so
+[ -f .carry/bun.xz ] || xz -6 -c node_modules/bun/bin/bun.exe > .carry/bun.xz
+B="scripts/bun build --target=bun"
+$B cli/index.ts --outfile .carry/velo.js >/dev/null
+$B src/gguf/synth.ts --outfile .carry/synth.js >/dev/null
+$B bench/gpu/golden.ts --outfile .carry/golden.js >/dev/null
+cp "$S/models/vocab/ggml-vocab-llama-spm.gguf" .carry/shared/models/vocab/
+cp "$S/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf" .carry/shared/models/vocab/reconstructed/
+cp "$S"/models/stories260K*.gguf "$S/models/llama-2-tiny-random.gguf" .carry/shared/models/
+cp "$S/models/golden/greedy_golden.json" .carry/shared/models/golden/
+if ! ls .gl/*.deb >/dev/null 2>&1; then
+  o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+  mkdir -p /tmp/amd64/partial
+  apt-get $o update -qq && (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+fi
+du -sh .carry .gl
