@@ -5,7 +5,8 @@
 //   scripts/bun bench/speculative.ts TARGET.gguf [--draft DRAFT.gguf] [--spec draft|ngram]
 //       [--prompt TEXT] [-n 128] [--runs 3] [-t 2] [--draft-max 8]
 //
-// Each configuration runs --runs times after a warm-up; medians are reported. "adaptive" is
+// Each configuration runs --runs times after a warm-up, in alternating rounds; speed-ups are
+// medians of per-round ratios to plain decoding. "adaptive" is
 // the default engine behaviour; "fixed k" always guesses --draft-max tokens.
 import { parseArgs } from "node:util";
 import { Engine, type EngineOptions } from "../src/engine/engine";
@@ -34,26 +35,37 @@ const model = Model.open(target);
 const draft = values.draft ? Model.open(values.draft) : undefined;
 const spec = values.spec as "draft" | "ngram";
 
-async function measure(opts: EngineOptions, useDraft: boolean) {
-  const engine = Engine.create(model, { threads, ctxSize: n + 256, prefixCache: false, ...opts }, useDraft ? draft : undefined);
-  const run = () => engine.submit({ prompt: values.prompt, maxTokens: n, temperature: 0, ignoreEos: true }).collect();
-  await run(); // warm-up
-  const tps: number[] = [];
-  let text = "";
+// The three configurations run in alternating rounds (plain, adaptive, fixed k, plain, …) on
+// engines that stay up, so machine drift hits them alike; speed-ups are medians of per-round
+// ratios.
+async function compare(configs: { opts: EngineOptions; useDraft: boolean }[]) {
+  const engines = configs.map((c) =>
+    Engine.create(model, { threads, ctxSize: n + 256, prefixCache: false, ...c.opts }, c.useDraft ? draft : undefined));
+  const run = (e: Engine) => e.submit({ prompt: values.prompt, maxTokens: n, temperature: 0, ignoreEos: true }).collect();
+  for (const e of engines) await run(e); // warm-up
+  const tps: number[][] = configs.map(() => []);
+  const texts: string[] = configs.map(() => "");
   for (let i = 0; i < runs; i++) {
-    const r = await run();
-    const u = r.finish.usage;
-    tps.push(((u.completion_tokens - 1) / u.generation_ms) * 1000);
-    text = r.text;
+    for (const [j, e] of engines.entries()) {
+      const r = await run(e);
+      const u = r.finish.usage;
+      tps[j]!.push(((u.completion_tokens - 1) / u.generation_ms) * 1000);
+      texts[j] = r.text;
+    }
   }
-  const stats = engine.stats();
-  engine.close();
-  return { tps: median(tps), samples: tps, text, spec: stats.speculation ?? null };
+  const out = engines.map((e, j) => ({
+    tps: median(tps[j]!), samples: tps[j]!, text: texts[j]!, spec: e.stats().speculation ?? null,
+    speedup: median(tps[j]!.map((t, i) => t / tps[0]![i]!)),
+  }));
+  for (const e of engines) e.close();
+  return out;
 }
 
-const plain = await measure({}, false);
-const adaptive = await measure({ speculation: spec, draftMax: k }, spec === "draft");
-const fixed = await measure({ speculation: spec, draftMax: k, draftAdaptive: false }, spec === "draft");
+const [plain, adaptive, fixed] = (await compare([
+  { opts: {}, useDraft: false },
+  { opts: { speculation: spec, draftMax: k }, useDraft: spec === "draft" },
+  { opts: { speculation: spec, draftMax: k, draftAdaptive: false }, useDraft: spec === "draft" },
+]))!;
 
 // verification cost: one forward over k+1 tokens vs one decode step (prefill of k+1 tokens at
 // the start of a context vs the tokens/s of decoding; attention is negligible at these lengths)
@@ -72,10 +84,10 @@ engine.close();
 
 console.log(JSON.stringify({
   target, draft: values.draft ?? null, speculation: spec, n_gen: n, runs, threads,
-  same_text: plain.text === adaptive.text && plain.text === fixed.text,
-  plain_tps: plain.tps,
-  adaptive: { tps: adaptive.tps, speedup: adaptive.tps / plain.tps, ...adaptive.spec },
-  fixed_k: { k, tps: fixed.tps, speedup: fixed.tps / plain.tps, ...fixed.spec },
+  same_text: plain!.text === adaptive!.text && plain!.text === fixed!.text,
+  plain_tps: plain!.tps,
+  adaptive: { tps: adaptive!.tps, speedup: adaptive!.speedup, ...adaptive!.spec },
+  fixed_k: { k, tps: fixed!.tps, speedup: fixed!.speedup, ...fixed!.spec },
   verify_cost_vs_one_decode_step: verifyCost,
 }, null, 2));
 draft?.close();
