@@ -34,7 +34,17 @@ endif
 
 lib: deps shaders
 	$(IN_ROOT) swift build $(SWIFT_FLAGS)
+ifeq ($(UNAME),Darwin)
+	$(MAKE) metallib
+	cp $(METAL_DIR)/velo.metallib .build/release/velo.metallib
+endif
 	@ls -l $(LIB)
+
+# macOS: the Metal kernels, wherever the library is loaded from (tests load it from .build-test)
+ifeq ($(UNAME),Darwin)
+export VELO_METALLIB ?= $(CURDIR)/gen/metal/velo.metallib
+test-swift: metallib
+endif
 
 test: setup lib test-swift test-bun
 
@@ -51,9 +61,14 @@ test-bun:
 # ---- GPU kernels: shaders/*.comp -> SPIR-V (C arrays in the CShaders target) and MSL ----
 # Weight kernels are built once per weight type (-DWTYPE_<TYPE>), named <kernel>_<type>.
 WTYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k
-WEIGHT_KERNELS := get_rows matvec matmul
-PLAIN_KERNELS := rms_norm rope kv_store attention attention_combine swiglu add
-SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(PLAIN_KERNELS)
+WEIGHT_KERNELS := get_rows matvec matmul matmul_coop
+PLAIN_KERNELS := rms_norm rope kv_store attention attention_combine swiglu add quantize_q8
+# matvec with 8-bit activations and integer dot products, for the types it supports
+DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0
+SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS)
+# Vulkan-only kernels (extensions spirv-cross cannot translate: cooperative matrices): no MSL
+VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES))
+MSL_SHADERS := $(filter-out $(VULKAN_ONLY),$(SHADERS))
 SPV_ENV := vulkan1.2
 MSL_VER := 20400
 SHADER_C := swift/Sources/CShaders/generated
@@ -63,7 +78,7 @@ SHADER_ENV := SPV_ENV=$(SPV_ENV) MSL_VER=$(MSL_VER) SHADER_C=$(SHADER_C) SHADER_
 SHADER_BUILD := $(IN_ROOT) env $(SHADER_ENV) sh shaders/build.sh
 upper = $(subst b,B,$(subst f,F,$(subst k,K,$(subst q,Q,$(1)))))
 
-shaders: $(SHADERS:%=$(SHADER_C)/%.c) $(SHADER_C)/registry.c $(SHADERS:%=$(METAL_DIR)/%.metal)
+shaders: $(SHADERS:%=$(SHADER_C)/%.c) $(SHADER_C)/registry.c $(MSL_SHADERS:%=$(METAL_DIR)/%.metal)
 
 # $(1) name, $(2) source, $(3) glslc flags
 define shader_rules
@@ -74,6 +89,7 @@ $(METAL_DIR)/$(1).metal: $(2) shaders/build.sh
 endef
 $(foreach k,$(WEIGHT_KERNELS),$(foreach t,$(WTYPES),\
   $(eval $(call shader_rules,$(k)_$(t),shaders/$(k).comp,-DWTYPE_$(call upper,$(t))))))
+$(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matvec_dot.comp,-DWTYPE_$(call upper,$(t)))))
 $(foreach k,$(PLAIN_KERNELS),$(eval $(call shader_rules,$(k),shaders/$(k).comp,)))
 -include $(wildcard $(SHADER_GEN)/*.d)
 
@@ -88,7 +104,7 @@ $(SHADER_C)/registry.c: $(SHADER_GEN)/names.txt shaders/build.sh
 # macOS: every kernel in one library (each MSL kernel function is named after its shader)
 METALLIB := $(METAL_DIR)/velo.metallib
 metallib: $(METALLIB)
-$(METALLIB): $(SHADERS:%=$(METAL_DIR)/%.air)
+$(METALLIB): $(MSL_SHADERS:%=$(METAL_DIR)/%.air)
 	xcrun -sdk macosx metallib -o $@ $^
 $(METAL_DIR)/%.air: $(METAL_DIR)/%.metal
 	xcrun -sdk macosx metal -std=macos-metal2.4 -fno-fast-math -c -o $@ $<

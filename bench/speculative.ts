@@ -3,7 +3,7 @@
 // decode step.
 //
 //   scripts/bun bench/speculative.ts TARGET.gguf [--draft DRAFT.gguf] [--spec draft|ngram]
-//       [--prompt TEXT] [-n 128] [--runs 3] [-t 2] [--draft-max 8]
+//       [--prompt TEXT] [-n 128] [--runs 3] [-t 2] [--draft-max 8] [--backend auto|cpu|vulkan|metal]
 //
 // Each configuration runs --runs times after a warm-up, in alternating rounds; speed-ups are
 // medians of per-round ratios to plain decoding. "adaptive" is
@@ -22,6 +22,7 @@ const { values, positionals } = parseArgs({
     runs: { type: "string", default: "3" },
     threads: { type: "string", short: "t", default: "2" },
     "draft-max": { type: "string", default: "8" },
+    backend: { type: "string", default: "auto" },
   },
 });
 const target = positionals[0];
@@ -34,13 +35,14 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 const model = Model.open(target);
 const draft = values.draft ? Model.open(values.draft) : undefined;
 const spec = values.spec as "draft" | "ngram";
+const backend = values.backend as EngineOptions["backend"];
 
 // The three configurations run in alternating rounds (plain, adaptive, fixed k, plain, …) on
 // engines that stay up, so machine drift hits them alike; speed-ups are medians of per-round
 // ratios.
 async function compare(configs: { opts: EngineOptions; useDraft: boolean }[]) {
   const engines = configs.map((c) =>
-    Engine.create(model, { threads, ctxSize: n + 256, prefixCache: false, ...c.opts }, c.useDraft ? draft : undefined));
+    Engine.create(model, { threads, backend, ctxSize: n + 256, prefixCache: false, ...c.opts }, c.useDraft ? draft : undefined));
   const run = (e: Engine) => e.submit({ prompt: values.prompt, maxTokens: n, temperature: 0, ignoreEos: true }).collect();
   for (const e of engines) await run(e); // warm-up
   const tps: number[][] = configs.map(() => []);
@@ -69,7 +71,7 @@ const [plain, adaptive, fixed] = (await compare([
 
 // verification cost: one forward over k+1 tokens vs one decode step (prefill of k+1 tokens at
 // the start of a context vs the tokens/s of decoding; attention is negligible at these lengths)
-const engine = Engine.create(model, { threads, ctxSize: 512, prefixCache: false });
+const engine = Engine.create(model, { threads, backend, ctxSize: 512, prefixCache: false });
 const vocab = model.info().tokenizer?.vocab_size ?? 256;
 const ids = (m: number) => Array.from({ length: m }, (_, i) => 300 + ((i * 7919) % Math.max(1, vocab - 600)));
 const fwd = async (m: number) => {
@@ -83,7 +85,7 @@ for (const m of [2, 3, 5, k + 1]) verifyCost[`k=${m - 1}`] = (await fwd(m)) / on
 engine.close();
 
 console.log(JSON.stringify({
-  target, draft: values.draft ?? null, speculation: spec, n_gen: n, runs, threads,
+  target, draft: values.draft ?? null, speculation: spec, n_gen: n, runs, threads, backend,
   same_text: plain!.text === adaptive!.text && plain!.text === fixed!.text,
   plain_tps: plain!.tps,
   adaptive: { tps: adaptive!.tps, speedup: adaptive!.speedup, ...adaptive!.spec },

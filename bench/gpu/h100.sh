@@ -3,7 +3,7 @@
 # lends: no Swift, Bun or Vulkan loader there). Everything it needs travels in .carry/ and .gl/
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
-#   bench/gpu/h100.sh golden | bench MODELS... | batched MODELS... | spec
+#   bench/gpu/h100.sh golden | bench MODELS... | batched MODELS... | coopmat MODELS... | spec
 # Models are synthesized there (random weights, real shapes) by Velo's own writer.
 set -euo pipefail
 C=$PWD/.carry
@@ -27,18 +27,29 @@ model() { # shape-type, e.g. 8b-q4_0
 what=$1; shift
 case "$what" in
   golden) /tmp/bun "$C/golden.js" --backend vulkan ;;
-  bench)  # pp512 and tg128, with the per-kernel profile
+  bench)  # pp512 and tg128 (5 repetitions), then once more with the per-kernel profile;
+          # one JSON document per line in $OUT/bench.jsonl
     for m in "$@"; do
       f=$(model "$m")
-      velo bench "$f" --backend vulkan -p 512 -n 128 -r 3 --json > "$OUT/bench-$m.json"
-      velo bench "$f" --backend vulkan -p 512 -n 128 -r 1 --profile --json > "$OUT/profile-$m.json"
-      velo bench "$f" --backend vulkan -p 512 -n 128 -r 3
+      velo bench "$f" --backend vulkan -p 512 -n 128 -r 5 --json | tr -d '\n' >> "$OUT/bench.jsonl"; echo >> "$OUT/bench.jsonl"
+      velo bench "$f" --backend vulkan -p 512 -n 128 -r 1 --profile --json | tr -d '\n' >> "$OUT/profile.jsonl"; echo >> "$OUT/profile.jsonl"
+      tail -1 "$OUT/bench.jsonl" | python3 -c "import json,sys;j=json.load(sys.stdin);print('$m',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])"
     done ;;
-  batched)
+  batched)  # 1, 2, 4, 8, 16 sequences of 128 prompt + 128 generated tokens
     for m in "$@"; do
       f=$(model "$m")
-      velo bench "$f" --backend vulkan --max-batch-size 16 -p 128 -n 128 --json > "$OUT/batched-$m.json"
-      velo bench "$f" --backend vulkan --max-batch-size 16 -p 128 -n 128
+      velo bench "$f" --backend vulkan --max-batch-size 16 -p 128 -n 128 --json | tr -d '\n' >> "$OUT/batched.jsonl"; echo >> "$OUT/batched.jsonl"
+      tail -1 "$OUT/batched.jsonl" | python3 -c "import json,sys;j=json.load(sys.stdin);print('$m batched',[(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']])"
     done ;;
-  *) echo "usage: $0 golden | bench MODELS... | batched MODELS..." >&2; exit 2 ;;
+  coopmat)  # tensor-core prefill (matmul_coop) against the portable kernel (bench/gpu/coopmat-check.ts)
+    fs=(); for m in "$@"; do fs+=("$(model "$m")"); done
+    /tmp/bun "$C/coopmat-check.js" "${fs[@]}" ;;
+  spec)  # speculative decoding on the GPU: an 8B target with prompt lookup and with a 3B draft
+         # (same llama3 vocabulary), and the stories260K pair; verify cost of k+1 tokens vs 1
+    S=$C/shared/models
+    /tmp/bun "$C/speculative.js" "$S/stories260K.gguf" --draft "$S/stories260K-q8_0.gguf" -n 256 --runs 5 --backend vulkan > "$OUT/spec-stories-q8_0.json"
+    /tmp/bun "$C/speculative.js" "$(model 8b-q4_0)" --spec ngram -n 128 --runs 3 --backend vulkan > "$OUT/spec-8b-ngram.json"
+    /tmp/bun "$C/speculative.js" "$(model 8b-q4_0)" --draft "$(model 3b-q4_0)" -n 128 --runs 3 --backend vulkan > "$OUT/spec-8b-draft3b.json"
+    for f in "$OUT"/spec-*.json; do python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print(sys.argv[1].split('/')[-1], round(j['plain_tps'],1), 'adaptive', round(j['adaptive']['speedup'],3), 'fixed', round(j['fixed_k']['speedup'],3), 'acc', round(j['fixed_k']['acceptance'],3), j['verify_cost_vs_one_decode_step'])" "$f"; done ;;
+  *) echo "usage: $0 golden | bench MODELS... | batched MODELS... | coopmat MODELS..." >&2; exit 2 ;;
 esac

@@ -191,7 +191,7 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
   const maxB = flags.maxBatchSize!;
   const pp = flags.nPrompt, tg = Math.max(2, flags.nGen);
   const ctx = flags.ctxSize ?? pp + tg + 16;
-  const loaded = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { maxBatchSize: maxB, batchTokens: Math.max(512, maxB), prefixCache: false });
+  const loaded = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { maxBatchSize: maxB, batchTokens: Math.max(512, maxB), prefixCache: false, profile: flags.profile });
   const { model, engine } = loaded;
   try {
     const info = model.info();
@@ -203,7 +203,7 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
       if (b < maxB && b * 2 > maxB) results.push(await runBatchBench(engine, vocab, bos, maxB, pp, tg));
     }
     if (flags.json) {
-      console.log(JSON.stringify({ model: info.name ?? modelPath, path: modelPath, backend: backendLabel(engine.stats()), threads: engine.stats().threads, results }, null, 2));
+      console.log(JSON.stringify({ model: info.name ?? modelPath, path: modelPath, backend: backendLabel(engine.stats()), threads: engine.stats().threads, results, profile_ms: engine.stats().profile_ms ?? undefined }, null, 2));
       return;
     }
     const table = new Table({ head: ["B", "PP", "TG", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "per seq t/s", "TTFT ms", "KV pages"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });

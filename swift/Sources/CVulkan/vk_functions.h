@@ -12,6 +12,8 @@ VK_INSTANCE(vkGetPhysicalDeviceMemoryProperties)
 VK_INSTANCE(vkEnumerateDeviceExtensionProperties)
 VK_INSTANCE(vkCreateDevice)
 VK_INSTANCE(vkGetDeviceProcAddr)
+/* VK_KHR_cooperative_matrix: NULL where the loader or driver lacks it */
+VK_INSTANCE(vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)
 VK_DEVICE(vkDestroyDevice)
 VK_DEVICE(vkGetDeviceQueue)
 VK_DEVICE(vkDeviceWaitIdle)

@@ -75,6 +75,11 @@ final class GPUKernelTests: XCTestCase {
     }
 
     func testMatrixKernelsEveryType() throws {
+        #if !canImport(Metal)
+        // lavapipe has VK_KHR_shader_integer_dot_product: the matvec_dot_T kernels are checked here
+        let d = try device()
+        if d.isSoftware && !GPUKernels.dotDisabled { XCTAssertTrue(GPUKernels.integerDot(d), "no integer dot products on \(d.name)") }
+        #endif
         for type in GPUKernels.weightTypes {
             let k = [GGMLType.q4_K, .q5_K, .q6_K].contains(type) ? 512 : 96
             for (n, ms) in [(5, [1, 3, 8, 9, 17]), (37, [2, 16, 70])] {
@@ -101,6 +106,30 @@ final class GPUKernelTests: XCTestCase {
                         let yb = try upload([Float](repeating: .nan, count: m * n))
                         try run(GPUKernels.matvec(type, rows: m), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m))
                         assertClose(try read(yb, m * n), want, tolerance: tol, "matvec \(type.name) N=\(n) M=\(m) K=\(k)")
+                    }
+                    if m <= GPUKernels.matvecMaxRows, GPUKernels.dotTypes.contains(type), GPUKernels.integerDot(try device()) {
+                        // 8-bit activations: x_j becomes q_j d with d = f16(amax/127), |q_j d - x_j| <=
+                        // d/2 + 127 |d - amax/127| <= (1/2 + 127 * 2^-11) amax/127 per block of 32, so
+                        // the product moves by at most that times the block's sum of |w|
+                        var tolDot = tol
+                        for i in 0..<m {
+                            for r in 0..<n {
+                                for b in 0..<(k / 32) {
+                                    var amax: Float = 0, aw = 0.0
+                                    for j in (b * 32)..<(b * 32 + 32) {
+                                        amax = max(amax, abs(x[i * k + j]))
+                                        aw += abs(Double(w.values[r * k + j]))
+                                    }
+                                    tolDot[i * n + r] += aw * Double(amax) / 127 * (0.5 + 127.0 / 2048) * 1.001
+                                }
+                            }
+                        }
+                        let sizes = GPUKernels.q8Bytes(k: k, m: m)
+                        let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
+                        try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
+                        let yb = try upload([Float](repeating: .nan, count: m * n))
+                        try run(GPUKernels.matvecDot(type, rows: m), [wb, xq, xd, yb], params, GPUKernels.matvecGroups(n: n, m: m))
+                        assertClose(try read(yb, m * n), want, tolerance: tolDot, "matvec_dot \(type.name) N=\(n) M=\(m) K=\(k)")
                     }
                     // several activation-row groups: 4 columns per workgroup
                     let k4 = GPUKernels.Kernel(name: "matvec_" + GPUKernels.suffix(type), buffers: 3,

@@ -5,6 +5,8 @@ public final class Profiler: @unchecked Sendable {
         case quantize, matmul, attention, norm, rope, mlpActivation, embed, output, other
         /// GPU backends: host time spent recording a step, and waiting for it
         case record, wait
+        /// the engine: sampling and bookkeeping after a forward pass, and whole steps
+        case sample, step
         var name: String { "\(self)" }
     }
 

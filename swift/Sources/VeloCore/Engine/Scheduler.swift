@@ -155,6 +155,8 @@ final class Scheduler {
     }
 
     func step() {
+        let tStep = nowNanos()
+        defer { if profiler.enabled { profiler.add(.step, nanos: nowNanos() - tStep) } }
         for s in running where s.cancelled { finish(s, .cancelled) }
         running.removeAll { $0.cancelled }
         admit()
@@ -213,6 +215,8 @@ final class Scheduler {
             if s.generated == 0 { tokensPrefilled += n }
         }
         let vocab = model.config.vocabSize
+        let tSample = nowNanos()
+        defer { if profiler.enabled { profiler.add(.sample, nanos: nowNanos() - tSample) } }
         for o in outputs {
             let s = o.seq
             if s.promptDoneAt == 0 {

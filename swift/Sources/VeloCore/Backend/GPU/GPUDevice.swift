@@ -9,6 +9,9 @@ protocol GPUDevice: AnyObject {
     var isSoftware: Bool { get }
     /// Largest byte range one storage-buffer binding may cover.
     var maxBindingBytes: Int { get }
+    /// Whether the tensor-core matmul kernels (matmul_coop_T, Vulkan's cooperative matrices:
+    /// 16x16x16 float16 products accumulated in float32) run on this device.
+    var cooperativeMatrix: Bool { get }
 
     func makeBuffer(bytes: Int, memory: GPUMemory, label: String) throws -> GPUBuffer
     /// Copies host memory into a buffer (through a staging buffer where it is not mapped); waits.
@@ -43,6 +46,13 @@ protocol GPUBuffer: AnyObject {
 }
 
 protocol GPUPipeline: AnyObject {}
+
+/// What a device caches a pipeline by (no string formatting per dispatch).
+struct PipelineKey: Hashable {
+    let name: String
+    let buffers: Int
+    let constants: [UInt32]
+}
 
 /// A byte range of a buffer bound to one kernel binding.
 struct GPUBinding {

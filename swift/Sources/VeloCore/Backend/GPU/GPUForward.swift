@@ -26,6 +26,12 @@ final class GPUForward: ForwardOps {
     /// Partials of split-K attention (GPUKernels.attentionSplits), merged by attention_combine.
     private let attnScratch: GPUBuffer
     private let maxContext: Int
+    /// Decode with 8-bit activations (matvec_dot_T): quantize_q8's outputs for up to
+    /// matvecMaxRows rows (values, (d, sum) pairs); nil when the device or no weight type has it.
+    private let q8: (values: GPUBuffer, scales: GPUBuffer)?
+    /// The activation rows q8 holds now (buffer, offset, rows, stride, K); any dispatch but
+    /// quantize_q8 and matvec_dot_T may change them, so every other one clears this.
+    private var q8Source: (buffer: ObjectIdentifier, offset: Int, rows: Int, xStride: Int, k: Int)?
 
     init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
          maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
@@ -67,10 +73,22 @@ final class GPUForward: ForwardOps {
             try v.values.withUnsafeBytes { try device.upload(b, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
             vectors[v.name] = b
         }
+        if GPUKernels.integerDot(device), let k = model.matrices.filter({ GPUKernels.dotTypes.contains($0.type) }).map(\.cols).max() {
+            let b = GPUKernels.q8Bytes(k: k, m: GPUKernels.matvecMaxRows)
+            q8 = (try device.makeBuffer(bytes: b.values, memory: .device, label: "8-bit activations"),
+                  try device.makeBuffer(bytes: b.scales, memory: .device, label: "8-bit activation scales"))
+            _ = try pipeline(GPUKernels.quantizeQ8)
+            for w in model.matrices where GPUKernels.dotTypes.contains(w.type) {
+                for m in [1, 2, 4, 8, 16] { _ = try pipeline(GPUKernels.matvecDot(w.type, rows: m)) }
+            }
+        } else {
+            q8 = nil
+        }
         // compile every pipeline now, not in the first request
         for w in model.matrices {
             for m in [1, 2, 4, 8, 16] { _ = try pipeline(GPUKernels.matvec(w.type, rows: m)) }
             _ = try pipeline(GPUKernels.matmul(w.type))
+            if GPUKernels.useCoop(device) { _ = try pipeline(GPUKernels.matmulCoop(w.type)) }
         }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
         for k in [GPUKernels.rmsNorm, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.add] { _ = try pipeline(k) }
@@ -92,6 +110,7 @@ final class GPUForward: ForwardOps {
     private func dispatch(_ k: GPUKernels.Kernel, _ buffers: [GPUBinding], _ params: [UInt32], _ groups: (Int, Int, Int), _ op: Profiler.Op) {
         // every pipeline was made in init; a failure here would be a bug, not bad input
         let p = try! pipeline(k)
+        if q8Source != nil && k.name != GPUKernels.quantizeQ8.name && !k.name.hasPrefix("matvec_dot_") { q8Source = nil }
         device.dispatch(p, buffers, params: params, groups: groups, op: op)
     }
 
@@ -157,9 +176,24 @@ final class GPUForward: ForwardOps {
     private func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op) {
         let params = [UInt32(w.cols), UInt32(w.rows), UInt32(rows), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride)]
         let wb = GPUBinding(weights[w.data]!)
-        if rows <= GPUKernels.matvecMaxRows {
+        if rows <= GPUKernels.matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
+            // activations to 8 bits once per input (the Q, K and V products share it), then
+            // integer dot products with the weight blocks
+            let key = (ObjectIdentifier(x.buffer), x.offset, rows, xStride, w.cols)
+            if q8Source.map({ $0 != key }) ?? true {
+                dispatch(GPUKernels.quantizeQ8, [x, GPUBinding(q8.values), GPUBinding(q8.scales)],
+                         [UInt32(w.cols), UInt32(rows), UInt32(xStride)], GPUKernels.quantizeQ8Groups(k: w.cols, m: rows), op)
+                q8Source = key
+            }
+            dispatch(GPUKernels.matvecDot(w.type, rows: rows), [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y], params,
+                     GPUKernels.matvecGroups(n: w.rows, m: rows), op)
+            if q8Source?.buffer == ObjectIdentifier(y.buffer) { q8Source = nil } // Y overwrote them
+        } else if rows <= GPUKernels.matvecMaxRows {
             let k = GPUKernels.matvec(w.type, rows: rows)
             dispatch(k, [wb, x, y], params, GPUKernels.matvecGroups(n: w.rows, m: rows), op)
+        } else if GPUKernels.useCoop(device) {
+            let k = GPUKernels.matmulCoop(w.type)
+            dispatch(k, [wb, x, y], params, GPUKernels.matmulCoopGroups(n: w.rows, m: rows), op)
         } else {
             let k = GPUKernels.matmul(w.type)
             dispatch(k, [wb, x, y], params, GPUKernels.matmulGroups(n: w.rows, m: rows), op)

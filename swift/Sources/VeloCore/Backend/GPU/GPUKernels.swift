@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The kernels of `shaders/` as the hosts see them: names, buffer counts, specialization
 /// constants and dispatch sizes (shaders/README.md is the other half of this contract).
 /// Constant 0 is always the workgroup size: Metal needs it at dispatch as threads per group.
@@ -11,7 +17,9 @@ enum GPUKernels {
     /// Weight types with GPU kernels (every type the CPU computes with).
     static let weightTypes: [GGMLType] = [.f32, .f16, .bf16, .q4_0, .q4_1, .q5_0, .q5_1, .q8_0, .q4_K, .q5_K, .q6_K]
 
-    static func suffix(_ t: GGMLType) -> String { t.name.lowercased() }
+    static func suffix(_ t: GGMLType) -> String { suffixes[t] ?? t.name.lowercased() }
+    /// Made once: kernels are looked up for every dispatch of every step.
+    private static let suffixes: [GGMLType: String] = Dictionary(uniqueKeysWithValues: weightTypes.map { ($0, $0.name.lowercased()) })
 
     // matrix × vector (decode): NCOLS activation rows per weight read (1, 2, 4, 8 or 16: the
     // smallest that covers the batch), ROWS weight rows per group
@@ -31,11 +39,46 @@ enum GPUKernels {
         let cols = matvecCols(m)
         return ((n + matvecRowsPerGroup - 1) / matvecRowsPerGroup, (m + cols - 1) / cols, 1)
     }
+    /// Weight types with an 8-bit-activation matvec (`matvec_dot_T`: integer dot products with
+    /// the activations quantized once per input by `quantizeQ8`), on devices that have them.
+    static let dotTypes: Set<GGMLType> = [.q4_0, .q4_1, .q5_0, .q5_1, .q8_0]
+    /// VELO_GPU_NO_DOT (any value) keeps decode on the float matvec_T (A/B checks).
+    static let dotDisabled = getenv("VELO_GPU_NO_DOT") != nil
+    /// Whether matvec_dot_T runs on this device: Vulkan with VK_KHR_shader_integer_dot_product.
+    /// (Metal keeps matvec_T: Apple GPUs have no packed 4x8-bit dot instruction, so the
+    /// translated kernel would only emulate it.)
+    static func integerDot(_ device: GPUDevice) -> Bool {
+        #if canImport(CVulkan)
+        if let v = device as? VulkanDevice { return v.integerDot && !dotDisabled }
+        #endif
+        return false
+    }
+    /// Buffers: W, XQ, XD (quantize_q8's outputs), Y; dispatched as matvec_T (matvecGroups).
+    static func matvecDot(_ t: GGMLType, rows m: Int) -> Kernel {
+        Kernel(name: "matvec_dot_" + suffix(t), buffers: 4, constants: [matvecLocal, UInt32(matvecCols(m)), UInt32(matvecRowsPerGroup)])
+    }
+    /// Activation rows to 8-bit blocks of 32 (X, XQ, XD): 8 threads per block.
+    static let quantizeQ8 = Kernel(name: "quantize_q8", buffers: 3, constants: [256])
+    static func quantizeQ8Groups(k: Int, m: Int) -> (Int, Int, Int) { ((k / 32 + 31) / 32, m, 1) }
+    /// Bytes of quantize_q8's outputs for `m` rows of `k` values: values (XQ), (d, sum) pairs (XD).
+    static func q8Bytes(k: Int, m: Int) -> (values: Int, scales: Int) { (m * k, m * (k / 32) * 8) }
     static func matmul(_ t: GGMLType) -> Kernel {
         Kernel(name: "matmul_" + suffix(t), buffers: 3, constants: [256, UInt32(matmulBM), UInt32(matmulBN)])
     }
     static func matmulGroups(n: Int, m: Int) -> (Int, Int, Int) {
         ((n + matmulBN - 1) / matmulBN, (m + matmulBM - 1) / matmulBM, 1)
+    }
+    // tiled matrix × matrix on tensor cores (cooperative matrices, Vulkan only): 128 × 128
+    // tiles, 256 threads (8 subgroups of 32); see shaders/matmul_coop.comp
+    static let matmulCoopTile = 128
+    /// VELO_GPU_NO_COOPMAT (any value) keeps prefill on the portable matmul_T (A/B checks).
+    static let coopDisabled = getenv("VELO_GPU_NO_COOPMAT") != nil
+    static func useCoop(_ device: GPUDevice) -> Bool { device.cooperativeMatrix && !coopDisabled }
+    static func matmulCoop(_ t: GGMLType) -> Kernel {
+        Kernel(name: "matmul_coop_" + suffix(t), buffers: 3, constants: [256])
+    }
+    static func matmulCoopGroups(n: Int, m: Int) -> (Int, Int, Int) {
+        ((n + matmulCoopTile - 1) / matmulCoopTile, (m + matmulCoopTile - 1) / matmulCoopTile, 1)
     }
     static func getRows(_ t: GGMLType) -> Kernel { Kernel(name: "get_rows_" + suffix(t), buffers: 3, constants: [256]) }
 

@@ -11,11 +11,13 @@ import Foundation
 final class MetalDevice: GPUDevice {
     let name: String
     let isSoftware = false
+    /// matmul_coop_T is Vulkan-only (no MSL translation of cooperative matrices).
+    let cooperativeMatrix = false
     let maxBindingBytes: Int
     private let device: MTLDevice
     private let queue: MTLCommandQueue
     private let library: MTLLibrary
-    private var pipelines: [String: MetalPipeline] = [:]
+    private var pipelines: [PipelineKey: MetalPipeline] = [:]
     private var commandBuffer: MTLCommandBuffer?
     private var encoder: MTLComputeCommandEncoder?
 
@@ -72,7 +74,7 @@ final class MetalDevice: GPUDevice {
     }
 
     func pipeline(_ kernel: String, buffers: Int, constants: [UInt32]) throws -> GPUPipeline {
-        let key = "\(kernel)/\(buffers)/\(constants)"
+        let key = PipelineKey(name: kernel, buffers: buffers, constants: constants)
         if let p = pipelines[key] { return p }
         let values = MTLFunctionConstantValues()
         for (i, c) in constants.enumerated() {

@@ -12,6 +12,10 @@ final class VulkanDevice: GPUDevice {
     let name: String
     let isSoftware: Bool
     let maxBindingBytes: Int
+    /// Tensor cores through VK_KHR_cooperative_matrix (matmul_coop_T), see createDevice.
+    let cooperativeMatrix: Bool
+    /// Packed 4x8-bit integer dot products (VK_KHR_shader_integer_dot_product: matvec_dot_T).
+    let integerDot: Bool
     private let instance: VkInstance
     private let physical: VkPhysicalDevice
     private let device: VkDevice
@@ -30,7 +34,7 @@ final class VulkanDevice: GPUDevice {
     private var submittedValue: [UInt64]
     private let timeline: VkSemaphore
     private var timelineValue: UInt64 = 0
-    private var pipelines: [String: VulkanPipeline] = [:]
+    private var pipelines: [PipelineKey: VulkanPipeline] = [:]
     /// Parameter blocks of the step being recorded, one aligned slot per dispatch.
     private let params: VulkanBuffer
     private var paramsUsed = 0
@@ -103,8 +107,10 @@ final class VulkanDevice: GPUDevice {
             throw VeloError(.unsupported, "\(name) supports Vulkan \(props.apiVersion >> 22).\((props.apiVersion >> 12) & 0x3ff); Velo needs 1.2")
         }
         do {
-            let (device, family, timestamps) = try Self.createDevice(physical, name: name)
+            let (device, family, timestamps, coop) = try Self.createDevice(physical, name: name)
             self.device = device
+            cooperativeMatrix = coop
+            integerDot = Self.integerDotSupported(physical)
             var q: VkQueue?
             vkGetDeviceQueue(device, family, 0, &q)
             queue = q!
@@ -214,37 +220,50 @@ final class VulkanDevice: GPUDevice {
         return i.map { (UInt32($0), fams[$0].timestampValidBits > 0) }
     }
 
-    private static func createDevice(_ p: VkPhysicalDevice, name: String) throws -> (VkDevice, UInt32, Bool) {
+    private static func createDevice(_ p: VkPhysicalDevice, name: String) throws -> (VkDevice, UInt32, Bool, Bool) {
         guard let (family, timestamps) = computeFamily(p) else { throw VeloError(.unsupported, "\(name) has no compute queue") }
+        var extCount: UInt32 = 0
+        _ = vkEnumerateDeviceExtensionProperties(p, nil, &extCount, nil)
+        var exts = [VkExtensionProperties](repeating: VkExtensionProperties(), count: Int(extCount))
+        _ = vkEnumerateDeviceExtensionProperties(p, nil, &extCount, &exts)
+        let extNames = Set(exts.map { cString($0.extensionName) })
+        let coopExt = extNames.contains("VK_KHR_cooperative_matrix")
         // features the kernels need (16-bit storage and integers, timeline semaphores) and
         // extensions (push descriptors)
         var v11 = VkPhysicalDeviceVulkan11Features()
         v11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES
         var v12 = VkPhysicalDeviceVulkan12Features()
         v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES
+        var vcm = VkPhysicalDeviceCooperativeMatrixFeaturesKHR()
+        vcm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR
         var f2 = VkPhysicalDeviceFeatures2()
         f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
         withUnsafeMutablePointer(to: &v11) { p11 in
             withUnsafeMutablePointer(to: &v12) { p12 in
-                p11.pointee.pNext = UnsafeMutableRawPointer(p12)
-                f2.pNext = UnsafeMutableRawPointer(p11)
-                vkGetPhysicalDeviceFeatures2(p, &f2)
-                p11.pointee.pNext = nil
+                withUnsafeMutablePointer(to: &vcm) { pcm in
+                    p11.pointee.pNext = UnsafeMutableRawPointer(p12)
+                    if coopExt { p12.pointee.pNext = UnsafeMutableRawPointer(pcm) }
+                    f2.pNext = UnsafeMutableRawPointer(p11)
+                    vkGetPhysicalDeviceFeatures2(p, &f2)
+                    p11.pointee.pNext = nil
+                    p12.pointee.pNext = nil
+                }
             }
         }
         var missing: [String] = []
         if v11.storageBuffer16BitAccess == 0 { missing.append("16-bit storage") }
         if f2.features.shaderInt16 == 0 { missing.append("16-bit integers") }
         if v12.timelineSemaphore == 0 { missing.append("timeline semaphores") }
-        var extCount: UInt32 = 0
-        vkEnumerateDeviceExtensionProperties(p, nil, &extCount, nil)
-        var exts = [VkExtensionProperties](repeating: VkExtensionProperties(), count: Int(extCount))
-        vkEnumerateDeviceExtensionProperties(p, nil, &extCount, &exts)
-        let extNames = Set(exts.map { cString($0.extensionName) })
         if !extNames.contains("VK_KHR_push_descriptor") { missing.append("VK_KHR_push_descriptor") }
         guard missing.isEmpty else {
             throw VeloError(.unsupported, "\(name) lacks what Velo's kernels need: \(missing.joined(separator: ", "))")
         }
+        // optional tensor-core path (matmul_coop_T): the extension and feature, a subgroup-scope
+        // 16x16x16 float16 x float16 -> float32 shape, fp16 arithmetic, the Vulkan memory model
+        // (the kernel's SPIR-V declares it), subgroups of 32 (its warp layout) and 48 KiB of
+        // shared memory
+        let coop = coopExt && vcm.cooperativeMatrix != 0 && v12.shaderFloat16 != 0 && v12.vulkanMemoryModel != 0
+            && coopMatrixShape(p) && coopLimits(p)
         // enable exactly what is used (and the optional 8-bit/fp16 paths when present)
         var e11 = VkPhysicalDeviceVulkan11Features()
         e11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES
@@ -256,35 +275,58 @@ final class VulkanDevice: GPUDevice {
         e12.storageBuffer8BitAccess = v12.storageBuffer8BitAccess
         e12.shaderInt8 = v12.shaderInt8
         e12.shaderFloat16 = v12.shaderFloat16
+        if coop { e12.vulkanMemoryModel = 1 }
+        var ecm = VkPhysicalDeviceCooperativeMatrixFeaturesKHR()
+        ecm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR
+        ecm.cooperativeMatrix = 1
+        // optional integer dot products (matvec_dot_T), chained after e12 or ecm
+        let dot = integerDotSupported(p)
+        let edot = UnsafeMutablePointer<VkPhysicalDeviceShaderIntegerDotProductFeatures>.allocate(capacity: 1)
+        defer { edot.deallocate() }
+        edot.initialize(to: VkPhysicalDeviceShaderIntegerDotProductFeatures())
+        edot.pointee.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES
+        edot.pointee.shaderIntegerDotProduct = 1
+        if dot {
+            e12.pNext = UnsafeMutableRawPointer(edot)
+            ecm.pNext = UnsafeMutableRawPointer(edot)
+        }
         var ef = VkPhysicalDeviceFeatures2()
         ef.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
         ef.features.shaderInt16 = 1
         ef.features.shaderInt64 = f2.features.shaderInt64
         var prio: Float = 1
         var device: VkDevice?
+        let pushExt = Array("VK_KHR_push_descriptor".utf8CString), coopMatExt = Array("VK_KHR_cooperative_matrix".utf8CString)
+        let dotExt = Array("VK_KHR_shader_integer_dot_product".utf8CString)
         let r: VkResult = withUnsafeMutablePointer(to: &e11) { p11 in
             withUnsafeMutablePointer(to: &e12) { p12 in
-                withUnsafeMutablePointer(to: &ef) { pf in
-                    p11.pointee.pNext = UnsafeMutableRawPointer(p12)
-                    pf.pointee.pNext = UnsafeMutableRawPointer(p11)
-                    return withUnsafePointer(to: &prio) { pp in
-                        var qci = VkDeviceQueueCreateInfo()
-                        qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO
-                        qci.queueFamilyIndex = family
-                        qci.queueCount = 1
-                        qci.pQueuePriorities = pp
-                        return withUnsafePointer(to: &qci) { pq in
-                            "VK_KHR_push_descriptor".withCString { ext in
-                                var extPtr: UnsafePointer<CChar>? = ext
-                                return withUnsafePointer(to: &extPtr) { pe in
-                                    var dci = VkDeviceCreateInfo()
-                                    dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO
-                                    dci.pNext = UnsafeRawPointer(pf)
-                                    dci.queueCreateInfoCount = 1
-                                    dci.pQueueCreateInfos = pq
-                                    dci.enabledExtensionCount = 1
-                                    dci.ppEnabledExtensionNames = pe
-                                    return vkCreateDevice(p, &dci, nil, &device)
+                withUnsafeMutablePointer(to: &ecm) { pcm in
+                    withUnsafeMutablePointer(to: &ef) { pf in
+                        p11.pointee.pNext = UnsafeMutableRawPointer(p12)
+                        if coop { p12.pointee.pNext = UnsafeMutableRawPointer(pcm) }
+                        pf.pointee.pNext = UnsafeMutableRawPointer(p11)
+                        return withUnsafePointer(to: &prio) { pp in
+                            var qci = VkDeviceQueueCreateInfo()
+                            qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO
+                            qci.queueFamilyIndex = family
+                            qci.queueCount = 1
+                            qci.pQueuePriorities = pp
+                            return withUnsafePointer(to: &qci) { pq in
+                                pushExt.withUnsafeBufferPointer { e1 in
+                                    coopMatExt.withUnsafeBufferPointer { e2 in dotExt.withUnsafeBufferPointer { e3 in
+                                        let names: [UnsafePointer<CChar>?] = [e1.baseAddress] + (coop ? [e2.baseAddress] : [])
+                                            + (dot ? [e3.baseAddress] : [])
+                                        return names.withUnsafeBufferPointer { pe in
+                                            var dci = VkDeviceCreateInfo()
+                                            dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO
+                                            dci.pNext = UnsafeRawPointer(pf)
+                                            dci.queueCreateInfoCount = 1
+                                            dci.pQueueCreateInfos = pq
+                                            dci.enabledExtensionCount = UInt32(names.count)
+                                            dci.ppEnabledExtensionNames = pe.baseAddress
+                                            return vkCreateDevice(p, &dci, nil, &device)
+                                        }
+                                    } }
                                 }
                             }
                         }
@@ -296,7 +338,60 @@ final class VulkanDevice: GPUDevice {
         if velo_vk_load_device(device) != 0 {
             throw VeloError(.unsupported, "\(name): \(String(cString: velo_vk_error()))")
         }
-        return (device, family, timestamps)
+        return (device, family, timestamps, coop)
+    }
+
+    /// Whether the device has VK_KHR_shader_integer_dot_product with its feature on.
+    private static func integerDotSupported(_ p: VkPhysicalDevice) -> Bool {
+        var n: UInt32 = 0
+        _ = vkEnumerateDeviceExtensionProperties(p, nil, &n, nil)
+        var exts = [VkExtensionProperties](repeating: VkExtensionProperties(), count: Int(n))
+        _ = vkEnumerateDeviceExtensionProperties(p, nil, &n, &exts)
+        guard exts.prefix(Int(n)).contains(where: { cString($0.extensionName) == "VK_KHR_shader_integer_dot_product" }) else { return false }
+        var fd = VkPhysicalDeviceShaderIntegerDotProductFeatures()
+        fd.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES
+        var f2 = VkPhysicalDeviceFeatures2()
+        f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
+        withUnsafeMutablePointer(to: &fd) { pd in
+            f2.pNext = UnsafeMutableRawPointer(pd)
+            vkGetPhysicalDeviceFeatures2(p, &f2)
+        }
+        return fd.shaderIntegerDotProduct != 0
+    }
+
+    /// Whether the device multiplies 16x16 by 16x16 float16 matrices into float32 at subgroup
+    /// scope (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR; false where the loader or
+    /// driver lacks the query).
+    private static func coopMatrixShape(_ p: VkPhysicalDevice) -> Bool {
+        guard let query = vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR else { return false }
+        var n: UInt32 = 0
+        guard query(p, &n, nil) == VK_SUCCESS, n > 0 else { return false }
+        var proto = VkCooperativeMatrixPropertiesKHR()
+        proto.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR
+        var list = [VkCooperativeMatrixPropertiesKHR](repeating: proto, count: Int(n))
+        let r = query(p, &n, &list)
+        guard r == VK_SUCCESS || r == VK_INCOMPLETE else { return false }
+        let f16 = VK_COMPONENT_TYPE_FLOAT16_KHR, f32 = VK_COMPONENT_TYPE_FLOAT32_KHR
+        return list.prefix(Int(n)).contains {
+            $0.MSize == 16 && $0.NSize == 16 && $0.KSize == 16 && $0.AType == f16 && $0.BType == f16
+                && $0.CType == f32 && $0.ResultType == f32 && $0.saturatingAccumulation == 0 && $0.scope == VK_SCOPE_SUBGROUP_KHR
+        }
+    }
+
+    /// matmul_coop_T's layout: subgroups of 32 invocations (in compute shaders) and 48 KiB of
+    /// shared memory.
+    private static func coopLimits(_ p: VkPhysicalDevice) -> Bool {
+        var sub = VkPhysicalDeviceSubgroupProperties()
+        sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES
+        var props = VkPhysicalDeviceProperties2()
+        props.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2
+        withUnsafeMutablePointer(to: &sub) { ps in
+            props.pNext = UnsafeMutableRawPointer(ps)
+            vkGetPhysicalDeviceProperties2(p, &props)
+            props.pNext = nil
+        }
+        return sub.subgroupSize == 32 && sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT.rawValue != 0
+            && props.properties.limits.maxComputeSharedMemorySize >= 49152
     }
 
     // MARK: buffers
@@ -376,7 +471,7 @@ final class VulkanDevice: GPUDevice {
     // MARK: pipelines
 
     func pipeline(_ kernel: String, buffers: Int, constants: [UInt32]) throws -> GPUPipeline {
-        let key = "\(kernel)/\(buffers)/\(constants)"
+        let key = PipelineKey(name: kernel, buffers: buffers, constants: constants)
         if let p = pipelines[key] { return p }
         var words = 0
         #if canImport(CShaders)
@@ -587,46 +682,59 @@ final class VulkanMemory {
         try check(vkCreateBuffer(device, &bci, nil, &buf), "vkCreateBuffer")
         var req = VkMemoryRequirements()
         vkGetBufferMemoryRequirements(device, buf, &req)
-        do {
-            let type = try memoryType(bits: req.memoryTypeBits, kind: kind)
-            let (memory, offset, mapped) = try place(bytes: Int(req.size), alignment: Int(req.alignment), type: type,
-                                                     map: kind != .device)
-            try check(vkBindBufferMemory(device, buf, memory, VkDeviceSize(offset)), "vkBindBufferMemory")
-            buffers.append(buf!)
-            return VulkanBuffer(buffer: buf!, size: size, contents: mapped.map { $0 + offset })
-        } catch {
-            vkDestroyBuffer(device, buf, nil)
-            throw error
-        }
-    }
-
-    private func memoryType(bits: UInt32, kind: GPUMemory) throws -> UInt32 {
-        let local = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT.rawValue, visible = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT.rawValue
-        let coherent = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT.rawValue, cached = VK_MEMORY_PROPERTY_HOST_CACHED_BIT.rawValue
-        let wanted: [UInt32]
-        switch kind {
-        case .device: wanted = [local, 0]
-        case .upload: wanted = [visible | coherent]
-        case .readback: wanted = [visible | coherent | cached, visible | coherent]
-        }
-        let types = withUnsafeBytes(of: props.memoryTypes) { Array($0.bindMemory(to: VkMemoryType.self)) }
-        for w in wanted {
-            for i in 0..<Int(props.memoryTypeCount) where bits & (1 << UInt32(i)) != 0 && types[i].propertyFlags & w == w {
-                return UInt32(i)
+        // the best memory type first; a smaller heap that is full (GPU memory the host can map)
+        // falls back to the next
+        var lastError: Error = VeloError(.unsupported, "no suitable memory type")
+        for type in memoryTypes(bits: req.memoryTypeBits, kind: kind) {
+            do {
+                let (memory, offset, mapped) = try place(bytes: Int(req.size), alignment: Int(req.alignment), type: type,
+                                                         map: kind != .device, blockBytes: kind == .device ? Self.blockBytes : 16 << 20)
+                try check(vkBindBufferMemory(device, buf, memory, VkDeviceSize(offset)), "vkBindBufferMemory")
+                buffers.append(buf!)
+                return VulkanBuffer(buffer: buf!, size: size, contents: mapped.map { $0 + offset })
+            } catch {
+                lastError = error
             }
         }
-        throw VeloError(.unsupported, "no suitable memory type")
+        vkDestroyBuffer(device, buf, nil)
+        throw lastError
     }
 
-    private func place(bytes: Int, alignment: Int, type: UInt32, map: Bool) throws -> (VkDeviceMemory, Int, UnsafeMutableRawPointer?) {
-        for i in blocks.indices where blocks[i].type == type {
+    /// Memory types for a kind of buffer, best first: (flags wanted, flags unwanted).
+    private func memoryTypes(bits: UInt32, kind: GPUMemory) -> [UInt32] {
+        let local = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT.rawValue, visible = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT.rawValue
+        let coherent = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT.rawValue, cached = VK_MEMORY_PROPERTY_HOST_CACHED_BIT.rawValue
+        let ranks: [(want: UInt32, avoid: UInt32)]
+        switch kind {
+        // weights and activations: GPU memory the host cannot map (keep mappable GPU memory free)
+        case .device: ranks = [(local, visible), (local, 0), (0, 0)]
+        // step inputs and parameters: GPU memory the host writes into (read by every dispatch,
+        // so not across the bus), else host memory
+        case .upload: ranks = [(local | visible | coherent, 0), (visible | coherent, 0)]
+        // logits: cached host memory (uncached reads of 0.5 MiB cost milliseconds)
+        case .readback: ranks = [(visible | coherent | cached, 0), (visible | coherent, 0)]
+        }
+        let types = withUnsafeBytes(of: props.memoryTypes) { Array($0.bindMemory(to: VkMemoryType.self)) }
+        var out: [UInt32] = []
+        for r in ranks {
+            for i in 0..<Int(props.memoryTypeCount) where bits & (1 << UInt32(i)) != 0
+                && types[i].propertyFlags & r.want == r.want && types[i].propertyFlags & r.avoid == 0 && !out.contains(UInt32(i)) {
+                out.append(UInt32(i))
+            }
+        }
+        return out
+    }
+
+    private func place(bytes: Int, alignment: Int, type: UInt32, map: Bool, blockBytes: Int) throws -> (VkDeviceMemory, Int, UnsafeMutableRawPointer?) {
+        // a block serves one kind: mapped (host-visible) or not, even where both share a type
+        for i in blocks.indices where blocks[i].type == type && (blocks[i].mapped != nil) == map {
             let start = (blocks[i].used + alignment - 1) / alignment * alignment
             if start + bytes <= blocks[i].size {
                 blocks[i].used = start + bytes
                 return (blocks[i].memory, start, blocks[i].mapped)
             }
         }
-        let size = max(bytes, Self.blockBytes)
+        let size = max(bytes, blockBytes)
         var ai = VkMemoryAllocateInfo()
         ai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO
         ai.allocationSize = VkDeviceSize(size)

@@ -1,0 +1,162 @@
+#version 450
+// matmul_coop_T — matmul_T on tensor cores (GL_KHR_cooperative_matrix), Vulkan only.
+// Same contract as matmul_T: Y[m*yStride + r] = sum_k W[r][k] X[m*xStride + k], r < N, m < M.
+//
+// A workgroup of 256 threads (8 subgroups of 32) computes a BM x BN = 128 x 128 tile of Y
+// (activation rows x weight rows), stepping along K by BK = 32 values. Each step dequantizes
+// 32 values of the 128 weight rows (whole units of quants.glsl, so not necessarily contiguous
+// in K; activations use the same order) and converts the matching 32 values of the 128
+// activation rows to float16 in shared memory; then each subgroup multiplies its 64 x 32 part
+// of the tile as 4 x 2 float16 16x16x16 products accumulated in float32 matrices:
+// D (m x r) += X (m x k) * W^T (k x r), W^T being read column-major from the weight rows.
+// Shared memory is double-buffered: the global loads of step s+1 are issued before the
+// products of step s and land in the other buffer after them (one barrier per step).
+// Edges: rows past M or N and units past the row read as zero; result tiles that lie wholly
+// inside Y are stored directly, the others through shared memory with guards.
+//
+// Needs: shaderFloat16, 16-bit storage, VK_KHR_cooperative_matrix with a subgroup-scope
+// 16x16x16 float16 x float16 -> float32 shape, subgroup size 32 (the warp layout below
+// assumes 8 subgroups), 48 KiB of shared memory. Constant 0 must stay 256.
+// Dispatch (ceil(N / 128), ceil(M / 128), 1).
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_cooperative_matrix : require
+
+layout(local_size_x = 256, local_size_x_id = 0) in;
+
+#include "quants.glsl"
+
+layout(std430, binding = 1) readonly buffer XBuf { float X[]; };
+layout(std430, binding = 1) readonly buffer XBuf4 { vec4 X4[]; };
+layout(std430, binding = 2) writeonly buffer YBuf { float Y[]; };
+layout(std140, binding = 3) uniform Params {
+    uint K, N, M, rowBytes, xStride, yStride;
+} p;
+
+const uint WG = 256u;
+const uint BM = 128u;                 // activation rows per tile
+const uint BN = 128u;                 // weight rows per tile
+const uint BK = 32u;                  // values of K per step
+const uint SK = (BK + 8u) / 4u;       // shared row stride in f16vec4s (80 bytes: fewer bank conflicts)
+const uint UPT = BK / UNIT_VALUES;    // units per step
+const uint WIT = BN * UPT / WG;       // weight units per thread per step
+const uint XVR = BK / 4u;             // vec4s of one activation row per step
+const uint XIT = BM * XVR / WG;       // activation vec4s per thread per step
+// warp layout: 2 x 4 subgroups, each 64 activation rows x 32 weight rows = 4 x 2 tiles of 16
+const uint SGM = 64u, SGN = 32u, TM = SGM / 16u, TN = SGN / 16u;
+
+// float16 tiles as f16vec4s (one 8-byte store per group of 4 values; coopMatLoad counts
+// offsets and strides in array elements, so in units of 4 values)
+shared f16vec4 Xs[2u * BM * SK];      // [buf][m][k/4]
+shared f16vec4 Ws[2u * BN * SK];      // [buf][n][k/4]
+shared float Cs[8u * 256u];           // per subgroup: one 16 x 16 result tile (edge tiles)
+
+vec4 xload(uint i, uint k) {
+#ifdef UNIT_TAIL
+    if (k + 4u > p.K) {
+        vec4 x = vec4(0.0);
+        for (uint e = 0u; e < 4u; e++)
+            if (k + e < p.K) x[e] = X[i + e];
+        return x;
+    }
+#endif
+    if ((p.xStride & 3u) == 0u) return X4[i >> 2];
+    return vec4(X[i], X[i + 1u], X[i + 2u], X[i + 3u]);
+}
+
+Unit wu[WIT];
+bool wok[WIT];
+vec4 xv[XIT];
+
+// global loads of step u0 into registers
+void fetch(uint u0, uint n0, uint m0, uint U, uint rowWords, uint tid) {
+    [[unroll]] for (uint i = 0u; i < WIT; i++) {
+        const uint it = tid + i * WG, j = it % UPT, n = it / UPT, u = u0 + j, row = n0 + n;
+        wok[i] = row < p.N && u < U;
+        if (wok[i]) wu[i] = unit_load(row * rowWords, u, p.K);
+    }
+    [[unroll]] for (uint i = 0u; i < XIT; i++) {
+        const uint it = tid + i * WG, jg = it % XVR, m = it / XVR;
+        const uint j = jg / UNIT_VECS, g = jg % UNIT_VECS, u = u0 + j;
+        vec4 x = vec4(0.0);
+        if (m0 + m < p.M && u < U) {
+            const uint k = unit_pos(u, g);
+            x = xload((m0 + m) * p.xStride + k, k);
+        }
+        xv[i] = x;
+    }
+}
+
+// the registers, dequantized and converted to float16, into shared buffer `b`
+void stash(uint b, uint tid) {
+    [[unroll]] for (uint i = 0u; i < WIT; i++) {
+        const uint it = tid + i * WG, j = it % UPT, n = it / UPT;
+        const uint base = b * BN * SK + n * SK + j * (UNIT_VALUES / 4u);
+        [[unroll]] for (uint g = 0u; g < UNIT_VECS; g++)
+            Ws[base + g] = wok[i] ? f16vec4(unit_vec(wu[i], g)) : f16vec4(0.0);
+    }
+    [[unroll]] for (uint i = 0u; i < XIT; i++) {
+        const uint it = tid + i * WG, jg = it % XVR, m = it / XVR;
+        const uint j = jg / UNIT_VECS, g = jg % UNIT_VECS;
+        Xs[b * BM * SK + m * SK + j * (UNIT_VALUES / 4u) + g] = f16vec4(xv[i]);
+    }
+}
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint n0 = gl_WorkGroupID.x * BN, m0 = gl_WorkGroupID.y * BM;
+    const uint sg = gl_SubgroupID, sm = (sg / 4u) * SGM, sn = (sg % 4u) * SGN;
+    const uint rowWords = p.rowBytes >> 1;
+    const uint U = units_per_row(p.K);
+    const uint steps = (U + UPT - 1u) / UPT;
+
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM * TN];
+    [[unroll]] for (uint t = 0u; t < TM * TN; t++)
+        acc[t] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
+
+    fetch(0u, n0, m0, U, rowWords, tid);
+    stash(0u, tid);
+    barrier();
+    for (uint s = 0u; s < steps; s++) {
+        const uint b = s & 1u;
+        const bool more = s + 1u < steps;
+        if (more) fetch((s + 1u) * UPT, n0, m0, U, rowWords, tid);
+        [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[TM];
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> w[TN];
+            [[unroll]] for (uint i = 0u; i < TM; i++)
+                coopMatLoad(a[i], Xs, b * BM * SK + (sm + i * 16u) * SK + kk / 4u, SK, gl_CooperativeMatrixLayoutRowMajor);
+            [[unroll]] for (uint j = 0u; j < TN; j++)
+                coopMatLoad(w[j], Ws, b * BN * SK + (sn + j * 16u) * SK + kk / 4u, SK, gl_CooperativeMatrixLayoutColumnMajor);
+            [[unroll]] for (uint i = 0u; i < TM; i++)
+                [[unroll]] for (uint j = 0u; j < TN; j++)
+                    acc[i * TN + j] = coopMatMulAdd(a[i], w[j], acc[i * TN + j]);
+        }
+        if (more) stash(b ^ 1u, tid);
+        barrier();
+    }
+
+    // results: acc[i][j] holds Y rows m0+sm+16i.. (activation rows), columns n0+sn+16j..
+    const bool aligned = (p.yStride & 3u) == 0u;
+    [[unroll]] for (uint i = 0u; i < TM; i++) {
+        [[unroll]] for (uint j = 0u; j < TN; j++) {
+            const uint mm = m0 + sm + i * 16u, nn = n0 + sn + j * 16u;
+            if (mm >= p.M || nn >= p.N) continue;
+            if (aligned && mm + 16u <= p.M && nn + 16u <= p.N) {
+                coopMatStore(acc[i * TN + j], Y, mm * p.yStride + nn, p.yStride, gl_CooperativeMatrixLayoutRowMajor);
+            } else {
+                coopMatStore(acc[i * TN + j], Cs, sg * 256u, 16u, gl_CooperativeMatrixLayoutRowMajor);
+                subgroupMemoryBarrierShared();
+                subgroupBarrier();
+                for (uint e = gl_SubgroupInvocationID; e < 256u; e += gl_SubgroupSize) {
+                    const uint r = e / 16u, c = e % 16u;
+                    if (mm + r < p.M && nn + c < p.N) Y[(mm + r) * p.yStride + nn + c] = Cs[sg * 256u + e];
+                }
+                subgroupBarrier();
+            }
+        }
+    }
+}
