@@ -11,6 +11,10 @@
 //
 // Dispatch (ceil(N / ROWS), ceil(M / NCOLS), 1). With ROWS = 4, N up to 262140 keeps the x group
 // count within 65535.
+//
+// GLU mode (params.glu = 1, the MLP's gate and up in one dispatch): W holds N/2 (gate, up) row pairs
+// interleaved (row 2i = gate row i, row 2i+1 = up row i) and the kernel stores
+// Y[m*yStride + i] = silu(gate_i . x_m) * (up_i . x_m) instead of the N products (ROWS must be even).
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -29,6 +33,7 @@ layout(std430, binding = 1) readonly buffer XBuf4 { vec4 X4[]; };
 layout(std430, binding = 2) writeonly buffer YBuf { float Y[]; };
 layout(std140, binding = 3) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride;
+    uint glu; // 1: rows come in (gate, up) pairs, Y[m*yStride + r/2] = silu(gate) * up (ROWS even)
 } p;
 
 const uint SGMAX = 16u; // subgroups reduced per pass
@@ -108,6 +113,17 @@ void main() {
             }
         }
         barrier();
+    }
+    if (p.glu != 0u) {
+        // (gate, up) row pairs: r0 and ROWS are even, so a pair never straddles two groups
+        for (uint o = tid; o < RN / 2u; o += WG) {
+            const uint r = (o / NCOLS) * 2u, c = o % NCOLS;
+            if (c < ncols && r0 + r + 1u < p.N) {
+                const float g = tot[r * NCOLS + c];
+                Y[(c0 + c) * p.yStride + (r0 + r) / 2u] = g / (1.0 + exp(-g)) * tot[(r + 1u) * NCOLS + c];
+            }
+        }
+        return;
     }
     for (uint o = tid; o < RN; o += WG) {
         const uint r = o / NCOLS, c = o % NCOLS;

@@ -31,6 +31,7 @@ layout(std430, binding = 2) readonly buffer XDBuf { vec2 XD[]; };
 layout(std430, binding = 3) writeonly buffer YBuf { float Y[]; };
 layout(std140, binding = 4) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride;
+    uint glu; // 1: rows come in (gate, up) pairs, Y[m*yStride + r/2] = silu(gate) * up (ROWS even)
 } p;
 
 const uint SGMAX = 16u; // subgroups reduced per pass
@@ -204,6 +205,17 @@ void main() {
             }
         }
         barrier();
+    }
+    if (p.glu != 0u) {
+        // (gate, up) row pairs: r0 and ROWS are even, so a pair never straddles two groups
+        for (uint o = tid; o < RN / 2u; o += WG) {
+            const uint r = (o / NCOLS) * 2u, c = o % NCOLS;
+            if (c < ncols && r0 + r + 1u < p.N) {
+                const float g = tot[r * NCOLS + c];
+                Y[(c0 + c) * p.yStride + (r0 + r) / 2u] = g / (1.0 + exp(-g)) * tot[(r + 1u) * NCOLS + c];
+            }
+        }
+        return;
     }
     for (uint o = tid; o < RN; o += WG) {
         const uint r = o / NCOLS, c = o % NCOLS;

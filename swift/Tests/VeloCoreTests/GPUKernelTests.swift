@@ -101,7 +101,7 @@ final class GPUKernelTests: XCTestCase {
                         }
                     }
                     let xb = try upload(x)
-                    let params = [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(n)]
+                    let params = [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(n), 0]
                     if m <= GPUKernels.matvecMaxRows {
                         let yb = try upload([Float](repeating: .nan, count: m * n))
                         try run(GPUKernels.matvec(type, rows: m), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m))
@@ -145,6 +145,95 @@ final class GPUKernelTests: XCTestCase {
         }
     }
 
+    /// The fused MLP input (GLU mode of matvec_T / matvec_dot_T on interleaved (gate, up) rows, and
+    /// the prefill path: matmul_T into interleaved products, then swiglu_pairs) against
+    /// silu(g)·u in float64.
+    func testGatedUp() throws {
+        let dot = GPUKernels.integerDot(try device())
+        for type in [GGMLType.f32, .f16, .bf16, .q4_0, .q5_1, .q8_0, .q4_K, .q6_K] {
+            for k in ([GGMLType.q4_K, .q5_K, .q6_K].contains(type) ? [512] : [96, 512]) {
+                for pairs in [5, 37] {
+                    let n = 2 * pairs
+                    let w = weights(type, rows: n, cols: k) // row 2i gate i, row 2i+1 up i
+                    let wb = try upload(w.bytes)
+                    for m in [1, 3, 16, 40] {
+                        let x = random(m * k)
+                        // products, their error bounds (float, 8-bit activations), then silu(g)·u
+                        var prod = [Double](repeating: 0, count: m * n), tol = prod, tolDot = prod
+                        for i in 0..<m {
+                            for r in 0..<n {
+                                var s = 0.0, a = 0.0
+                                for j in 0..<k {
+                                    let p = Double(w.values[r * k + j]) * Double(x[i * k + j])
+                                    s += p
+                                    a += abs(p)
+                                }
+                                prod[i * n + r] = s
+                                tol[i * n + r] = 1e-4 * a + 1e-5
+                                var td = tol[i * n + r]
+                                for b in 0..<(k / 32) {
+                                    var amax: Float = 0, aw = 0.0
+                                    for j in (b * 32)..<(b * 32 + 32) {
+                                        amax = max(amax, abs(x[i * k + j]))
+                                        aw += abs(Double(w.values[r * k + j]))
+                                    }
+                                    td += aw * Double(amax) / 127 * (0.5 + 127.0 / 2048) * 1.001
+                                }
+                                tolDot[i * n + r] = td
+                            }
+                        }
+                        func silu(_ g: Double) -> Double { g / (1 + exp(-g)) }
+                        var want = [Double](repeating: 0, count: m * pairs)
+                        func bound(_ t: [Double]) -> [Double] {
+                            (0..<(m * pairs)).map { o in
+                                let i = o / pairs, p = o % pairs
+                                let g = prod[i * n + 2 * p], u = prod[i * n + 2 * p + 1]
+                                let dg = t[i * n + 2 * p], du = t[i * n + 2 * p + 1]
+                                // |silu'| <= 1.1; the cross term and float rounding
+                                return 1.1 * dg * (abs(u) + du) + abs(silu(g)) * du + abs(silu(g) * u) * 1e-5 + 1e-6
+                            }
+                        }
+                        for o in want.indices {
+                            let i = o / pairs, p = o % pairs
+                            want[o] = silu(prod[i * n + 2 * p]) * prod[i * n + 2 * p + 1]
+                        }
+                        let what = "\(type.name) pairs=\(pairs) M=\(m) K=\(k)"
+                        let xb = try upload(x)
+                        if m <= GPUKernels.matvecMaxRows {
+                            let params = [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(pairs), 1]
+                            let yb = try upload([Float](repeating: .nan, count: m * pairs))
+                            try run(GPUKernels.matvec(type, rows: m), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m))
+                            assertClose(try read(yb, m * pairs), want, tolerance: bound(tol), "matvec glu " + what)
+                            if dot, GPUKernels.dotTypes.contains(type) {
+                                let sizes = GPUKernels.q8Bytes(k: k, m: m)
+                                let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
+                                try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
+                                let yd = try upload([Float](repeating: .nan, count: m * pairs))
+                                try run(GPUKernels.matvecDot(type, rows: m), [wb, xq, xd, yd], params, GPUKernels.matvecGroups(n: n, m: m))
+                                assertClose(try read(yd, m * pairs), want, tolerance: bound(tolDot), "matvec_dot glu " + what)
+                            }
+                        }
+                        // prefill: interleaved products, then swiglu_pairs
+                        let sb = try upload([Float](repeating: .nan, count: m * n))
+                        try run(GPUKernels.matmul(type), [wb, xb, sb], [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(n), 0],
+                                GPUKernels.matmulGroups(n: n, m: m))
+                        let gb = try upload([Float](repeating: .nan, count: m * pairs))
+                        let count = m * pairs
+                        try run(GPUKernels.swigluPairs, [sb, gb], [UInt32(count)], ((count + 255) / 256, 1, 1))
+                        assertClose(try read(gb, count), want, tolerance: bound(tol), "matmul + swiglu_pairs " + what)
+                    }
+                }
+            }
+        }
+        // swiglu_pairs alone, with fewer groups than values (grid-stride)
+        let count = 3000
+        let s = random(2 * count, scale: 4)
+        let sb = try upload(s), gb = try upload([Float](repeating: .nan, count: count))
+        try run(GPUKernels.swigluPairs, [sb, gb], [UInt32(count)], (3, 1, 1))
+        let want = (0..<count).map { Double(s[2 * $0]) / (1 + exp(-Double(s[2 * $0]))) * Double(s[2 * $0 + 1]) }
+        assertClose(try read(gb, count), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "swiglu_pairs")
+    }
+
     func testGetRowsEveryType() throws {
         for type in GPUKernels.weightTypes {
             let k = [GGMLType.q4_K, .q5_K, .q6_K].contains(type) ? 256 : 64
@@ -177,6 +266,54 @@ final class GPUKernelTests: XCTestCase {
                 }
                 assertClose(try read(out, outRows.count * n), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "rms_norm n=\(n) rowsel=\(select)")
             }
+        }
+    }
+
+    /// The residual add fused with the next norm, writing the norm over its own input (as the
+    /// Llama forward does).
+    func testAddRMSNorm() throws {
+        for n in [7, 64, 4096, 5003] {
+            let rows = 3
+            let x = random(rows * n, scale: 3), d = random(rows * n), w = random(n)
+            let eps: Float = 1e-5
+            let xb = try upload(x), db = try upload(d)
+            try run(GPUKernels.addRMSNorm, [xb, db, try upload(w), db], [UInt32(n), UInt32(rows), eps.bitPattern], (rows, 1, 1))
+            let sum = (0..<(rows * n)).map { Double(x[$0] + d[$0]) }
+            var want: [Double] = []
+            for r in 0..<rows {
+                let ss = (0..<n).reduce(0.0) { $0 + sum[r * n + $1] * sum[r * n + $1] }
+                let scale = 1 / (ss / Double(n) + Double(eps)).squareRoot()
+                want += (0..<n).map { sum[r * n + $0] * scale * Double(w[$0]) }
+            }
+            assertClose(try read(xb, rows * n), sum, tolerance: sum.map { abs($0) * 1e-6 + 1e-6 }, "add_rms_norm sum n=\(n)")
+            assertClose(try read(db, rows * n), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "add_rms_norm n=\(n)")
+        }
+    }
+
+    /// rope_store (the fused kernel) against rope on q and k, then kv_store.
+    func testRopeStore() throws {
+        for (neox, heads, kvHeads, hd, ropeDim) in [(false, 4, 2, 16, 16), (true, 6, 2, 64, 48), (false, 8, 8, 128, 128)] {
+            let n = 3, kvDim = kvHeads * hd, ps = 4, layers = 2, layer = 1
+            let pageStride = layers * 2 * ps * kvDim
+            // tokens 0 and 1 of one sequence (pages 3, 1), token 2 of another (pages 7, 0)
+            let positions: [Int32] = [0, 5, 3], tokpt: [Int32] = [0, 0, 2], pagetab: [Int32] = [3, 1, 7, 0]
+            let q = random(n * heads * hd), k = random(n * kvDim), v = random(n * kvDim)
+            let base: Float = 10000, scale: Float = 1
+            let layerOff = UInt32(layer * 2 * ps * kvDim)
+            let posB = try upload(positions), ptB = try upload(tokpt), tabB = try upload(pagetab)
+            // reference path
+            let q1 = try upload(q), k1 = try upload(k), kv1 = try upload([Float](repeating: 0, count: 8 * pageStride))
+            try run(GPUKernels.rope, [q1, posB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, base.bitPattern, scale.bitPattern, UInt32(heads * hd)], (n, heads, 1))
+            try run(GPUKernels.rope, [k1, posB], [UInt32(n), UInt32(kvHeads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, base.bitPattern, scale.bitPattern, UInt32(kvDim)], (n, kvHeads, 1))
+            try run(GPUKernels.kvStore, [k1, try upload(v), kv1, posB, ptB, tabB], [UInt32(n), UInt32(kvDim), UInt32(ps), UInt32(pageStride), layerOff], (n, (kvDim + 63) / 64, 1))
+            // fused
+            let q2 = try upload(q), kv2 = try upload([Float](repeating: 0, count: 8 * pageStride))
+            try run(GPUKernels.ropeStore, [q2, try upload(k), try upload(v), kv2, posB, ptB, tabB],
+                    [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, base.bitPattern, scale.bitPattern,
+                     UInt32(kvDim), UInt32(ps), UInt32(pageStride), layerOff], (n, heads + kvHeads, 1))
+            let wantQ = try read(q1, q.count).map(Double.init), wantKV = try read(kv1, 8 * pageStride).map(Double.init)
+            assertClose(try read(q2, q.count), wantQ, tolerance: wantQ.map { abs($0) * 1e-6 + 1e-6 }, "rope_store q neox=\(neox) hd=\(hd)")
+            assertClose(try read(kv2, 8 * pageStride), wantKV, tolerance: wantKV.map { abs($0) * 1e-6 + 1e-6 }, "rope_store kv neox=\(neox) hd=\(hd)")
         }
     }
 

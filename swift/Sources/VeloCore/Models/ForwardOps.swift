@@ -22,16 +22,45 @@ protocol ForwardOps: AnyObject {
     func rope(_ a: Activation, heads: Int)
     /// Writes k and v into the pages of layer `layer`.
     func storeKV(layer: Int)
+    /// Rotary embedding of q and k at each token's position, then k and v into the pages.
+    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int)
     /// attn = causal attention of q over each token's own sequence, layer `layer`.
     func attention(layer: Int)
     /// dst += src (model-width rows).
     func add(_ dst: Activation, _ src: Activation)
+    /// The residual add and the norm after it: dst += src, then out = rmsnorm(dst) * w.
+    func addRMSNorm(_ dst: Activation, _ src: Activation, _ w: WeightVector, into out: Activation)
     /// gate = silu(gate) * up.
     func swiglu()
+    /// gate = silu(gate_w · src) * (up_w · src): a gated MLP's input (the pair should be in the
+    /// model's `gatedPairs`, so a GPU has it interleaved for one dispatch).
+    func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix)
     /// Logits of the batch's `logitRows`: output · rmsnorm(x) * norm.
     func logits(norm: WeightVector, output: WeightMatrix)
     /// Runs what was recorded; the logits, `logitRows.count` rows of `vocabSize`.
     func finish() throws -> UnsafeMutablePointer<Float>
+}
+
+extension ForwardOps {
+    /// What a backend without fused kernels runs instead.
+    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int) {
+        rope(.q, heads: heads)
+        rope(.k, heads: kvHeads)
+        storeKV(layer: layer)
+    }
+
+    func addRMSNorm(_ dst: Activation, _ src: Activation, _ w: WeightVector, into out: Activation) {
+        add(dst, src)
+        rmsNorm(dst, w, into: out)
+    }
+}
+
+extension ForwardOps {
+    /// The two products, then swiglu, where a backend has no fused kernel.
+    func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix) {
+        matmul(src, [(gate, .gate), (up, .up)])
+        swiglu()
+    }
 }
 
 extension LanguageModel {

@@ -5,6 +5,13 @@ protocol LanguageModel: AnyObject {
     var matrices: [WeightMatrix] { get }
     var vectors: [WeightVector] { get }
     func forward(_ ops: ForwardOps)
+    /// The (gate, up) weight pairs of gated MLPs that `forward` multiplies through
+    /// `ForwardOps.gatedUp`: a GPU uploads each pair once, interleaved by rows, for one dispatch.
+    var gatedPairs: [(WeightMatrix, WeightMatrix)] { get }
+}
+
+extension LanguageModel {
+    var gatedPairs: [(WeightMatrix, WeightMatrix)] { [] }
 }
 
 /// One file per architecture; this table picks it from `general.architecture`.

@@ -44,23 +44,26 @@ final class LlamaModel: LanguageModel, @unchecked Sendable {
 
     var vectors: [WeightVector] { layers.flatMap { [$0.attnNorm, $0.ffnNorm] } + [outputNorm] }
 
+    var gatedPairs: [(WeightMatrix, WeightMatrix)] { layers.map { ($0.gate, $0.up) } }
+
     func forward(_ ops: ForwardOps) {
         let c = config
         ops.embed(embeddings)
+        ops.rmsNorm(.x, layers[0].attnNorm, into: .xn)
         for (li, l) in layers.enumerated() {
-            ops.rmsNorm(.x, l.attnNorm, into: .xn)
             ops.matmul(.xn, [(l.wq, .q), (l.wk, .k), (l.wv, .v)])
-            ops.rope(.q, heads: c.heads)
-            ops.rope(.k, heads: c.kvHeads)
-            ops.storeKV(layer: li)
+            ops.ropeAndStoreKV(layer: li, heads: c.heads, kvHeads: c.kvHeads)
             ops.attention(layer: li)
             ops.matmul(.attn, [(l.wo, .xn)])
-            ops.add(.x, .xn)
-            ops.rmsNorm(.x, l.ffnNorm, into: .xn)
-            ops.matmul(.xn, [(l.gate, .gate), (l.up, .up)])
-            ops.swiglu()
+            ops.addRMSNorm(.x, .xn, l.ffnNorm, into: .xn)
+            ops.gatedUp(.xn, gate: l.gate, up: l.up)
             ops.matmul(.gate, [(l.down, .xn)])
-            ops.add(.x, .xn)
+            // the residual add, fused with the next layer's input norm
+            if li + 1 < layers.count {
+                ops.addRMSNorm(.x, .xn, layers[li + 1].attnNorm, into: .xn)
+            } else {
+                ops.add(.x, .xn)
+            }
         }
         ops.logits(norm: outputNorm, output: output)
     }

@@ -19,6 +19,12 @@ final class GPUForward: ForwardOps {
     private let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, pagetab: Int)
     private let pagetabCapacity: Int
     private var weights: [UnsafeRawPointer: GPUBuffer] = [:]
+    /// The model's gated-MLP (gate, up) pairs as one weight each, keyed by the gate's data: row
+    /// 2i is gate row i, row 2i+1 up row i (`gatedUp`); such gates and ups are not in `weights`.
+    private var gatedWeights: [UnsafeRawPointer: GPUBuffer] = [:]
+    /// Prefill products of an interleaved pair (maxTokens rows of 2·ffnDim), swiglu_pairs' input;
+    /// nil when no pair or no batch larger than matvecMaxRows.
+    private let gluScratch: GPUBuffer?
     private var vectors: [String: GPUBuffer] = [:]
     private var batch = ForwardBatch()
     private var n = 0
@@ -58,8 +64,31 @@ final class GPUForward: ForwardOps {
             tab = align(rs + maxLogitRows * 4)
         sections = (t, p, pt, rs, tab)
         inputs = try device.makeBuffer(bytes: tab + pagetabCapacity * 4, memory: .upload, label: "step inputs")
+        // gated-MLP pairs: one interleaved weight each (raw rows, so every weight kernel reads it)
+        let pairs = model.gatedPairs.filter { g, u in
+            g.type == u.type && g.rows == u.rows && g.cols == u.cols && g.rowBytes == u.rowBytes && g.data != u.data
+        }
+        gluScratch = pairs.isEmpty || maxTokens <= GPUKernels.matvecMaxRows ? nil
+            : try device.makeBuffer(bytes: maxTokens * 2 * pairs.map { $0.0.rows }.max()! * 4, memory: .device, label: "gate/up products")
+        var paired = Set<UnsafeRawPointer>()
+        for (g, u) in pairs where gatedWeights[g.data] == nil && !paired.contains(u.data) {
+            let rb = g.rowBytes, bytes = 2 * rb * g.rows
+            guard bytes <= device.maxBindingBytes else {
+                throw VeloError(.unsupported, "\(g.name) with its up weight (\(bytes >> 20) MiB) is larger than one GPU buffer binding may be on \(device.name)")
+            }
+            let b = try device.makeBuffer(bytes: bytes, memory: .device, label: g.name)
+            let staging = UnsafeMutableRawPointer.allocate(byteCount: bytes, alignment: 16)
+            defer { staging.deallocate() }
+            for r in 0..<g.rows {
+                (staging + 2 * r * rb).copyMemory(from: g.data + r * rb, byteCount: rb)
+                (staging + (2 * r + 1) * rb).copyMemory(from: u.data + r * rb, byteCount: rb)
+            }
+            try device.upload(b, offset: 0, from: staging, bytes: bytes)
+            gatedWeights[g.data] = b
+            paired.formUnion([g.data, u.data])
+        }
         // weights: once, in the file's own formats
-        for w in model.matrices where weights[w.data] == nil {
+        for w in model.matrices where weights[w.data] == nil && !paired.contains(w.data) {
             let bytes = w.rowBytes * w.rows
             guard bytes <= device.maxBindingBytes else {
                 throw VeloError(.unsupported, "\(w.name) (\(bytes >> 20) MiB) is larger than one GPU buffer binding may be on \(device.name)")
@@ -91,7 +120,7 @@ final class GPUForward: ForwardOps {
             if GPUKernels.useCoop(device) { _ = try pipeline(GPUKernels.matmulCoop(w.type)) }
         }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
-        for k in [GPUKernels.rmsNorm, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.add] { _ = try pipeline(k) }
+        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, GPUKernels.ropeStore, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add] { _ = try pipeline(k) }
     }
 
     static func width(_ a: Activation, _ c: ModelConfig) -> Int {
@@ -173,9 +202,13 @@ final class GPUForward: ForwardOps {
 
     /// Y = W · X over `rows` activation rows: the matrix×vector kernel for decode-sized batches
     /// (each weight read once for all rows), the tiled one for prefill.
-    private func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op) {
-        let params = [UInt32(w.cols), UInt32(w.rows), UInt32(rows), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride)]
-        let wb = GPUBinding(weights[w.data]!)
+    /// `glu` (decode only, an interleaved pair's weight as `weight`): Y = silu(gate·X) * (up·X),
+    /// w.rows counting the interleaved rows.
+    private func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op,
+                          weight: GPUBuffer? = nil, glu: Bool = false) {
+        precondition(!glu || rows <= GPUKernels.matvecMaxRows)
+        let params = [UInt32(w.cols), UInt32(w.rows), UInt32(rows), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), glu ? 1 : 0]
+        let wb = GPUBinding(weight ?? weights[w.data]!)
         if rows <= GPUKernels.matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
             // activations to 8 bits once per input (the Q, K and V products share it), then
             // integer dot products with the weight blocks
@@ -220,6 +253,14 @@ final class GPUForward: ForwardOps {
     /// Split-K attention: keys in splits of `chunk` (from the longest context of the batch),
     /// one workgroup per (token, KV head, split), then the combine kernel merges the splits
     /// (a single split writes the output directly).
+    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int) {
+        let c = config, ps = kv.pageSize
+        dispatch(GPUKernels.ropeStore, [act(.q), act(.k), act(.v), GPUBinding(kv.buffer), tokpos, tokpt, pagetab],
+                 [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
+                  c.ropeBase.bitPattern, c.ropeScale.bitPattern, UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim)],
+                 (n, heads + kvHeads, 1), .rope)
+    }
+
     func attention(layer: Int) {
         let c = config, ps = kv.pageSize
         let keys = (batch.positions.max() ?? 0) + 1
@@ -236,6 +277,11 @@ final class GPUForward: ForwardOps {
         }
     }
 
+    func addRMSNorm(_ dst: Activation, _ src: Activation, _ w: WeightVector, into out: Activation) {
+        dispatch(GPUKernels.addRMSNorm, [act(dst), act(src), GPUBinding(vectors[w.name]!), act(out)],
+                 [UInt32(config.dim), UInt32(n), config.normEps.bitPattern], (n, 1, 1), .norm)
+    }
+
     func add(_ dst: Activation, _ src: Activation) {
         let count = n * config.dim
         dispatch(GPUKernels.add, [act(dst), act(src)], [UInt32(count)], ((count + 255) / 256, 1, 1), .other)
@@ -244,6 +290,28 @@ final class GPUForward: ForwardOps {
     func swiglu() {
         let count = n * config.ffnDim
         dispatch(GPUKernels.swiglu, [act(.gate), act(.up)], [UInt32(count)], ((count + 255) / 256, 1, 1), .mlpActivation)
+    }
+
+    /// One matvec in GLU mode for decode; for prefill the interleaved product into gluScratch,
+    /// then swiglu_pairs. Pairs not uploaded interleaved take the two products and swiglu.
+    func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix) {
+        guard let wb = gatedWeights[gate.data] else {
+            matmul(src, [(gate, .gate), (up, .up)])
+            swiglu()
+            return
+        }
+        let ffn = gate.rows
+        precondition(ffn == Self.width(.gate, config))
+        let pair = WeightMatrix(name: gate.name, type: gate.type, data: gate.data, rows: 2 * ffn, cols: gate.cols, rowBytes: gate.rowBytes)
+        let x = act(src), xStride = Self.width(src, config)
+        if n <= GPUKernels.matvecMaxRows {
+            multiply(pair, x, rows: n, xStride: xStride, into: act(.gate), yStride: ffn, op: .matmul, weight: wb, glu: true)
+        } else {
+            let s = GPUBinding(gluScratch!)
+            multiply(pair, x, rows: n, xStride: xStride, into: s, yStride: 2 * ffn, op: .matmul, weight: wb)
+            let count = n * ffn
+            dispatch(GPUKernels.swigluPairs, [s, act(.gate)], [UInt32(count)], (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
+        }
     }
 
     func logits(norm w: WeightVector, output: WeightMatrix) {

@@ -84,7 +84,9 @@ enum GPUKernels {
 
     /// One workgroup of 1024 threads per row (4 independent loads per thread per step).
     static let rmsNorm = Kernel(name: "rms_norm", buffers: 4, constants: [1024])
+    static let addRMSNorm = Kernel(name: "add_rms_norm", buffers: 4, constants: [1024])
     static let rope = Kernel(name: "rope", buffers: 2, constants: [64])
+    static let ropeStore = Kernel(name: "rope_store", buffers: 7, constants: [64])
     static let kvStore = Kernel(name: "kv_store", buffers: 6, constants: [64])
     /// Split-K attention: (n, kvHeads, splits) workgroups, each over `chunk` keys of a token;
     /// with splits > 1 each writes partials to a scratch buffer and `attentionCombine`
@@ -115,5 +117,8 @@ enum GPUKernels {
         return (chunk, (keys + chunk - 1) / chunk)
     }
     static let swiglu = Kernel(name: "swiglu", buffers: 2, constants: [256])
+    /// Prefill half of the fused MLP input: gate = silu(S[2j]) * S[2j+1] from the interleaved (gate, up)
+    /// products S (buffers S, gate; params count; grid-stride, so at most 65535 groups).
+    static let swigluPairs = Kernel(name: "swiglu_pairs", buffers: 2, constants: [256])
     static let add = Kernel(name: "add", buffers: 2, constants: [256])
 }
