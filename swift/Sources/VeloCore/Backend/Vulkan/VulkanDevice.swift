@@ -1,8 +1,6 @@
 #if canImport(CVulkan)
 import CVulkan
-#if canImport(CShaders)
 import CShaders
-#endif
 
 /// The Vulkan implementation of `GPUDevice`: one device and compute queue, one memory
 /// sub-allocator, pipelines cached by kernel and constants, and one command buffer per step
@@ -474,12 +472,7 @@ final class VulkanDevice: GPUDevice {
         let key = PipelineKey(name: kernel, buffers: buffers, constants: constants)
         if let p = pipelines[key] { return p }
         var words = 0
-        #if canImport(CShaders)
-        let found = velo_shader_spirv(kernel, &words)
-        #else
-        let found: UnsafePointer<UInt32>? = nil
-        #endif
-        guard let spirv = found else {
+        guard let spirv = velo_shader_spirv(kernel, &words) else {
             throw VeloError(.internalError, "no GPU kernel named \(kernel)")
         }
         let p = try VulkanPipeline(device: device, spirv: spirv, words: words, buffers: buffers, constants: constants, name: kernel)
