@@ -18,6 +18,9 @@
  */
 #include "ck_internal.h"
 #include "ck_tiles.h"
+#ifdef CK_TUNE
+#include <stdlib.h>
+#endif
 
 #if CK_X86
 #include <immintrin.h>
@@ -422,8 +425,17 @@ T512 static void mm_q4_0_wide(int64_t n, const void *vw, size_t ws, int64_t r0, 
  * weights once (below 32 rows the extra store and reload of the unpacked tile does not pay). */
 T512 static void mm_q4_0_any(int64_t n, const void *vw, size_t ws, int64_t r0, int64_t r1, const void *va,
                              size_t as, int64_t M, float *y, int64_t ldy) {
-    if (M >= 32) mm_q4_0_wide(n, vw, ws, r0, r1, va, as, M, y, ldy);
+#ifdef CK_TUNE /* development: VELO_G16_LO/HI pick the activation rows that take the block-lane path */
+    static int lo = -1, hi = -1;
+    if (lo < 0) { const char *e = getenv("VELO_G16_LO"); lo = e ? atoi(e) : 2; e = getenv("VELO_G16_HI"); hi = e ? atoi(e) : 31; }
+    if (M >= lo && M <= hi) ck_mm_q4_0_g16(n, vw, ws, r0, r1, va, as, M, y, ldy);
+    else if (M >= 32) mm_q4_0_wide(n, vw, ws, r0, r1, va, as, M, y, ldy);
     else mm_q4_0(n, vw, ws, r0, r1, va, as, M, y, ldy);
+#else
+    if (M >= 32) mm_q4_0_wide(n, vw, ws, r0, r1, va, as, M, y, ldy);
+    else if (M >= 2) ck_mm_q4_0_g16(n, vw, ws, r0, r1, va, as, M, y, ldy);
+    else mm_q4_0(n, vw, ws, r0, r1, va, as, M, y, ldy);
+#endif
 }
 
 const ck_matmul_fn ck_matmul_avx512[CK_NTYPES] = {

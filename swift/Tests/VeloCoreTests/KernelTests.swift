@@ -229,6 +229,43 @@ final class KernelTests: XCTestCase {
         }
     }
 
+    /// Batched decode shapes: 2-17 activation rows (the small-batch paths, which take 8 rows
+    /// per pass and 16 blocks per step) on rows long enough for several steps plus a partial
+    /// one, and row ranges that are not multiples of 4.
+    func testMatmulFewActivationRows() {
+        let rows = 11
+        for (level, name) in isaLevels() where level > 0 {
+            ck_set_isa_limit(level)
+            for t in KType.weights {
+                let bs = KType.layout(t).block
+                // 16 blocks exactly, 35 blocks (two groups of 16 and 3), one block
+                let ns = bs == 1 ? [1000] : bs == 32 ? [512, 1120, 32] : [256, 1280]
+                for (k, n) in ns.enumerated() {
+                    let p = problem(t, n: n, rows: rows, M: 17, seed: UInt64(31 * k + 1000 * Int(t)))
+                    let ref = (0..<17).map { m in
+                        (0..<rows).map { r in KernelReference.dot(t, n: n, w: p.wRows[r], a: p.aRows[m]) }
+                    }
+                    for M in [2, 3, 7, 8, 9, 16, 17] {
+                        for (r0, r1) in [(0, rows), (1, 10), (6, 7)] {
+                            let ldy = rows + 1
+                            let y = matmul(p, r0: r0, r1: r1, M: M, ldy: ldy)
+                            for m in 0..<M {
+                                for r in 0..<ldy {
+                                    let v = y[m * ldy + r]
+                                    if r >= r0 && r < r1 {
+                                        assertClose(v, ref[m][r], "\(name) \(KType.name(t)) n=\(n) M=\(M) rows \(r0)..<\(r1): y[\(m)][\(r)]")
+                                    } else {
+                                        XCTAssert(v.isNaN, "\(name) \(KType.name(t)) n=\(n) M=\(M): wrote y[\(m)][\(r)] outside \(r0)..<\(r1)")
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     func testISALevelsAgree() {
         let levels = isaLevels()
         for t in KType.weights {
