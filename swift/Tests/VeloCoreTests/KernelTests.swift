@@ -205,7 +205,7 @@ final class KernelTests: XCTestCase {
             ck_set_isa_limit(level)
             for t in KType.weights {
                 let n = lengths(t)[1]
-                for M in [1, 3, 4, 5, 17, 37] { // 37: the Q4_0 prefill path (32+ rows) with a remainder tile
+                for M in [1, 3, 4, 5, 17, 37] { // 37: several tile passes and a remainder
                     let p = problem(t, n: n, rows: rows, M: M, seed: UInt64(7 * M + 1000 * Int(t)))
                     let ref = (0..<M).map { m in
                         (0..<rows).map { r in KernelReference.dot(t, n: n, w: p.wRows[r], a: p.aRows[m]) }
@@ -262,6 +262,23 @@ final class KernelTests: XCTestCase {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// More activation rows than one pass keeps in L2 (the kernels repack them a chunk at a
+    /// time): rows of 2048 (64 blocks of 32, 8 super-blocks of 256), 110 activation rows.
+    func testMatmulActivationRowsInSeveralChunks() {
+        let rows = 6, n = 2048, M = 110
+        for t in KType.weights {
+            let p = problem(t, n: n, rows: rows, M: M, seed: 555 + UInt64(t))
+            let y = matmul(p, r0: 1, r1: rows, ldy: rows)
+            for m in stride(from: 0, to: M, by: 7) + [M - 1] {
+                for r in 1..<rows {
+                    assertClose(y[m * rows + r], KernelReference.dot(t, n: n, w: p.wRows[r], a: p.aRows[m]),
+                                "\(KType.name(t)) M=\(M): y[\(m)][\(r)]")
+                }
+                XCTAssert(y[m * rows].isNaN, "\(KType.name(t)): wrote y[\(m)][0] outside 1..<\(rows)")
             }
         }
     }
