@@ -186,6 +186,9 @@ extern const ck_f32_ops ck_f32_scalar;
 extern const ck_matmul_fn ck_matmul_avx2[CK_NTYPES], ck_matmul_avx512[CK_NTYPES];
 extern const ck_quant_fn ck_quant_avx2[CK_NTYPES];
 extern const ck_f32_ops ck_f32_avx2, ck_f32_avx512;
+/* Q4_0 x Q8_0 for 2 or more activation rows, one block per int32 lane (gemm_avx512.c). */
+void ck_mm_q4_0_g16(int64_t n, const void *w, size_t ws, int64_t r0, int64_t r1, const void *a, size_t as,
+                    int64_t M, float *y, int64_t ldy);
 #endif
 #if defined(__aarch64__)
 #define CK_ARM64 1

@@ -354,75 +354,12 @@ DEFINE_MATMUL(T512, mm_f32, tile_f, CK_TYPE_F32, 4, n)
 DEFINE_MATMUL(T512, mm_f16, tile_f, CK_TYPE_F16, 4, n)
 DEFINE_MATMUL(T512, mm_bf16, tile_f, CK_TYPE_BF16, 4, n)
 
-/* Q4_0 prefill (many activation rows): each 4-row weight tile is unpacked once into scratch,
- * then every activation tile runs against the unpacked copy. With few activation rows the
- * unpacking is amortized over C <= 4 columns only; here it is paid once per M rows. */
-T512 INL void tile_q4_0_pre(int C, int64_t steps, const uint8_t *wt, const uint8_t *a, size_t as, float *y, int64_t ldy) {
-    __m512 acc[4][4];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < C; j++) acc[i][j] = _mm512_setzero_ps();
-    for (int64_t st = 0; st < steps; st++) {
-        for (int i = 0; i < 4; i++) {
-            const uint8_t *pw = wt + (size_t)(st * 4 + i) * 128;
-            const __m512i wq = _mm512_load_si512(pw);
-            const __m512 wd = _mm512_load_ps(pw + 64);
-            for (int j = 0; j < C; j++) {
-                const uint8_t *pa = a + j * as + (size_t)st * PACK_BYTES;
-                const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, _mm512_load_si512(pa));
-                const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_load_ps(pa + 64), _mm512_load_ps(pa + 128));
-                acc[i][j] = _mm512_fmadd_ps(wd, t, acc[i][j]);
-            }
-        }
-    }
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < C; j++) y[j * ldy + i] = _mm512_reduce_add_ps(acc[i][j]);
-}
-
-T512 static void mm_q4_0_wide(int64_t n, const void *vw, size_t ws, int64_t r0, int64_t r1, const void *va,
-                              size_t as, int64_t M, float *y, int64_t ldy) {
-    const uint8_t *w = vw, *a = va;
-    const int64_t nb = n / QK, steps = (nb + 1) / 2;
-    const size_t ps = PACKED_ROW(nb), wtile = (size_t)steps * 4 * 128;
-    const int64_t chunk = chunk_rows(ps), rows = M < chunk ? M : chunk;
-    uint8_t *pk = ck_scratch(ps * (size_t)rows + wtile);
-    if (!pk) {
-        ck_matmul_scalar[CK_TYPE_Q4_0](n, vw, ws, r0, r1, va, as, M, y, ldy);
-        return;
-    }
-    uint8_t *wt = pk + ps * (size_t)rows; /* ps is a multiple of 64: stays aligned */
-    for (int64_t m0 = 0; m0 < M; m0 += chunk) {
-        const int64_t m1 = m0 + chunk < M ? m0 + chunk : M;
-        for (int64_t m = m0; m < m1; m++) pack_act(CK_TYPE_Q4_0, nb, a + m * as, pk + (m - m0) * ps);
-        int64_t r = r0;
-        for (; r + 4 <= r1; r += 4) {
-            for (int64_t st = 0; st < steps; st++)
-                for (int i = 0; i < 4; i++) {
-                    const wops wo = load_w(CK_TYPE_Q4_0, w + (r + i) * ws + (size_t)st * 2 * 18, 2 * st + 1 < nb);
-                    uint8_t *pw = wt + (size_t)(st * 4 + i) * 128;
-                    _mm512_store_si512(pw, wo.q);
-                    _mm512_store_ps(pw + 64, wo.d);
-                }
-            for (int64_t m = m0; m < m1; m += 4) {
-                const int64_t c = m1 - m < 4 ? m1 - m : 4;
-                const uint8_t *pa = pk + (m - m0) * ps;
-                float *yy = y + m * ldy + r;
-                switch (c) {
-                case 4: tile_q4_0_pre(4, steps, wt, pa, ps, yy, ldy); break;
-                case 3: tile_q4_0_pre(3, steps, wt, pa, ps, yy, ldy); break;
-                case 2: tile_q4_0_pre(2, steps, wt, pa, ps, yy, ldy); break;
-                default: tile_q4_0_pre(1, steps, wt, pa, ps, yy, ldy); break;
-                }
-            }
-        }
-        if (r < r1) RUN_TILES(tile_q32, CK_TYPE_Q4_0, 1, nb, w, ws, r, r1, pk, ps, m0, m1, y, ldy);
-    }
-}
-
-/* Few activation rows (decode, small batches): the streaming tiles; many (prefill): unpack
- * weights once (below 32 rows the extra store and reload of the unpacked tile does not pay). */
+/* Q4_0 from 2 activation rows on (batched decode, prefill): gemm_avx512.c, whose tiles sum a
+ * whole block per int32 lane; one row (decode of one sequence, bound by memory bandwidth)
+ * keeps the streaming tiles above. */
 T512 static void mm_q4_0_any(int64_t n, const void *vw, size_t ws, int64_t r0, int64_t r1, const void *va,
                              size_t as, int64_t M, float *y, int64_t ldy) {
-    if (M >= 32) mm_q4_0_wide(n, vw, ws, r0, r1, va, as, M, y, ldy);
+    if (M >= 2) ck_mm_q4_0_g16(n, vw, ws, r0, r1, va, as, M, y, ldy);
     else mm_q4_0(n, vw, ws, r0, r1, va, as, M, y, ldy);
 }
 

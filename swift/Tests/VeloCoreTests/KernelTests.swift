@@ -205,7 +205,7 @@ final class KernelTests: XCTestCase {
             ck_set_isa_limit(level)
             for t in KType.weights {
                 let n = lengths(t)[1]
-                for M in [1, 3, 4, 5, 17, 37] { // 37: the Q4_0 prefill path (32+ rows) with a remainder tile
+                for M in [1, 3, 4, 5, 17, 37] { // 37: several tile passes and a remainder
                     let p = problem(t, n: n, rows: rows, M: M, seed: UInt64(7 * M + 1000 * Int(t)))
                     let ref = (0..<M).map { m in
                         (0..<rows).map { r in KernelReference.dot(t, n: n, w: p.wRows[r], a: p.aRows[m]) }
@@ -225,6 +225,60 @@ final class KernelTests: XCTestCase {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Batched decode shapes: 2-17 activation rows (the small-batch paths, which take 8 rows
+    /// per pass and 16 blocks per step) on rows long enough for several steps plus a partial
+    /// one, and row ranges that are not multiples of 4.
+    func testMatmulFewActivationRows() {
+        let rows = 11
+        for (level, name) in isaLevels() where level > 0 {
+            ck_set_isa_limit(level)
+            for t in KType.weights {
+                let bs = KType.layout(t).block
+                // 16 blocks exactly, 35 blocks (two groups of 16 and 3), one block
+                let ns = bs == 1 ? [1000] : bs == 32 ? [512, 1120, 32] : [256, 1280]
+                for (k, n) in ns.enumerated() {
+                    let p = problem(t, n: n, rows: rows, M: 17, seed: UInt64(31 * k + 1000 * Int(t)))
+                    let ref = (0..<17).map { m in
+                        (0..<rows).map { r in KernelReference.dot(t, n: n, w: p.wRows[r], a: p.aRows[m]) }
+                    }
+                    for M in [2, 3, 7, 8, 9, 16, 17] {
+                        for (r0, r1) in [(0, rows), (1, 10), (6, 7)] {
+                            let ldy = rows + 1
+                            let y = matmul(p, r0: r0, r1: r1, M: M, ldy: ldy)
+                            for m in 0..<M {
+                                for r in 0..<ldy {
+                                    let v = y[m * ldy + r]
+                                    if r >= r0 && r < r1 {
+                                        assertClose(v, ref[m][r], "\(name) \(KType.name(t)) n=\(n) M=\(M) rows \(r0)..<\(r1): y[\(m)][\(r)]")
+                                    } else {
+                                        XCTAssert(v.isNaN, "\(name) \(KType.name(t)) n=\(n) M=\(M): wrote y[\(m)][\(r)] outside \(r0)..<\(r1)")
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// More activation rows than one pass keeps in L2 (the kernels repack them a chunk at a
+    /// time): rows of 2048 (64 blocks of 32, 8 super-blocks of 256), 110 activation rows.
+    func testMatmulActivationRowsInSeveralChunks() {
+        let rows = 6, n = 2048, M = 110
+        for t in KType.weights {
+            let p = problem(t, n: n, rows: rows, M: M, seed: 555 + UInt64(t))
+            let y = matmul(p, r0: 1, r1: rows, ldy: rows)
+            for m in stride(from: 0, to: M, by: 7) + [M - 1] {
+                for r in 1..<rows {
+                    assertClose(y[m * rows + r], KernelReference.dot(t, n: n, w: p.wRows[r], a: p.aRows[m]),
+                                "\(KType.name(t)) M=\(M): y[\(m)][\(r)]")
+                }
+                XCTAssert(y[m * rows].isNaN, "\(KType.name(t)): wrote y[\(m)][0] outside 1..<\(rows)")
             }
         }
     }
