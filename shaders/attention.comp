@@ -3,9 +3,9 @@
 // position tokpos[t] of its sequence, whose page list starts at pagetab[tokpt[t]]) attends over
 // keys 0 .. tokpos[t] of that sequence, for the heads/kvHeads query heads that share KV head kvh:
 //   out[t][h] = sum_j softmax_j(scale * q[t][h] . k[j]) v[j]
-// Q and out rows are heads*headDim floats (head h at h*headDim); K/V live in the pages at this
-// layer (README.md, "K/V pages"). One workgroup per (token, KV head, split); dispatch
-// (n, kvHeads, splits). Split s takes keys [s*chunk, min((s+1)*chunk, tokpos[t]+1)) (a split past
+// Q rows are qStride floats apart, out rows heads*headDim floats (head h at h*headDim in both);
+// K/V live in the pages at this layer (README.md, "K/V pages"). One workgroup per (token, KV
+// head, split); dispatch (n, kvHeads, splits). Split s takes keys [s*chunk, min((s+1)*chunk, tokpos[t]+1)) (a split past
 // the token's last key does nothing).
 //   splits == 1: the workgroup writes out[t][h] itself (part is not touched).
 //   splits  > 1: it writes a partial for each head h to part, row r = (t*heads + h)*splits + s of
@@ -32,7 +32,7 @@ layout(std430, binding = 6) writeonly buffer PartBuf { float part[]; };
 layout(std140, binding = 7) uniform Params {
     uint n, heads, kvHeads, headDim, kvDim, pageSize, pageStride, layerOff;
     float scale;
-    uint chunk, splits;
+    uint chunk, splits, qStride;
 } p;
 
 const uint TK = 32u;     // keys per tile
@@ -73,7 +73,7 @@ void main() {
 
     for (uint g0 = 0u; g0 < G; g0 += gpass) {
         const uint GC = min(gpass, G - g0);
-        const uint qb = t * p.heads * hd + (kvh * G + g0) * hd;
+        const uint qb = t * p.qStride + (kvh * G + g0) * hd, ob = (t * p.heads + kvh * G + g0) * hd;
         for (uint i = tid; i < GC * hd; i += WG) {
             Qs[i] = Q[qb + i];
             Os[i] = 0.0;
@@ -186,7 +186,7 @@ void main() {
             [[unroll]] for (uint q = 0u; q < NQ; q++) l += red[g * NQ + q];
             const uint h = kvh * G + g0 + g;
             if (p.splits == 1u) {
-                outv[qb + i] = Os[i] / l;
+                outv[ob + i] = Os[i] / l;
             } else {
                 const uint rb = ((t * p.heads + h) * p.splits + split) * (hd + 2u);
                 part[rb + d] = Os[i];

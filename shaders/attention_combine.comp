@@ -5,6 +5,9 @@
 // headDim+2 floats (O_s[headDim], m_s, l_s):
 //   M = max_s m_s,  out[t][h][d] = sum_s exp(m_s - M) O_s[d] / sum_s exp(m_s - M) l_s
 // One workgroup per (token, head); dispatch (n, heads, 1).
+// Built with -DQ8 (attention_combine_q8), it also writes out as quantize_q8's 8-bit blocks
+// (XQ, XD; rows of heads*headDim values) for the matvec_dot that reads it next (headDim a
+// multiple of 32, at most 256).
 #extension GL_EXT_control_flow_attributes : require
 
 layout(local_size_x = 128, local_size_x_id = 0) in;
@@ -12,7 +15,16 @@ layout(local_size_x = 128, local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer PartBuf { float part[]; };
 layout(std430, binding = 1) writeonly buffer OutBuf { float outv[]; };
 layout(std430, binding = 2) readonly buffer PosBuf { int tokpos[]; };
+#ifdef Q8
+shared float q8src[256];
+layout(std430, binding = 3) writeonly buffer Q8QBuf { uint XQ[]; };
+layout(std430, binding = 4) writeonly buffer Q8DBuf { vec2 XD[]; };
+#define Q8_STORE 128
+#include "q8.glsl"
+layout(std140, binding = 5) uniform Params {
+#else
 layout(std140, binding = 3) uniform Params {
+#endif
     uint n, heads, headDim, chunk, splits;
 } p;
 
@@ -44,6 +56,14 @@ void main() {
             a1 = fma(w[s + 1u], part[rb + (s + 1u) * stride + d], a1);
         }
         if (s < ns) a0 = fma(w[s], part[rb + s * stride + d], a0);
-        outv[ob + d] = (a0 + a1) / L;
+        const float o = (a0 + a1) / L;
+        outv[ob + d] = o;
+#ifdef Q8
+        q8src[d] = o;
+#endif
     }
+#ifdef Q8
+    barrier();
+    q8_store(hd, ob / 32u);
+#endif
 }

@@ -14,3 +14,39 @@ uint q8_word(vec4 v, float id) {
 }
 // the sum of the 4 int8 of a word
 int q8_sum(uint w) { return dotPacked4x8EXT(int(w), 0x01010101); }
+
+#ifdef Q8_STORE
+// q8_store: n values of the workgroup's shared `q8src` (n a multiple of 32, written before a
+// barrier) as blocks blk0, blk0 + 1, ... of XQ (uint words) and XD, exactly as quantize_q8
+// would write them: 8 threads per block, 4 values each (the workgroup size a multiple of 8).
+// For kernels that produce a matvec_dot input whole, so it needs no quantize_q8 dispatch.
+// Every thread of the workgroup must call it.
+shared float q8max[Q8_STORE];
+shared uint q8word[Q8_STORE];
+void q8_store(uint n, uint blk0) {
+    const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x, lane = tid & 7u;
+    for (uint g0 = 0u; g0 < n / 4u; g0 += WG) {
+        const uint g = g0 + tid;
+        const bool live = g < n / 4u;
+        const vec4 v = live ? vec4(q8src[4u * g], q8src[4u * g + 1u], q8src[4u * g + 2u], q8src[4u * g + 3u]) : vec4(0.0);
+        const vec4 a = abs(v);
+        q8max[tid] = max(max(a.x, a.y), max(a.z, a.w));
+        barrier();
+        float amax = 0.0;
+        for (uint j = 0u; j < 8u; j++) amax = max(amax, q8max[(tid & ~7u) + j]);
+        const float d = q8_scale(amax);
+        const uint w = q8_word(v, q8_inv(d));
+        q8word[tid] = w;
+        barrier();
+        if (live) {
+            XQ[(blk0 + g / 8u) * 8u + lane] = w;
+            if (lane == 0u) {
+                int s = 0;
+                for (uint j = 0u; j < 8u; j++) s += q8_sum(q8word[tid + j]);
+                XD[blk0 + g / 8u] = vec2(q8_stored(d), float(s));
+            }
+        }
+        barrier();
+    }
+}
+#endif

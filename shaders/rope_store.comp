@@ -2,9 +2,10 @@
 // rope_store — the rotary embedding of a layer's queries and keys, and the keys and values
 // written into the KV pages, in one dispatch (three before: one dispatch costs microseconds of
 // fixed time on a GPU, and a decode step has hundreds). For each token t:
-//   Q heads h < heads: rotated in place (Q row t at t * heads * headDim), as rope.comp;
+//   Q heads h < heads: rotated in place (Q row t at t * qStride), as rope.comp;
 //   K/V heads kh < kvHeads: K rotated on the way into the page, V copied (K, V rows at
-//   t * kvDim), to position tokpos[t] of the token's sequence (pages as kv_store.comp).
+//   t * kvStride; Q, K and V may be views of one Q|K|V row), to position tokpos[t] of the
+//   token's sequence (pages as kv_store.comp).
 // Angles as rope.comp. One workgroup per (token, head); dispatch (n, heads + kvHeads, 1).
 layout(local_size_x = 64, local_size_x_id = 0) in;
 
@@ -18,7 +19,7 @@ layout(std430, binding = 6) readonly buffer PageBuf { int pagetab[]; };
 layout(std140, binding = 7) uniform Params {
     uint n, heads, kvHeads, headDim, ropeDim, neox;
     float base, scale;
-    uint kvDim, pageSize, pageStride, layerOff;
+    uint kvDim, pageSize, pageStride, layerOff, qStride, kvStride;
 } p;
 
 const float TWO_PI_HI = 6.28318548202514648;
@@ -46,7 +47,7 @@ void main() {
     const float pos = float(posi) * p.scale;
     const uint step = p.neox != 0u ? half_ : 1u;
     if (h < p.heads) {
-        const uint vb = (t * p.heads + h) * hd;
+        const uint vb = t * p.qStride + h * hd;
         for (uint i = tid; i < half_; i += WG) {
             const vec2 cs = angle(pos, i);
             const uint ia = vb + (p.neox != 0u ? i : 2u * i), ib = ia + step;
@@ -61,7 +62,7 @@ void main() {
     const uint slot = posi % p.pageSize;
     const uint kbase = page * p.pageStride + p.layerOff;      // K plane, transposed: [dim][slot]
     const uint vbase = kbase + p.pageSize * p.kvDim + slot * p.kvDim;
-    const uint rb = t * p.kvDim + kh * hd;
+    const uint rb = t * p.kvStride + kh * hd;
     for (uint d = tid; d < hd; d += WG) {
         kv[vbase + kh * hd + d] = Vin[rb + d];
         if (d >= p.ropeDim) kv[kbase + (kh * hd + d) * p.pageSize + slot] = Kin[rb + d];

@@ -3,7 +3,8 @@
 # lends: no Swift, Bun or Vulkan loader there). Everything it needs travels in .carry/ and .gl/
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
-#   bench/gpu/h100.sh golden | bench MODELS... | batched MODELS... | coopmat MODELS... | spec
+#   bench/gpu/h100.sh golden | bench MODELS... | batched MODELS... | tune MODEL SHAPES... |
+#                     coopmat MODELS... | spec
 # Models are synthesized there (random weights, real shapes) by Velo's own writer.
 set -euo pipefail
 C=$PWD/.carry
@@ -41,6 +42,12 @@ case "$what" in
       velo bench "$f" --backend vulkan --max-batch-size 16 -p 128 -n 128 --json | tr -d '\n' >> "$OUT/batched.jsonl"; echo >> "$OUT/batched.jsonl"
       tail -1 "$OUT/batched.jsonl" | python3 -c "import json,sys;j=json.load(sys.stdin);print('$m batched',[(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']])"
     done ;;
+  tune)  # decode (tg128) of one model for each matrix×vector shape, VELO_GPU_MATVEC=THREADS,ROWS
+    f=$(model "$1"); shift
+    for s in "$@"; do
+      VELO_GPU_MATVEC=$s velo bench "$f" --backend vulkan -p 0 -n 128 -r 3 --json | tr -d '\n' > "$OUT/tune-$s.json"
+      python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('matvec $s',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])" "$OUT/tune-$s.json"
+    done ;;
   coopmat)  # tensor-core prefill (matmul_coop) against the portable kernel (bench/gpu/coopmat-check.ts)
     fs=(); for m in "$@"; do fs+=("$(model "$m")"); done
     /tmp/bun "$C/coopmat-check.js" "${fs[@]}" ;;
@@ -51,5 +58,5 @@ case "$what" in
     /tmp/bun "$C/speculative.js" "$(model 8b-q4_0)" --spec ngram -n 128 --runs 3 --backend vulkan > "$OUT/spec-8b-ngram.json"
     /tmp/bun "$C/speculative.js" "$(model 8b-q4_0)" --draft "$(model 3b-q4_0)" -n 128 --runs 3 --backend vulkan > "$OUT/spec-8b-draft3b.json"
     for f in "$OUT"/spec-*.json; do python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print(sys.argv[1].split('/')[-1], round(j['plain_tps'],1), 'adaptive', round(j['adaptive']['speedup'],3), 'fixed', round(j['fixed_k']['speedup'],3), 'acc', round(j['fixed_k']['acceptance'],3), j['verify_cost_vs_one_decode_step'])" "$f"; done ;;
-  *) echo "usage: $0 golden | bench MODELS... | batched MODELS... | coopmat MODELS..." >&2; exit 2 ;;
+  *) echo "usage: $0 golden | bench MODELS... | batched MODELS... | tune MODEL SHAPES... | coopmat MODELS... | spec" >&2; exit 2 ;;
 esac

@@ -37,11 +37,29 @@ final class GPUKernelTests: XCTestCase {
     }
 
     func run(_ k: GPUKernels.Kernel, _ buffers: [GPUBuffer], _ params: [UInt32], _ groups: (Int, Int, Int)) throws {
+        try run(k, bindings: buffers.map { GPUBinding($0) }, params, groups)
+    }
+
+    func run(_ k: GPUKernels.Kernel, bindings: [GPUBinding], _ params: [UInt32], _ groups: (Int, Int, Int)) throws {
         let d = try device()
         let p = try d.pipeline(k.name, buffers: k.buffers, constants: k.constants)
         try d.begin()
-        d.dispatch(p, buffers.map { GPUBinding($0) }, params: params, groups: groups, op: .other)
+        d.dispatch(p, bindings, params: params, groups: groups, op: .other)
         try d.commit(profiler: nil)
+    }
+
+    func readBytes(_ b: GPUBuffer, _ count: Int) throws -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        try out.withUnsafeMutableBytes { try device().download(b, offset: 0, into: $0.baseAddress!, bytes: $0.count) }
+        return out
+    }
+
+    /// quantize_q8's blocks of `m` rows of `k` values (values, scales as bytes).
+    func quantizeQ8(_ x: GPUBuffer, k: Int, m: Int) throws -> (values: [UInt8], scales: [UInt8]) {
+        let sizes = GPUKernels.q8Bytes(k: k, m: m)
+        let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
+        try run(GPUKernels.quantizeQ8, [x, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
+        return (try readBytes(xq, sizes.values), try readBytes(xd, sizes.scales))
     }
 
     var rng = SplitMix64(seed: 42)
@@ -287,6 +305,17 @@ final class GPUKernelTests: XCTestCase {
             }
             assertClose(try read(xb, rows * n), sum, tolerance: sum.map { abs($0) * 1e-6 + 1e-6 }, "add_rms_norm sum n=\(n)")
             assertClose(try read(db, rows * n), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "add_rms_norm n=\(n)")
+            // the variant that also writes 8-bit blocks: the same floats, and exactly the blocks
+            // quantize_q8 makes of them
+            guard n % 32 == 0, GPUKernels.integerDot(try device()) else { continue }
+            let xb2 = try upload(x), db2 = try upload(d)
+            let sizes = GPUKernels.q8Bytes(k: n, m: rows)
+            let xq = try upload([UInt8](repeating: 0xAB, count: sizes.values)), xd = try upload([UInt8](repeating: 0xAB, count: sizes.scales))
+            try run(GPUKernels.addRMSNormQ8, [xb2, db2, try upload(w), db2, xq, xd], [UInt32(n), UInt32(rows), eps.bitPattern], (rows, 1, 1))
+            XCTAssertEqual(try read(db2, rows * n), try read(db, rows * n), "add_rms_norm_q8 floats n=\(n)")
+            let want8 = try quantizeQ8(db2, k: n, m: rows)
+            XCTAssertEqual(try readBytes(xq, sizes.values), want8.values, "add_rms_norm_q8 values n=\(n)")
+            XCTAssertEqual(try readBytes(xd, sizes.scales), want8.scales, "add_rms_norm_q8 scales n=\(n)")
         }
     }
 
@@ -305,14 +334,20 @@ final class GPUKernelTests: XCTestCase {
             let q1 = try upload(q), k1 = try upload(k), kv1 = try upload([Float](repeating: 0, count: 8 * pageStride))
             try run(GPUKernels.rope, [q1, posB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, base.bitPattern, scale.bitPattern, UInt32(heads * hd)], (n, heads, 1))
             try run(GPUKernels.rope, [k1, posB], [UInt32(n), UInt32(kvHeads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, base.bitPattern, scale.bitPattern, UInt32(kvDim)], (n, kvHeads, 1))
-            try run(GPUKernels.kvStore, [k1, try upload(v), kv1, posB, ptB, tabB], [UInt32(n), UInt32(kvDim), UInt32(ps), UInt32(pageStride), layerOff], (n, (kvDim + 63) / 64, 1))
-            // fused
-            let q2 = try upload(q), kv2 = try upload([Float](repeating: 0, count: 8 * pageStride))
-            try run(GPUKernels.ropeStore, [q2, try upload(k), try upload(v), kv2, posB, ptB, tabB],
+            try run(GPUKernels.kvStore, [k1, try upload(v), kv1, posB, ptB, tabB], [UInt32(n), UInt32(kvDim), UInt32(ps), UInt32(pageStride), layerOff, UInt32(kvDim)], (n, (kvDim + 63) / 64, 1))
+            // fused, Q, K and V as views of one Q|K|V row (as GPUForward lays them out)
+            let qd = heads * hd, width = qd + 2 * kvDim
+            var rowsQKV = [Float]()
+            for t in 0..<n { rowsQKV += q[(t * qd)..<((t + 1) * qd)] + k[(t * kvDim)..<((t + 1) * kvDim)] + v[(t * kvDim)..<((t + 1) * kvDim)] }
+            let qkv = try upload(rowsQKV), kv2 = try upload([Float](repeating: 0, count: 8 * pageStride))
+            try run(GPUKernels.ropeStore, bindings: [GPUBinding(qkv), GPUBinding(qkv, offset: qd * 4), GPUBinding(qkv, offset: (qd + kvDim) * 4),
+                                                     GPUBinding(kv2), GPUBinding(posB), GPUBinding(ptB), GPUBinding(tabB)],
                     [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, base.bitPattern, scale.bitPattern,
-                     UInt32(kvDim), UInt32(ps), UInt32(pageStride), layerOff], (n, heads + kvHeads, 1))
+                     UInt32(kvDim), UInt32(ps), UInt32(pageStride), layerOff, UInt32(width), UInt32(width)], (n, heads + kvHeads, 1))
             let wantQ = try read(q1, q.count).map(Double.init), wantKV = try read(kv1, 8 * pageStride).map(Double.init)
-            assertClose(try read(q2, q.count), wantQ, tolerance: wantQ.map { abs($0) * 1e-6 + 1e-6 }, "rope_store q neox=\(neox) hd=\(hd)")
+            let got = try read(qkv, n * width)
+            let gotQ = (0..<n).flatMap { got[($0 * width)..<($0 * width + qd)] }
+            assertClose(gotQ, wantQ, tolerance: wantQ.map { abs($0) * 1e-6 + 1e-6 }, "rope_store q neox=\(neox) hd=\(hd)")
             assertClose(try read(kv2, 8 * pageStride), wantKV, tolerance: wantKV.map { abs($0) * 1e-6 + 1e-6 }, "rope_store kv neox=\(neox) hd=\(hd)")
         }
     }
@@ -411,9 +446,15 @@ final class GPUKernelTests: XCTestCase {
             let posB = try upload(tokpos), ptB = try upload(tokpt), tabB = try upload(pagetab)
             let layerOff = UInt32(layer * 2 * pageSize * kvDim)
             try run(GPUKernels.kvStore, [try upload(kIn), try upload(vIn), kv, posB, ptB, tabB],
-                    [UInt32(n), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff], (n, (kvDim + 63) / 64, 1))
+                    [UInt32(n), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff, UInt32(kvDim)], (n, (kvDim + 63) / 64, 1))
             let q = random(n * heads * hd)
-            let qB = try upload(q)
+            // Q rows padded to a longer stride (as views of Q|K|V rows): the gaps are NaN
+            let qStride = heads * hd + 2 * kvDim
+            var padded = [Float](repeating: .nan, count: n * qStride)
+            for t in 0..<n {
+                for i in 0..<(heads * hd) { padded[t * qStride + i] = q[t * heads * hd + i] }
+            }
+            let qB = try upload(padded)
             let scale = 1 / Float(hd).squareRoot()
             var want: [Double] = []
             for t in 0..<n {
@@ -439,11 +480,23 @@ final class GPUKernelTests: XCTestCase {
                 let part = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
                 try run(GPUKernels.attention, [qB, kv, out, posB, ptB, tabB, part],
                         [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
-                         scale.bitPattern, UInt32(chunk), UInt32(splits)],
+                         scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)],
                         (n, kvHeads, splits))
                 if splits > 1 {
-                    try run(GPUKernels.attentionCombine, [part, out, posB],
-                            [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], (n, heads, 1))
+                    let params = [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)]
+                    try run(GPUKernels.attentionCombine, [part, out, posB], params, (n, heads, 1))
+                    if hd % 32 == 0, GPUKernels.integerDot(try device()) {
+                        // the variant that also writes 8-bit blocks: the same floats, and the
+                        // blocks quantize_q8 makes of them
+                        let out8 = try upload([Float](repeating: .nan, count: n * heads * hd))
+                        let sizes = GPUKernels.q8Bytes(k: heads * hd, m: n)
+                        let xq = try upload([UInt8](repeating: 0xAB, count: sizes.values)), xd = try upload([UInt8](repeating: 0xAB, count: sizes.scales))
+                        try run(GPUKernels.attentionCombineQ8, [part, out8, posB, xq, xd], params, (n, heads, 1))
+                        XCTAssertEqual(try read(out8, n * heads * hd), try read(out, n * heads * hd), "attention_combine_q8 floats hd=\(hd)")
+                        let want8 = try quantizeQ8(out8, k: heads * hd, m: n)
+                        XCTAssertEqual(try readBytes(xq, sizes.values), want8.values, "attention_combine_q8 values hd=\(hd)")
+                        XCTAssertEqual(try readBytes(xd, sizes.scales), want8.scales, "attention_combine_q8 scales hd=\(hd)")
+                    }
                 }
                 assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
                             "attention heads=\(heads)/\(kvHeads) hd=\(hd) page=\(pageSize) lengths=\(lengths) chunk=\(chunk) splits=\(splits)")

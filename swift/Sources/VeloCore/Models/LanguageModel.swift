@@ -8,10 +8,15 @@ protocol LanguageModel: AnyObject {
     /// The (gate, up) weight pairs of gated MLPs that `forward` multiplies through
     /// `ForwardOps.gatedUp`: a GPU uploads each pair once, interleaved by rows, for one dispatch.
     var gatedPairs: [(WeightMatrix, WeightMatrix)] { get }
+    /// The (Q, K, V) weights of each layer, multiplied through one `ForwardOps.matmul` into
+    /// `.q`, `.k`, `.v` in that order: a GPU uploads each triple once, concatenated by rows, for
+    /// one dispatch.
+    var attentionInputs: [(WeightMatrix, WeightMatrix, WeightMatrix)] { get }
 }
 
 extension LanguageModel {
     var gatedPairs: [(WeightMatrix, WeightMatrix)] { [] }
+    var attentionInputs: [(WeightMatrix, WeightMatrix, WeightMatrix)] { [] }
 }
 
 /// One file per architecture; this table picks it from `general.architecture`.

@@ -46,6 +46,8 @@ final class LlamaModel: LanguageModel, @unchecked Sendable {
 
     var gatedPairs: [(WeightMatrix, WeightMatrix)] { layers.map { ($0.gate, $0.up) } }
 
+    var attentionInputs: [(WeightMatrix, WeightMatrix, WeightMatrix)] { layers.map { ($0.wq, $0.wk, $0.wv) } }
+
     func forward(_ ops: ForwardOps) {
         let c = config
         ops.embed(embeddings)

@@ -9,6 +9,9 @@ protocol GPUDevice: AnyObject {
     var isSoftware: Bool { get }
     /// Largest byte range one storage-buffer binding may cover.
     var maxBindingBytes: Int { get }
+    /// What a storage-buffer binding's byte offset must be a multiple of (at least 16: kernels
+    /// read vec4s).
+    var bindingAlignment: Int { get }
     /// Whether the tensor-core matmul kernels (matmul_coop_T, Vulkan's cooperative matrices:
     /// 16x16x16 float16 products accumulated in float32) run on this device.
     var cooperativeMatrix: Bool { get }

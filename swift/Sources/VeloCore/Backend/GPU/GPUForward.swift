@@ -1,3 +1,4 @@
+
 /// `ForwardOps` on a GPU: weights uploaded once, activations and K/V in GPU memory, and each
 /// forward pass recorded into one command buffer (one dispatch per op, kernels from
 /// `shaders/`), run at `finish`, with the logits read back from mapped memory. The same code
@@ -11,7 +12,13 @@ final class GPUForward: ForwardOps {
     let maxTokens: Int
     let maxLogitRows: Int
     let profiler: Profiler
-    private var acts: [GPUBuffer] = []
+    /// Where each activation lives: a buffer, a byte offset into it and the floats between rows.
+    /// Q, K and V are views of one buffer whose rows are Q|K|V (when the offsets suit every
+    /// device's binding alignment), so one product with the layer's concatenated Q/K/V weight
+    /// fills all three.
+    private var views: [(buffer: GPUBuffer, offset: Int, stride: Int)] = []
+    /// Whether Q, K and V are views of one row (`views`).
+    private let qkvRows: Bool
     private let logitsBuffer: GPUBuffer
     /// Per-step inputs, host-written: token ids, positions, page-table starts, logit rows,
     /// page tables (sections at aligned offsets of one mapped buffer).
@@ -22,6 +29,9 @@ final class GPUForward: ForwardOps {
     /// The model's gated-MLP (gate, up) pairs as one weight each, keyed by the gate's data: row
     /// 2i is gate row i, row 2i+1 up row i (`gatedUp`); such gates and ups are not in `weights`.
     private var gatedWeights: [UnsafeRawPointer: GPUBuffer] = [:]
+    /// Each layer's Q, K and V weights as one (rows concatenated), keyed by Q's data, with the
+    /// K and V it holds; such weights are not in `weights`.
+    private var qkvWeights: [UnsafeRawPointer: (buffer: GPUBuffer, k: UnsafeRawPointer, v: UnsafeRawPointer)] = [:]
     /// Prefill products of an interleaved pair (maxTokens rows of 2·ffnDim), swiglu_pairs' input;
     /// nil when no pair or no batch larger than matvecMaxRows.
     private let gluScratch: GPUBuffer?
@@ -38,6 +48,8 @@ final class GPUForward: ForwardOps {
     /// The activation rows q8 holds now (buffer, offset, rows, stride, K); any dispatch but
     /// quantize_q8 and matvec_dot_T may change them, so every other one clears this.
     private var q8Source: (buffer: ObjectIdentifier, offset: Int, rows: Int, xStride: Int, k: Int)?
+    /// Row length q8 holds blocks for (the longest input of a matvec_dot weight).
+    private let q8Width: Int
 
     init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
          maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
@@ -54,8 +66,17 @@ final class GPUForward: ForwardOps {
         attnScratch = try device.makeBuffer(
             bytes: max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16),
             memory: .device, label: "attention partials")
+        qkvRows = (c.qDim * 4) % device.bindingAlignment == 0 && (c.kvDim * 4) % device.bindingAlignment == 0
+        let qkvWidth = c.qDim + 2 * c.kvDim
+        let qkv = qkvRows ? try device.makeBuffer(bytes: maxTokens * qkvWidth * 4, memory: .device, label: "Q|K|V activations") : nil
         for a in Activation.allCases {
-            acts.append(try device.makeBuffer(bytes: maxTokens * Self.width(a, c) * 4, memory: .device, label: "activations"))
+            switch (a, qkv) {
+            case (.q, let b?): views.append((b, 0, qkvWidth))
+            case (.k, let b?): views.append((b, c.qDim * 4, qkvWidth))
+            case (.v, let b?): views.append((b, (c.qDim + c.kvDim) * 4, qkvWidth))
+            default:
+                views.append((try device.makeBuffer(bytes: maxTokens * Self.width(a, c) * 4, memory: .device, label: "activations"), 0, Self.width(a, c)))
+            }
         }
         logitsBuffer = try device.makeBuffer(bytes: maxLogitRows * c.vocabSize * 4, memory: .readback, label: "logits")
         pagetabCapacity = maxSequences * ((maxContext + kv.pageSize - 1) / kv.pageSize + 1) + 16
@@ -87,6 +108,23 @@ final class GPUForward: ForwardOps {
             gatedWeights[g.data] = b
             paired.formUnion([g.data, u.data])
         }
+        // Q/K/V triples: one concatenated weight each, when Q, K and V are views of one row
+        for (q, k, v) in model.attentionInputs where qkvRows && qkvWeights[q.data] == nil {
+            let ws = [q, k, v]
+            guard ws.allSatisfy({ $0.type == q.type && $0.cols == q.cols && $0.rowBytes == q.rowBytes && !paired.contains($0.data) }),
+                  q.rows == c.qDim, k.rows == c.kvDim, v.rows == c.kvDim,
+                  Set(ws.map(\.data)).count == 3 else { continue }
+            let bytes = ws.reduce(0) { $0 + $1.rows * $1.rowBytes }
+            guard bytes <= device.maxBindingBytes else { continue } // the three stay separate
+            let b = try device.makeBuffer(bytes: bytes, memory: .device, label: q.name)
+            var at = 0
+            for w in ws {
+                try device.upload(b, offset: at, from: w.data, bytes: w.rows * w.rowBytes)
+                at += w.rows * w.rowBytes
+            }
+            qkvWeights[q.data] = (b, k.data, v.data)
+            paired.formUnion(ws.map(\.data))
+        }
         // weights: once, in the file's own formats
         for w in model.matrices where weights[w.data] == nil && !paired.contains(w.data) {
             let bytes = w.rowBytes * w.rows
@@ -102,11 +140,13 @@ final class GPUForward: ForwardOps {
             try v.values.withUnsafeBytes { try device.upload(b, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
             vectors[v.name] = b
         }
-        if GPUKernels.integerDot(device), let k = model.matrices.filter({ GPUKernels.dotTypes.contains($0.type) }).map(\.cols).max() {
+        let q8k = model.matrices.filter { GPUKernels.dotTypes.contains($0.type) }.map(\.cols).max()
+        q8Width = q8k ?? 0
+        if GPUKernels.integerDot(device), let k = q8k {
             let b = GPUKernels.q8Bytes(k: k, m: GPUKernels.matvecMaxRows)
             q8 = (try device.makeBuffer(bytes: b.values, memory: .device, label: "8-bit activations"),
                   try device.makeBuffer(bytes: b.scales, memory: .device, label: "8-bit activation scales"))
-            _ = try pipeline(GPUKernels.quantizeQ8)
+            for k in [GPUKernels.quantizeQ8, GPUKernels.addRMSNormQ8, GPUKernels.attentionCombineQ8] { _ = try pipeline(k) }
             for w in model.matrices where GPUKernels.dotTypes.contains(w.type) {
                 for m in [1, 2, 4, 8, 16] { _ = try pipeline(GPUKernels.matvecDot(w.type, rows: m)) }
             }
@@ -143,7 +183,9 @@ final class GPUForward: ForwardOps {
         device.dispatch(p, buffers, params: params, groups: groups, op: op)
     }
 
-    private func act(_ a: Activation) -> GPUBinding { GPUBinding(acts[a.rawValue]) }
+    private func act(_ a: Activation) -> GPUBinding { GPUBinding(views[a.rawValue].buffer, offset: views[a.rawValue].offset) }
+    /// Floats between rows of an activation.
+    private func stride(_ a: Activation) -> Int { views[a.rawValue].stride }
     private func input(_ offset: Int, _ count: Int) -> GPUBinding { GPUBinding(inputs, offset: offset, size: max(count, 1) * 4) }
     private var tokpos: GPUBinding { input(sections.tokpos, maxTokens) }
     private var tokpt: GPUBinding { input(sections.tokpt, maxTokens) }
@@ -195,8 +237,16 @@ final class GPUForward: ForwardOps {
     }
 
     func matmul(_ src: Activation, _ pairs: [(WeightMatrix, Activation)]) {
+        if pairs.count == 3, pairs[0].1 == .q, pairs[1].1 == .k, pairs[2].1 == .v, let m = qkvWeights[pairs[0].0.data],
+           m.k == pairs[1].0.data, m.v == pairs[2].0.data {
+            // the concatenated weight: its rows land as Q|K|V rows, the three views
+            let q = pairs[0].0, rows = config.qDim + 2 * config.kvDim
+            let w = WeightMatrix(name: q.name, type: q.type, data: q.data, rows: rows, cols: q.cols, rowBytes: q.rowBytes)
+            multiply(w, act(src), rows: n, xStride: stride(src), into: act(.q), yStride: stride(.q), op: .matmul, weight: m.buffer)
+            return
+        }
         for (w, dst) in pairs {
-            multiply(w, act(src), rows: n, xStride: Self.width(src, config), into: act(dst), yStride: Self.width(dst, config), op: .matmul)
+            multiply(w, act(src), rows: n, xStride: stride(src), into: act(dst), yStride: stride(dst), op: .matmul)
         }
     }
 
@@ -237,7 +287,7 @@ final class GPUForward: ForwardOps {
         let c = config
         dispatch(GPUKernels.rope, [act(a), tokpos],
                  [UInt32(n), UInt32(heads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
-                  c.ropeBase.bitPattern, c.ropeScale.bitPattern, UInt32(Self.width(a, c))],
+                  c.ropeBase.bitPattern, c.ropeScale.bitPattern, UInt32(stride(a))],
                  (n, heads, 1), .rope)
     }
 
@@ -246,7 +296,7 @@ final class GPUForward: ForwardOps {
     func storeKV(layer: Int) {
         let ps = kv.pageSize
         dispatch(GPUKernels.kvStore, [act(.k), act(.v), GPUBinding(kv.buffer), tokpos, tokpt, pagetab],
-                 [UInt32(n), UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim)],
+                 [UInt32(n), UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim), UInt32(stride(.k))],
                  (n, (kvDim + 63) / 64, 1), .attention)
     }
 
@@ -257,7 +307,8 @@ final class GPUForward: ForwardOps {
         let c = config, ps = kv.pageSize
         dispatch(GPUKernels.ropeStore, [act(.q), act(.k), act(.v), GPUBinding(kv.buffer), tokpos, tokpt, pagetab],
                  [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
-                  c.ropeBase.bitPattern, c.ropeScale.bitPattern, UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim)],
+                  c.ropeBase.bitPattern, c.ropeScale.bitPattern, UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim),
+                  UInt32(stride(.q)), UInt32(stride(.k))],
                  (n, heads + kvHeads, 1), .rope)
     }
 
@@ -268,18 +319,30 @@ final class GPUForward: ForwardOps {
         dispatch(GPUKernels.attention, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)],
                  [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps),
                   UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim), (1 / Float(c.headDim).squareRoot()).bitPattern,
-                  UInt32(chunk), UInt32(splits)],
+                  UInt32(chunk), UInt32(splits), UInt32(stride(.q))],
                  (n, c.kvHeads, splits), .attention)
-        if splits > 1 {
-            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos],
-                     [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)],
-                     (n, c.heads, 1), .attention)
+        guard splits > 1 else { return }
+        let params = [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)]
+        if let q8, n <= GPUKernels.matvecMaxRows, c.headDim % 32 == 0, c.headDim <= 256, c.qDim <= q8Width {
+            // the output also as 8-bit blocks, for the O product's matvec_dot
+            dispatch(GPUKernels.attentionCombineQ8, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(q8.values), GPUBinding(q8.scales)],
+                     params, (n, c.heads, 1), .attention)
+            q8Source = (ObjectIdentifier(views[Activation.attn.rawValue].buffer), views[Activation.attn.rawValue].offset, n, stride(.attn), c.qDim)
+        } else {
+            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos], params, (n, c.heads, 1), .attention)
         }
     }
 
     func addRMSNorm(_ dst: Activation, _ src: Activation, _ w: WeightVector, into out: Activation) {
-        dispatch(GPUKernels.addRMSNorm, [act(dst), act(src), GPUBinding(vectors[w.name]!), act(out)],
-                 [UInt32(config.dim), UInt32(n), config.normEps.bitPattern], (n, 1, 1), .norm)
+        let dim = config.dim, params = [UInt32(dim), UInt32(n), config.normEps.bitPattern]
+        let bindings = [act(dst), act(src), GPUBinding(vectors[w.name]!), act(out)]
+        if let q8, n <= GPUKernels.matvecMaxRows, dim % 32 == 0, dim <= GPUKernels.addRMSNormQ8MaxWidth, dim <= q8Width {
+            // the norm also as 8-bit blocks, for the matvec_dot products that read it next
+            dispatch(GPUKernels.addRMSNormQ8, bindings + [GPUBinding(q8.values), GPUBinding(q8.scales)], params, (n, 1, 1), .norm)
+            q8Source = (ObjectIdentifier(views[out.rawValue].buffer), views[out.rawValue].offset, n, stride(out), dim)
+        } else {
+            dispatch(GPUKernels.addRMSNorm, bindings, params, (n, 1, 1), .norm)
+        }
     }
 
     func add(_ dst: Activation, _ src: Activation) {
@@ -303,7 +366,7 @@ final class GPUForward: ForwardOps {
         let ffn = gate.rows
         precondition(ffn == Self.width(.gate, config))
         let pair = WeightMatrix(name: gate.name, type: gate.type, data: gate.data, rows: 2 * ffn, cols: gate.cols, rowBytes: gate.rowBytes)
-        let x = act(src), xStride = Self.width(src, config)
+        let x = act(src), xStride = stride(src)
         if n <= GPUKernels.matvecMaxRows {
             multiply(pair, x, rows: n, xStride: xStride, into: act(.gate), yStride: ffn, op: .matmul, weight: wb, glu: true)
         } else {

@@ -23,8 +23,19 @@ enum GPUKernels {
 
     // matrix × vector (decode): NCOLS activation rows per weight read (1, 2, 4, 8 or 16: the
     // smallest that covers the batch), ROWS weight rows per group
-    static let matvecLocal: UInt32 = 128
-    static let matvecRowsPerGroup = 4
+    static let matvecLocal: UInt32 = tuning.local
+    static let matvecRowsPerGroup = tuning.rows
+    /// VELO_GPU_MATVEC=THREADS,ROWS overrides the matrix×vector shape (tuning runs on a device;
+    /// ROWS even, for the gated-MLP pairs; more than 8 would spill the accumulators).
+    private static let tuning: (local: UInt32, rows: Int) = {
+        guard let s = getenv("VELO_GPU_MATVEC").map({ String(cString: $0) }) else { return (128, 4) }
+        let f = s.split(separator: ",").compactMap { Int($0) }
+        guard f.count == 2, [32, 64, 128, 256, 512].contains(f[0]), [2, 4, 6, 8].contains(f[1]) else {
+            fputs("velo: ignoring VELO_GPU_MATVEC=\(s) (expected THREADS,ROWS: THREADS 32…512, a power of two; ROWS 2, 4, 6 or 8)\n", stderr)
+            return (128, 4)
+        }
+        return (UInt32(f[0]), f[1])
+    }()
     /// Up to this many activation rows go through matvec, reading each weight once.
     static let matvecMaxRows = 16
     // tiled matrix × matrix (prefill)
@@ -85,6 +96,10 @@ enum GPUKernels {
     /// One workgroup of 1024 threads per row (4 independent loads per thread per step).
     static let rmsNorm = Kernel(name: "rms_norm", buffers: 4, constants: [1024])
     static let addRMSNorm = Kernel(name: "add_rms_norm", buffers: 4, constants: [1024])
+    /// add_rms_norm that also writes its output as quantize_q8's blocks (buffers + XQ, XD), for
+    /// rows of at most `addRMSNormQ8MaxWidth` values, a multiple of 32.
+    static let addRMSNormQ8 = Kernel(name: "add_rms_norm_q8", buffers: 6, constants: [1024])
+    static let addRMSNormQ8MaxWidth = 8192
     static let rope = Kernel(name: "rope", buffers: 2, constants: [64])
     static let ropeStore = Kernel(name: "rope_store", buffers: 7, constants: [64])
     static let kvStore = Kernel(name: "kv_store", buffers: 6, constants: [64])
@@ -93,6 +108,9 @@ enum GPUKernels {
     /// ((n, heads, 1) workgroups) merges them. Both take 128 threads (attention needs ≥ 64).
     static let attention = Kernel(name: "attention", buffers: 7, constants: [128])
     static let attentionCombine = Kernel(name: "attention_combine", buffers: 3, constants: [128])
+    /// attention_combine that also writes its output as quantize_q8's blocks (buffers + XQ, XD),
+    /// for head sizes that are multiples of 32, at most 256.
+    static let attentionCombineQ8 = Kernel(name: "attention_combine_q8", buffers: 5, constants: [128])
     /// Keys per attention tile; chunks are multiples of it.
     static let attentionTile = 32
     /// Most splits per token (attention_combine weighs up to 256).

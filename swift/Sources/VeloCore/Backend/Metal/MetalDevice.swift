@@ -14,6 +14,8 @@ final class MetalDevice: GPUDevice {
     /// matmul_coop_T is Vulkan-only (no MSL translation of cooperative matrices).
     let cooperativeMatrix = false
     let maxBindingBytes: Int
+    /// Metal asks a device-buffer offset to suit the type read through it (vec4 at most).
+    let bindingAlignment = 16
     private let device: MTLDevice
     private let queue: MTLCommandQueue
     private let library: MTLLibrary

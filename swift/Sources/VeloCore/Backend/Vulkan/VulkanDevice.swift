@@ -10,6 +10,7 @@ final class VulkanDevice: GPUDevice {
     let name: String
     let isSoftware: Bool
     let maxBindingBytes: Int
+    let bindingAlignment: Int
     /// Tensor cores through VK_KHR_cooperative_matrix (matmul_coop_T), see createDevice.
     let cooperativeMatrix: Bool
     /// Packed 4x8-bit integer dot products (VK_KHR_shader_integer_dot_product: matvec_dot_T).
@@ -20,12 +21,16 @@ final class VulkanDevice: GPUDevice {
     private let queue: VkQueue
     private let memory: VulkanMemory
     private let commandPool: VkCommandPool
-    /// A step is recorded into these in turn: each is submitted once it holds `chunkDispatches`
-    /// dispatches, so the GPU starts on the first layers while the host records the rest.
+    /// A step is recorded into these in turn: each is submitted once it holds `chunkLimit`
+    /// dispatches, so the GPU starts on the first layers while the host records the rest. The
+    /// first chunk of a step is small (the GPU idles until it arrives), later ones double up to
+    /// `chunkDispatches` (each submission costs host time).
     private let commandBuffers: [VkCommandBuffer]
     private var current = 0
     private var commandBuffer: VkCommandBuffer { commandBuffers[current] }
     private var dispatchesInChunk = 0
+    private var chunkLimit = firstChunkDispatches
+    private static let firstChunkDispatches = 8
     private static let chunkDispatches = 64
     private static let commandBufferCount = 16
     /// Timeline value each command buffer's last submission signals (reuse waits for it).
@@ -98,6 +103,7 @@ final class VulkanDevice: GPUDevice {
         name = cString(props.deviceName)
         isSoftware = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU
         maxBindingBytes = Int(props.limits.maxStorageBufferRange)
+        bindingAlignment = max(16, Int(props.limits.minStorageBufferOffsetAlignment))
         paramsAlign = max(Int(props.limits.minUniformBufferOffsetAlignment), 16)
         timestampPeriod = Double(props.limits.timestampPeriod)
         guard props.apiVersion >= Self.apiVersion else {
@@ -488,6 +494,7 @@ final class VulkanDevice: GPUDevice {
         paramsUsed = 0
         timedOps.removeAll(keepingCapacity: true)
         dispatchesInChunk = 0
+        chunkLimit = Self.firstChunkDispatches
         if let queryPool { vkCmdResetQueryPool(commandBuffer, queryPool, 0, UInt32(2 * Self.maxTimedDispatches)) }
     }
 
@@ -532,8 +539,9 @@ final class VulkanDevice: GPUDevice {
                              0, 1, &barrier, 0, nil, 0, nil)
         // barriers order work across command buffers of one queue in submission order
         dispatchesInChunk += 1
-        if dispatchesInChunk >= Self.chunkDispatches {
+        if dispatchesInChunk >= chunkLimit {
             dispatchesInChunk = 0
+            chunkLimit = min(2 * chunkLimit, Self.chunkDispatches)
             do {
                 try submit()
                 current = (current + 1) % commandBuffers.count
