@@ -1,12 +1,13 @@
 #version 450
 // matmul_coop_T — matmul_T on tensor cores (GL_KHR_cooperative_matrix), Vulkan only.
-// Same contract as matmul_T: Y[m*yStride + r] = sum_k W[r][k] X[m*xStride + k], r < N, m < M.
+// Same contract as matmul_T, Y[m*yStride + r] = sum_k W[r][k] X[m*xStride + k], r < N, m < M,
+// but X is float16 (to_f16's rows: xStride a multiple of 4, values past K zero).
 //
 // A workgroup of 256 threads (8 subgroups of 32) computes a BM x BN = 128 x 128 tile of Y
 // (activation rows x weight rows), stepping along K by BK = 32 values. Each step dequantizes
 // 32 values of the 128 weight rows (whole units of quants.glsl, so not necessarily contiguous
-// in K; activations use the same order) and converts the matching 32 values of the 128
-// activation rows to float16 in shared memory; then each subgroup multiplies its 64 x 32 part
+// in K; activations use the same order) and copies the matching 32 values of the 128
+// activation rows to shared memory; then each subgroup multiplies its 64 x 32 part
 // of the tile as 4 x 2 float16 16x16x16 products accumulated in float32 matrices:
 // D (m x r) += X (m x k) * W^T (k x r), W^T being read column-major from the weight rows.
 // Shared memory is double-buffered: the global loads of step s+1 are issued before the
@@ -29,8 +30,7 @@ layout(local_size_x = 256, local_size_x_id = 0) in;
 
 #include "quants.glsl"
 
-layout(std430, binding = 1) readonly buffer XBuf { float X[]; };
-layout(std430, binding = 1) readonly buffer XBuf4 { vec4 X4[]; };
+layout(std430, binding = 1) readonly buffer XBuf { f16vec4 X4[]; };
 layout(std430, binding = 2) writeonly buffer YBuf { float Y[]; };
 layout(std140, binding = 3) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride;
@@ -54,22 +54,9 @@ shared f16vec4 Xs[2u * BM * SK];      // [buf][m][k/4]
 shared f16vec4 Ws[2u * BN * SK];      // [buf][n][k/4]
 shared float Cs[8u * 256u];           // per subgroup: one 16 x 16 result tile (edge tiles)
 
-vec4 xload(uint i, uint k) {
-#ifdef UNIT_TAIL
-    if (k + 4u > p.K) {
-        vec4 x = vec4(0.0);
-        for (uint e = 0u; e < 4u; e++)
-            if (k + e < p.K) x[e] = X[i + e];
-        return x;
-    }
-#endif
-    if ((p.xStride & 3u) == 0u) return X4[i >> 2];
-    return vec4(X[i], X[i + 1u], X[i + 2u], X[i + 3u]);
-}
-
 Unit wu[WIT];
 bool wok[WIT];
-vec4 xv[XIT];
+f16vec4 xv[XIT];
 
 // global loads of step u0 into registers
 void fetch(uint u0, uint n0, uint m0, uint U, uint rowWords, uint tid) {
@@ -81,11 +68,8 @@ void fetch(uint u0, uint n0, uint m0, uint U, uint rowWords, uint tid) {
     [[unroll]] for (uint i = 0u; i < XIT; i++) {
         const uint it = tid + i * WG, jg = it % XVR, m = it / XVR;
         const uint j = jg / UNIT_VECS, g = jg % UNIT_VECS, u = u0 + j;
-        vec4 x = vec4(0.0);
-        if (m0 + m < p.M && u < U) {
-            const uint k = unit_pos(u, g);
-            x = xload((m0 + m) * p.xStride + k, k);
-        }
+        f16vec4 x = f16vec4(0.0);
+        if (m0 + m < p.M && u < U) x = X4[((m0 + m) * p.xStride + unit_pos(u, g)) >> 2];
         xv[i] = x;
     }
 }
@@ -101,7 +85,7 @@ void stash(uint b, uint tid) {
     [[unroll]] for (uint i = 0u; i < XIT; i++) {
         const uint it = tid + i * WG, jg = it % XVR, m = it / XVR;
         const uint j = jg / UNIT_VECS, g = jg % UNIT_VECS;
-        Xs[b * BM * SK + m * SK + j * (UNIT_VALUES / 4u) + g] = f16vec4(xv[i]);
+        Xs[b * BM * SK + m * SK + j * (UNIT_VALUES / 4u) + g] = xv[i];
     }
 }
 

@@ -45,8 +45,8 @@ case "$what" in
   tune)  # decode (tg128) of one model for each matrix×vector shape, VELO_GPU_MATVEC=THREADS,ROWS
     f=$(model "$1"); shift
     for s in "$@"; do
-      VELO_GPU_MATVEC=$s velo bench "$f" --backend vulkan -p 0 -n 128 -r 3 --json | tr -d '\n' > "$OUT/tune-$s.json"
-      python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('matvec $s',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])" "$OUT/tune-$s.json"
+      VELO_GPU_MATVEC=$s velo bench "$f" --backend vulkan -p 0 -n 128 -r 3 --json | tr -d '\n' > "$OUT/tune-${s/,/x}.json"
+      python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('matvec $s',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])" "$OUT/tune-${s/,/x}.json"
     done ;;
   coopmat)  # tensor-core prefill (matmul_coop) against the portable kernel (bench/gpu/coopmat-check.ts)
     fs=(); for m in "$@"; do fs+=("$(model "$m")"); done

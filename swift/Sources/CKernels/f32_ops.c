@@ -464,3 +464,21 @@ const ck_f32_ops ck_f32_neon = {
     .f16_to_f32 = f16_to_f32_neon, .f32_to_f16 = f32_to_f16_neon,
 };
 #endif
+
+/* The first index of the largest value (NaNs never win unless every value is one: then 0).
+ * Eight independent running maxima, then a search for the first index holding the maximum:
+ * both loops vectorize, so a 128K vocabulary takes microseconds (a fast GPU decode step is a
+ * few milliseconds, and every step of every sequence reads one). */
+int64_t ck_argmax_f32(const float *x, int64_t n) {
+    float m[8];
+    for (int j = 0; j < 8; j++) m[j] = -INFINITY;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    float top = -INFINITY;
+    for (int j = 0; j < 8; j++) top = m[j] > top ? m[j] : top;
+    for (; i < n; i++) top = x[i] > top ? x[i] : top;
+    for (i = 0; i < n; i++)
+        if (x[i] == top) return i;
+    return 0;
+}

@@ -379,6 +379,20 @@ final class GPUKernelTests: XCTestCase {
         }
     }
 
+    /// to_f16 (the tensor-core GEMM's input): rows of K from a longer stride, padded with zeros
+    /// to whole groups of 4, within float16 rounding.
+    func testToF16() throws {
+        for k in [5, 64, 131] {
+            let m = 3, xStride = k + 3, kp = GPUKernels.f16Row(k)
+            let x = random(m * xStride, scale: 50)
+            let y = try upload([UInt8](repeating: 0xFF, count: m * kp * 2))
+            try run(GPUKernels.toF16, [try upload(x), y], [UInt32(k), UInt32(m), UInt32(xStride), UInt32(kp)], GPUKernels.toF16Groups(k: k, m: m))
+            let got = try readBytes(y, m * kp * 2).withUnsafeBytes { raw in (0..<(m * kp)).map { Float(raw.load(fromByteOffset: 2 * $0, as: Float16.self)) } }
+            let want = (0..<(m * kp)).map { i -> Double in i % kp < k ? Double(x[(i / kp) * xStride + i % kp]) : 0 }
+            assertClose(got, want, tolerance: want.map { abs($0) / 1024 }, "to_f16 K=\(k)")
+        }
+    }
+
     func testElementwise() throws {
         let count = 1000
         let a = random(count, scale: 4), b = random(count)

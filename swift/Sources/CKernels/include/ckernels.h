@@ -81,6 +81,7 @@ void ck_rms_norm(const float *x, const float *w, float *y, int64_t n, float eps)
 void ck_swiglu(const float *gate, const float *up, float *y, int64_t n);         /* silu(gate)*up */
 void ck_softmax(float *x, int64_t n);                                            /* in place */
 void ck_add_f32(const float *a, const float *b, float *y, int64_t n);
+int64_t ck_argmax_f32(const float *x, int64_t n); /* first index of the largest value */
 void ck_f16_to_f32(const uint16_t *x, float *y, int64_t n);
 void ck_f32_to_f16(const float *x, uint16_t *y, int64_t n);
 

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import CKernels
 
 /// Per-request sampling settings. Names and defaults follow llama.cpp.
 public struct SamplingParams: Sendable, Equatable {
@@ -144,40 +145,10 @@ public struct Sampler: Sendable {
         }
     }
 
-    /// The first index of the largest logit. Two vectorised passes (the maximum, then where it
-    /// is first): a 128K vocabulary is read in tens of microseconds, a step of a fast GPU decode
-    /// is a few milliseconds.
+    /// The first index of the largest logit (CKernels: vectorised, a 128K vocabulary in
+    /// microseconds; a fast GPU decode step is a few milliseconds).
     public static func argmax(_ logits: UnsafePointer<Float>, _ n: Int) -> Int32 {
-        let raw = UnsafeRawPointer(logits)
-        var lanes = SIMD16<Float>(repeating: -.infinity)
-        var i = 0
-        while i + 16 <= n {
-            lanes = pointwiseMax(lanes, raw.loadUnaligned(fromByteOffset: 4 * i, as: SIMD16<Float>.self))
-            i += 16
-        }
-        var top = lanes.max()
-        while i < n { top = max(top, logits[i]); i += 1 }
-        i = 0
-        while i + 16 <= n {
-            let hit = raw.loadUnaligned(fromByteOffset: 4 * i, as: SIMD16<Float>.self) .== SIMD16(repeating: top)
-            if any(hit) { break }
-            i += 16
-        }
-        while i < n {
-            if logits[i] == top { return Int32(i) }
-            i += 1
-        }
-        return scalarArgmax(logits, n) // NaNs only
-    }
-
-    static func scalarArgmax(_ logits: UnsafePointer<Float>, _ n: Int) -> Int32 {
-        var best = 0
-        var bestV = logits[0]
-        for i in 1..<n where logits[i] > bestV {
-            best = i
-            bestV = logits[i]
-        }
-        return Int32(best)
+        Int32(ck_argmax_f32(logits, Int64(n)))
     }
 
     /// The k largest logits, sorted descending (ties: lower id first, for determinism).

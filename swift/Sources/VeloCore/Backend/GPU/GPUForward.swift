@@ -50,6 +50,10 @@ final class GPUForward: ForwardOps {
     private var q8Source: (buffer: ObjectIdentifier, offset: Int, rows: Int, xStride: Int, k: Int)?
     /// Row length q8 holds blocks for (the longest input of a matvec_dot weight).
     private let q8Width: Int
+    /// Prefill on tensor cores (matmul_coop_T): to_f16's copy of the activation rows, and which
+    /// rows it holds now (as q8Source; any dispatch but to_f16 and matmul_coop_T clears it).
+    private let x16: GPUBuffer?
+    private var x16Source: (buffer: ObjectIdentifier, offset: Int, rows: Int, xStride: Int, k: Int)?
 
     init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
          maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
@@ -140,6 +144,11 @@ final class GPUForward: ForwardOps {
             try v.values.withUnsafeBytes { try device.upload(b, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
             vectors[v.name] = b
         }
+        if GPUKernels.useCoop(device), maxTokens > GPUKernels.matvecMaxRows, let k = model.matrices.map(\.cols).max() {
+            x16 = try device.makeBuffer(bytes: maxTokens * GPUKernels.f16Row(k) * 2, memory: .device, label: "float16 activations")
+        } else {
+            x16 = nil
+        }
         let q8k = model.matrices.filter { GPUKernels.dotTypes.contains($0.type) }.map(\.cols).max()
         q8Width = q8k ?? 0
         if GPUKernels.integerDot(device), let k = q8k {
@@ -159,6 +168,7 @@ final class GPUForward: ForwardOps {
             _ = try pipeline(GPUKernels.matmul(w.type))
             if GPUKernels.useCoop(device) { _ = try pipeline(GPUKernels.matmulCoop(w.type)) }
         }
+        if x16 != nil { _ = try pipeline(GPUKernels.toF16) }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
         for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, GPUKernels.ropeStore, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add] { _ = try pipeline(k) }
     }
@@ -180,6 +190,7 @@ final class GPUForward: ForwardOps {
         // every pipeline was made in init; a failure here would be a bug, not bad input
         let p = try! pipeline(k)
         if q8Source != nil && k.name != GPUKernels.quantizeQ8.name && !k.name.hasPrefix("matvec_dot_") { q8Source = nil }
+        if x16Source != nil && k.name != GPUKernels.toF16.name && !k.name.hasPrefix("matmul_coop_") { x16Source = nil }
         device.dispatch(p, buffers, params: params, groups: groups, op: op)
     }
 
@@ -274,9 +285,18 @@ final class GPUForward: ForwardOps {
         } else if rows <= GPUKernels.matvecMaxRows {
             let k = GPUKernels.matvec(w.type, rows: rows)
             dispatch(k, [wb, x, y], params, GPUKernels.matvecGroups(n: w.rows, m: rows), op)
-        } else if GPUKernels.useCoop(device) {
-            let k = GPUKernels.matmulCoop(w.type)
-            dispatch(k, [wb, x, y], params, GPUKernels.matmulCoopGroups(n: w.rows, m: rows), op)
+        } else if GPUKernels.useCoop(device), let x16 {
+            // activations to float16 once per input (Q|K|V, gate/up, O and down each have one)
+            let kp = GPUKernels.f16Row(w.cols)
+            let key = (ObjectIdentifier(x.buffer), x.offset, rows, xStride, w.cols)
+            if x16Source.map({ $0 != key }) ?? true {
+                dispatch(GPUKernels.toF16, [x, GPUBinding(x16)], [UInt32(w.cols), UInt32(rows), UInt32(xStride), UInt32(kp)],
+                         GPUKernels.toF16Groups(k: w.cols, m: rows), op)
+                x16Source = key
+            }
+            var p16 = params
+            p16[4] = UInt32(kp)
+            dispatch(GPUKernels.matmulCoop(w.type), [wb, GPUBinding(x16), y], p16, GPUKernels.matmulCoopGroups(n: w.rows, m: rows), op)
         } else {
             let k = GPUKernels.matmul(w.type)
             dispatch(k, [wb, x, y], params, GPUKernels.matmulGroups(n: w.rows, m: rows), op)

@@ -88,6 +88,10 @@ enum GPUKernels {
     static func matmulCoop(_ t: GGMLType) -> Kernel {
         Kernel(name: "matmul_coop_" + suffix(t), buffers: 3, constants: [256])
     }
+    /// Activation rows to float16 for matmul_coop_T (X, Y; rows of K padded with zeros to `f16Row(K)`).
+    static let toF16 = Kernel(name: "to_f16", buffers: 2, constants: [256])
+    static func f16Row(_ k: Int) -> Int { (k + 3) / 4 * 4 }
+    static func toF16Groups(k: Int, m: Int) -> (Int, Int, Int) { ((f16Row(k) / 4 + 255) / 256, m, 1) }
     static func matmulCoopGroups(n: Int, m: Int) -> (Int, Int, Int) {
         ((n + matmulCoopTile - 1) / matmulCoopTile, (m + matmulCoopTile - 1) / matmulCoopTile, 1)
     }
