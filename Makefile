@@ -67,9 +67,9 @@ PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attent
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
 Q8_KERNELS := add_rms_norm attention_combine
-SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matmul_coop64_,$(WTYPES)) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS))
+SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS))
 # Vulkan-only kernels (extensions spirv-cross cannot translate: cooperative matrices): no MSL
-VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) $(addprefix matmul_coop64_,$(WTYPES))
+VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES))
 MSL_SHADERS := $(filter-out $(VULKAN_ONLY),$(SHADERS))
 SPV_ENV := vulkan1.2
 MSL_VER := 20400
@@ -91,7 +91,6 @@ $(METAL_DIR)/$(1).metal: $(2) shaders/build.sh
 endef
 $(foreach k,$(WEIGHT_KERNELS),$(foreach t,$(WTYPES),\
   $(eval $(call shader_rules,$(k)_$(t),shaders/$(k).comp,-DWTYPE_$(call upper,$(t))))))
-$(foreach t,$(WTYPES),$(eval $(call shader_rules,matmul_coop64_$(t),shaders/matmul_coop.comp,-DWTYPE_$(call upper,$(t)) -DBM_ROWS=64u)))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matvec_dot.comp,-DWTYPE_$(call upper,$(t)))))
 $(foreach k,$(PLAIN_KERNELS),$(eval $(call shader_rules,$(k),shaders/$(k).comp,)))
 $(foreach k,$(Q8_KERNELS),$(eval $(call shader_rules,$(k)_q8,shaders/$(k).comp,-DQ8)))

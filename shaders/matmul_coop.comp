@@ -3,12 +3,12 @@
 // Same contract as matmul_T, Y[m*yStride + r] = sum_k W[r][k] X[m*xStride + k], r < N, m < M,
 // but X is float16 (to_f16's rows: xStride a multiple of 4, values past K zero).
 //
-// A workgroup of 256 threads (8 subgroups of 32) computes a BM x BN = 128 (or 64) x 128 tile of Y
+// A workgroup of 256 threads (8 subgroups of 32) computes a BM x BN = 128 x 128 tile of Y
 // (activation rows x weight rows), stepping along K by BK = 32 values. Each step dequantizes
 // 32 values of the 128 weight rows (whole units of quants.glsl, so not necessarily contiguous
-// in K; activations use the same order) and copies the matching 32 values of the BM
-// activation rows to shared memory; then each subgroup multiplies its BM/2 x 32 part
-// of the tile as BM/32 x 2 float16 16x16x16 products accumulated in float32 matrices:
+// in K; activations use the same order) and copies the matching 32 values of the 128
+// activation rows to shared memory; then each subgroup multiplies its 64 x 32 part
+// of the tile as 4 x 2 float16 16x16x16 products accumulated in float32 matrices:
 // D (m x r) += X (m x k) * W^T (k x r), W^T being read column-major from the weight rows.
 // Shared memory is double-buffered: the global loads of step s+1 are issued before the
 // products of step s and land in the other buffer after them (one barrier per step).
@@ -18,7 +18,7 @@
 // Needs: shaderFloat16, 16-bit storage, VK_KHR_cooperative_matrix with a subgroup-scope
 // 16x16x16 float16 x float16 -> float32 shape, subgroup size 32 (the warp layout below
 // assumes 8 subgroups), 48 KiB of shared memory. Constant 0 must stay 256.
-// Dispatch (ceil(N / 128), ceil(M / BM), 1).
+// Dispatch (ceil(N / 128), ceil(M / 128), 1).
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_control_flow_attributes : require
@@ -37,11 +37,7 @@ layout(std140, binding = 3) uniform Params {
 } p;
 
 const uint WG = 256u;
-#ifndef BM_ROWS
-#define BM_ROWS 128u
-#endif
-const uint BM = BM_ROWS;              // activation rows per tile: 128, or 64 (matmul_coop64_T,
-                                      // twice the workgroups where 128 gives too few for the GPU)
+const uint BM = 128u;                 // activation rows per tile
 const uint BN = 128u;                 // weight rows per tile
 const uint BK = 32u;                  // values of K per step
 const uint SK = (BK + 8u) / 4u;       // shared row stride in f16vec4s (80 bytes: fewer bank conflicts)
@@ -49,8 +45,8 @@ const uint UPT = BK / UNIT_VALUES;    // units per step
 const uint WIT = BN * UPT / WG;       // weight units per thread per step
 const uint XVR = BK / 4u;             // vec4s of one activation row per step
 const uint XIT = BM * XVR / WG;       // activation vec4s per thread per step
-// warp layout: 2 x 4 subgroups, each BM/2 activation rows x 32 weight rows = BM/32 x 2 tiles of 16
-const uint SGM = BM / 2u, SGN = 32u, TM = SGM / 16u, TN = SGN / 16u;
+// warp layout: 2 x 4 subgroups, each 64 activation rows x 32 weight rows = 4 x 2 tiles of 16
+const uint SGM = 64u, SGN = 32u, TM = SGM / 16u, TN = SGN / 16u;
 
 // float16 tiles as f16vec4s (one 8-byte store per group of 4 values; coopMatLoad counts
 // offsets and strides in array elements, so in units of 4 values)

@@ -48,12 +48,6 @@ case "$what" in
       VELO_GPU_MATVEC=$s velo bench "$f" --backend vulkan -p 0 -n 128 -r 3 --json | tr -d '\n' > "$OUT/tune-${s/,/x}.json"
       python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('matvec $s',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])" "$OUT/tune-${s/,/x}.json"
     done ;;
-  coopbm)  # pp512 with 128-row tensor-core tiles everywhere, then with the host's choice (64 where few)
-    f=$(model "$1")
-    for bm in 128 auto; do
-      env $([ $bm = auto ] || echo VELO_GPU_COOP_BM=$bm) /tmp/bun "$C/velo.js" bench "$f" --backend vulkan -p 512 -n 0 -r 5 --json | tr -d '\n' > "$OUT/coopbm-$bm.json"
-      python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('coop BM $bm',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])" "$OUT/coopbm-$bm.json"
-    done ;;
   coopmat)  # tensor-core prefill (matmul_coop) against the portable kernel (bench/gpu/coopmat-check.ts)
     fs=(); for m in "$@"; do fs+=("$(model "$m")"); done
     /tmp/bun "$C/coopmat-check.js" "${fs[@]}" ;;

@@ -166,7 +166,7 @@ final class GPUForward: ForwardOps {
         for w in model.matrices {
             for m in [1, 2, 4, 8, 16] { _ = try pipeline(GPUKernels.matvec(w.type, rows: m)) }
             _ = try pipeline(GPUKernels.matmul(w.type))
-            if GPUKernels.useCoop(device) { for bm in [64, 128] { _ = try pipeline(GPUKernels.matmulCoop(w.type, rows: bm)) } }
+            if GPUKernels.useCoop(device) { _ = try pipeline(GPUKernels.matmulCoop(w.type)) }
         }
         if x16 != nil { _ = try pipeline(GPUKernels.toF16) }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
@@ -296,8 +296,7 @@ final class GPUForward: ForwardOps {
             }
             var p16 = params
             p16[4] = UInt32(kp)
-            let bm = GPUKernels.matmulCoopRows(n: w.rows, m: rows)
-            dispatch(GPUKernels.matmulCoop(w.type, rows: bm), [wb, GPUBinding(x16), y], p16, GPUKernels.matmulCoopGroups(n: w.rows, m: rows, rows: bm), op)
+            dispatch(GPUKernels.matmulCoop(w.type), [wb, GPUBinding(x16), y], p16, GPUKernels.matmulCoopGroups(n: w.rows, m: rows), op)
         } else {
             let k = GPUKernels.matmul(w.type)
             dispatch(k, [wb, x, y], params, GPUKernels.matmulGroups(n: w.rows, m: rows), op)

@@ -85,23 +85,15 @@ enum GPUKernels {
     /// VELO_GPU_NO_COOPMAT (any value) keeps prefill on the portable matmul_T (A/B checks).
     static let coopDisabled = getenv("VELO_GPU_NO_COOPMAT") != nil
     static func useCoop(_ device: GPUDevice) -> Bool { device.cooperativeMatrix && !coopDisabled }
-    static func matmulCoop(_ t: GGMLType, rows: Int = 128) -> Kernel {
-        Kernel(name: (rows == 64 ? "matmul_coop64_" : "matmul_coop_") + suffix(t), buffers: 3, constants: [256])
+    static func matmulCoop(_ t: GGMLType) -> Kernel {
+        Kernel(name: "matmul_coop_" + suffix(t), buffers: 3, constants: [256])
     }
-    /// Activation rows per tensor-core tile: 128, or 64 where 128 leaves fewer than 256
-    /// workgroups (an H100 has 132 SMs, each running two): the Q|K|V, O and down products of a
-    /// 512-token prefill. VELO_GPU_COOP_BM=64 or 128 fixes it (A/B runs).
-    static func matmulCoopRows(n: Int, m: Int) -> Int {
-        if let f = coopRowsOverride { return f }
-        return ((n + 127) / 128) * ((m + 127) / 128) < 256 ? 64 : 128
-    }
-    private static let coopRowsOverride: Int? = getenv("VELO_GPU_COOP_BM").flatMap { Int(String(cString: $0)) }.flatMap { [64, 128].contains($0) ? $0 : nil }
     /// Activation rows to float16 for matmul_coop_T (X, Y; rows of K padded with zeros to `f16Row(K)`).
     static let toF16 = Kernel(name: "to_f16", buffers: 2, constants: [256])
     static func f16Row(_ k: Int) -> Int { (k + 3) / 4 * 4 }
     static func toF16Groups(k: Int, m: Int) -> (Int, Int, Int) { ((f16Row(k) / 4 + 255) / 256, m, 1) }
-    static func matmulCoopGroups(n: Int, m: Int, rows: Int = 128) -> (Int, Int, Int) {
-        ((n + matmulCoopTile - 1) / matmulCoopTile, (m + rows - 1) / rows, 1)
+    static func matmulCoopGroups(n: Int, m: Int) -> (Int, Int, Int) {
+        ((n + matmulCoopTile - 1) / matmulCoopTile, (m + matmulCoopTile - 1) / matmulCoopTile, 1)
     }
     static func getRows(_ t: GGMLType) -> Kernel { Kernel(name: "get_rows_" + suffix(t), buffers: 3, constants: [256]) }
 
