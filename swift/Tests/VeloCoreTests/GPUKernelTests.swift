@@ -146,7 +146,7 @@ final class GPUKernelTests: XCTestCase {
                         let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
                         try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
                         let yb = try upload([Float](repeating: .nan, count: m * n))
-                        try run(GPUKernels.matvecDot(type, rows: m), [wb, xq, xd, yb], params, GPUKernels.matvecGroups(n: n, m: m))
+                        try run(GPUKernels.matvecDot(type, rows: m), [wb, xq, xd, yb], params, GPUKernels.matvecGroups(n: n, m: m, dot: true))
                         assertClose(try read(yb, m * n), want, tolerance: tolDot, "matvec_dot \(type.name) N=\(n) M=\(m) K=\(k)")
                     }
                     // several activation-row groups: 4 columns per workgroup
@@ -227,7 +227,7 @@ final class GPUKernelTests: XCTestCase {
                                 let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
                                 try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
                                 let yd = try upload([Float](repeating: .nan, count: m * pairs))
-                                try run(GPUKernels.matvecDot(type, rows: m), [wb, xq, xd, yd], params, GPUKernels.matvecGroups(n: n, m: m))
+                                try run(GPUKernels.matvecDot(type, rows: m), [wb, xq, xd, yd], params, GPUKernels.matvecGroups(n: n, m: m, dot: true))
                                 assertClose(try read(yd, m * pairs), want, tolerance: bound(tolDot), "matvec_dot glu " + what)
                             }
                         }

@@ -280,7 +280,7 @@ final class GPUForward: ForwardOps {
                 q8Source = key
             }
             dispatch(GPUKernels.matvecDot(w.type, rows: rows), [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y], params,
-                     GPUKernels.matvecGroups(n: w.rows, m: rows), op)
+                     GPUKernels.matvecGroups(n: w.rows, m: rows, dot: true), op)
             if q8Source?.buffer == ObjectIdentifier(y.buffer) { q8Source = nil } // Y overwrote them
         } else if rows <= GPUKernels.matvecMaxRows {
             let k = GPUKernels.matvec(w.type, rows: rows)

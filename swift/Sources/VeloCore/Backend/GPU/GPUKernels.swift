@@ -22,17 +22,22 @@ enum GPUKernels {
     private static let suffixes: [GGMLType: String] = Dictionary(uniqueKeysWithValues: weightTypes.map { ($0, $0.name.lowercased()) })
 
     // matrix × vector (decode): NCOLS activation rows per weight read (1, 2, 4, 8 or 16: the
-    // smallest that covers the batch), ROWS weight rows per group
-    static let matvecLocal: UInt32 = tuning.local
-    static let matvecRowsPerGroup = tuning.rows
-    /// VELO_GPU_MATVEC=THREADS,ROWS overrides the matrix×vector shape (tuning runs on a device;
-    /// ROWS even, for the gated-MLP pairs; more than 8 would spill the accumulators).
-    private static let tuning: (local: UInt32, rows: Int) = {
-        guard let s = getenv("VELO_GPU_MATVEC").map({ String(cString: $0) }) else { return (128, 4) }
+    // smallest that covers the batch), ROWS weight rows per group, THREADS per group
+    static let matvecLocal: UInt32 = tuning?.local ?? 128
+    static let matvecRowsPerGroup = tuning?.rows ?? 4
+    /// The 8-bit-activation kernel in smaller groups: 64 threads over 2 weight rows decoded 8B
+    /// Q4_0 at 248.7 t/s against 238.8 with 128 over 4, and 8 sequences at 937 against 785
+    /// (H100, bench/RESULTS.md).
+    static let matvecDotLocal: UInt32 = tuning?.local ?? 64
+    static let matvecDotRowsPerGroup = tuning?.rows ?? 2
+    /// VELO_GPU_MATVEC=THREADS,ROWS overrides both shapes (tuning runs on a device; ROWS even,
+    /// for the gated-MLP pairs; more than 8 would spill the accumulators).
+    private static let tuning: (local: UInt32, rows: Int)? = {
+        guard let s = getenv("VELO_GPU_MATVEC").map({ String(cString: $0) }) else { return nil }
         let f = s.split(separator: ",").compactMap { Int($0) }
         guard f.count == 2, [32, 64, 128, 256, 512].contains(f[0]), [2, 4, 6, 8].contains(f[1]) else {
             fputs("velo: ignoring VELO_GPU_MATVEC=\(s) (expected THREADS,ROWS: THREADS 32…512, a power of two; ROWS 2, 4, 6 or 8)\n", stderr)
-            return (128, 4)
+            return nil
         }
         return (UInt32(f[0]), f[1])
     }()
@@ -46,9 +51,9 @@ enum GPUKernels {
     static func matvec(_ t: GGMLType, rows m: Int) -> Kernel {
         Kernel(name: "matvec_" + suffix(t), buffers: 3, constants: [matvecLocal, UInt32(matvecCols(m)), UInt32(matvecRowsPerGroup)])
     }
-    static func matvecGroups(n: Int, m: Int) -> (Int, Int, Int) {
-        let cols = matvecCols(m)
-        return ((n + matvecRowsPerGroup - 1) / matvecRowsPerGroup, (m + cols - 1) / cols, 1)
+    static func matvecGroups(n: Int, m: Int, dot: Bool = false) -> (Int, Int, Int) {
+        let cols = matvecCols(m), rows = dot ? matvecDotRowsPerGroup : matvecRowsPerGroup
+        return ((n + rows - 1) / rows, (m + cols - 1) / cols, 1)
     }
     /// Weight types with an 8-bit-activation matvec (`matvec_dot_T`: integer dot products with
     /// the activations quantized once per input by `quantizeQ8`), on devices that have them.
@@ -64,9 +69,9 @@ enum GPUKernels {
         #endif
         return false
     }
-    /// Buffers: W, XQ, XD (quantize_q8's outputs), Y; dispatched as matvec_T (matvecGroups).
+    /// Buffers: W, XQ, XD (quantize_q8's outputs), Y; dispatched as matvec_T (matvecGroups, dot).
     static func matvecDot(_ t: GGMLType, rows m: Int) -> Kernel {
-        Kernel(name: "matvec_dot_" + suffix(t), buffers: 4, constants: [matvecLocal, UInt32(matvecCols(m)), UInt32(matvecRowsPerGroup)])
+        Kernel(name: "matvec_dot_" + suffix(t), buffers: 4, constants: [matvecDotLocal, UInt32(matvecCols(m)), UInt32(matvecDotRowsPerGroup)])
     }
     /// Activation rows to 8-bit blocks of 32 (X, XQ, XD): 8 threads per block.
     static let quantizeQ8 = Kernel(name: "quantize_q8", buffers: 3, constants: [256])
