@@ -92,6 +92,37 @@ final class GPUKernelTests: XCTestCase {
         return (bytes, rowBytes, values)
     }
 
+    /// W · X in float64 for `m` activation rows of `k` values and `n` weight rows, with error
+    /// bounds for float kernels (`tol`) and for 8-bit activations (`tolDot`): x_j becomes q_j d
+    /// with d = f16(amax/127), |q_j d - x_j| <= d/2 + 127 |d - amax/127| <= (1/2 + 127 * 2^-11)
+    /// amax/127 per block of 32, so a product moves by at most that times the block's sum of |w|.
+    func products(_ w: [Float], _ x: [Float], n: Int, k: Int, m: Int) -> (want: [Double], tol: [Double], tolDot: [Double]) {
+        var want = [Double](repeating: 0, count: m * n), tol = want, tolDot = want
+        for i in 0..<m {
+            for r in 0..<n {
+                var s = 0.0, a = 0.0
+                for j in 0..<k {
+                    let p = Double(w[r * k + j]) * Double(x[i * k + j])
+                    s += p
+                    a += abs(p)
+                }
+                want[i * n + r] = s
+                tol[i * n + r] = 1e-4 * a + 1e-5
+                var td = tol[i * n + r]
+                for b in 0..<(k / 32) {
+                    var amax: Float = 0, aw = 0.0
+                    for j in (b * 32)..<(b * 32 + 32) {
+                        amax = max(amax, abs(x[i * k + j]))
+                        aw += abs(Double(w[r * k + j]))
+                    }
+                    td += aw * Double(amax) / 127 * (0.5 + 127.0 / 2048) * 1.001
+                }
+                tolDot[i * n + r] = td
+            }
+        }
+        return (want, tol, tolDot)
+    }
+
     func testMatrixKernelsEveryType() throws {
         #if !canImport(Metal)
         // lavapipe has VK_KHR_shader_integer_dot_product: the matvec_dot_T kernels are checked here
@@ -105,19 +136,7 @@ final class GPUKernelTests: XCTestCase {
                 let wb = try upload(w.bytes)
                 for m in ms {
                     let x = random(m * k)
-                    var want = [Double](repeating: 0, count: m * n), tol = want
-                    for i in 0..<m {
-                        for r in 0..<n {
-                            var s = 0.0, a = 0.0
-                            for j in 0..<k {
-                                let p = Double(w.values[r * k + j]) * Double(x[i * k + j])
-                                s += p
-                                a += abs(p)
-                            }
-                            want[i * n + r] = s
-                            tol[i * n + r] = 1e-4 * a + 1e-5
-                        }
-                    }
+                    let (want, tol, tolDot) = products(w.values, x, n: n, k: k, m: m)
                     let xb = try upload(x)
                     let params = [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(n), 0]
                     if m <= GPUKernels.matvecMaxRows {
@@ -126,22 +145,6 @@ final class GPUKernelTests: XCTestCase {
                         assertClose(try read(yb, m * n), want, tolerance: tol, "matvec \(type.name) N=\(n) M=\(m) K=\(k)")
                     }
                     if m <= GPUKernels.matvecMaxRows, GPUKernels.dotTypes.contains(type), GPUKernels.integerDot(try device()) {
-                        // 8-bit activations: x_j becomes q_j d with d = f16(amax/127), |q_j d - x_j| <=
-                        // d/2 + 127 |d - amax/127| <= (1/2 + 127 * 2^-11) amax/127 per block of 32, so
-                        // the product moves by at most that times the block's sum of |w|
-                        var tolDot = tol
-                        for i in 0..<m {
-                            for r in 0..<n {
-                                for b in 0..<(k / 32) {
-                                    var amax: Float = 0, aw = 0.0
-                                    for j in (b * 32)..<(b * 32 + 32) {
-                                        amax = max(amax, abs(x[i * k + j]))
-                                        aw += abs(Double(w.values[r * k + j]))
-                                    }
-                                    tolDot[i * n + r] += aw * Double(amax) / 127 * (0.5 + 127.0 / 2048) * 1.001
-                                }
-                            }
-                        }
                         let sizes = GPUKernels.q8Bytes(k: k, m: m)
                         let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
                         try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
@@ -177,29 +180,7 @@ final class GPUKernelTests: XCTestCase {
                     for m in [1, 3, 16, 40] {
                         let x = random(m * k)
                         // products, their error bounds (float, 8-bit activations), then silu(g)·u
-                        var prod = [Double](repeating: 0, count: m * n), tol = prod, tolDot = prod
-                        for i in 0..<m {
-                            for r in 0..<n {
-                                var s = 0.0, a = 0.0
-                                for j in 0..<k {
-                                    let p = Double(w.values[r * k + j]) * Double(x[i * k + j])
-                                    s += p
-                                    a += abs(p)
-                                }
-                                prod[i * n + r] = s
-                                tol[i * n + r] = 1e-4 * a + 1e-5
-                                var td = tol[i * n + r]
-                                for b in 0..<(k / 32) {
-                                    var amax: Float = 0, aw = 0.0
-                                    for j in (b * 32)..<(b * 32 + 32) {
-                                        amax = max(amax, abs(x[i * k + j]))
-                                        aw += abs(Double(w.values[r * k + j]))
-                                    }
-                                    td += aw * Double(amax) / 127 * (0.5 + 127.0 / 2048) * 1.001
-                                }
-                                tolDot[i * n + r] = td
-                            }
-                        }
+                        let (prod, tol, tolDot) = products(w.values, x, n: n, k: k, m: m)
                         func silu(_ g: Double) -> Double { g / (1 + exp(-g)) }
                         var want = [Double](repeating: 0, count: m * pairs)
                         func bound(_ t: [Double]) -> [Double] {

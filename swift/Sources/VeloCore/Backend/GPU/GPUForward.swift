@@ -1,4 +1,3 @@
-
 /// `ForwardOps` on a GPU: weights uploaded once, activations and K/V in GPU memory, and each
 /// forward pass recorded into one command buffer (one dispatch per op, kernels from
 /// `shaders/`), run at `finish`, with the logits read back from mapped memory. The same code
@@ -17,8 +16,6 @@ final class GPUForward: ForwardOps {
     /// device's binding alignment), so one product with the layer's concatenated Q/K/V weight
     /// fills all three.
     private var views: [(buffer: GPUBuffer, offset: Int, stride: Int)] = []
-    /// Whether Q, K and V are views of one row (`views`).
-    private let qkvRows: Bool
     private let logitsBuffer: GPUBuffer
     /// Per-step inputs, host-written: token ids, positions, page-table starts, logit rows,
     /// page tables (sections at aligned offsets of one mapped buffer).
@@ -45,15 +42,20 @@ final class GPUForward: ForwardOps {
     /// Decode with 8-bit activations (matvec_dot_T): quantize_q8's outputs for up to
     /// matvecMaxRows rows (values, (d, sum) pairs); nil when the device or no weight type has it.
     private let q8: (values: GPUBuffer, scales: GPUBuffer)?
-    /// The activation rows q8 holds now (buffer, offset, rows, stride, K); any dispatch but
-    /// quantize_q8 and matvec_dot_T may change them, so every other one clears this.
-    private var q8Source: (buffer: ObjectIdentifier, offset: Int, rows: Int, xStride: Int, k: Int)?
+    /// Which activation rows a converted copy (q8, x16) holds: buffer, offset, rows, stride, K.
+    private typealias RowsKey = (buffer: ObjectIdentifier, offset: Int, rows: Int, xStride: Int, k: Int)
+    private func rowsKey(_ x: GPUBinding, rows: Int, xStride: Int, k: Int) -> RowsKey {
+        (ObjectIdentifier(x.buffer), x.offset, rows, xStride, k)
+    }
+    /// The activation rows q8 holds now; any dispatch but quantize_q8 and matvec_dot_T may
+    /// change them, so every other one clears this.
+    private var q8Source: RowsKey?
     /// Row length q8 holds blocks for (the longest input of a matvec_dot weight).
     private let q8Width: Int
     /// Prefill on tensor cores (matmul_coop_T): to_f16's copy of the activation rows, and which
     /// rows it holds now (as q8Source; any dispatch but to_f16 and matmul_coop_T clears it).
     private let x16: GPUBuffer?
-    private var x16Source: (buffer: ObjectIdentifier, offset: Int, rows: Int, xStride: Int, k: Int)?
+    private var x16Source: RowsKey?
 
     init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
          maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
@@ -70,7 +72,7 @@ final class GPUForward: ForwardOps {
         attnScratch = try device.makeBuffer(
             bytes: max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16),
             memory: .device, label: "attention partials")
-        qkvRows = (c.qDim * 4) % device.bindingAlignment == 0 && (c.kvDim * 4) % device.bindingAlignment == 0
+        let qkvRows = (c.qDim * 4) % device.bindingAlignment == 0 && (c.kvDim * 4) % device.bindingAlignment == 0
         let qkvWidth = c.qDim + 2 * c.kvDim
         let qkv = qkvRows ? try device.makeBuffer(bytes: maxTokens * qkvWidth * 4, memory: .device, label: "Q|K|V activations") : nil
         for a in Activation.allCases {
@@ -273,7 +275,7 @@ final class GPUForward: ForwardOps {
         if rows <= GPUKernels.matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
             // activations to 8 bits once per input (the Q, K and V products share it), then
             // integer dot products with the weight blocks
-            let key = (ObjectIdentifier(x.buffer), x.offset, rows, xStride, w.cols)
+            let key = rowsKey(x, rows: rows, xStride: xStride, k: w.cols)
             if q8Source.map({ $0 != key }) ?? true {
                 dispatch(GPUKernels.quantizeQ8, [x, GPUBinding(q8.values), GPUBinding(q8.scales)],
                          [UInt32(w.cols), UInt32(rows), UInt32(xStride)], GPUKernels.quantizeQ8Groups(k: w.cols, m: rows), op)
@@ -288,7 +290,7 @@ final class GPUForward: ForwardOps {
         } else if GPUKernels.useCoop(device), let x16 {
             // activations to float16 once per input (Q|K|V, gate/up, O and down each have one)
             let kp = GPUKernels.f16Row(w.cols)
-            let key = (ObjectIdentifier(x.buffer), x.offset, rows, xStride, w.cols)
+            let key = rowsKey(x, rows: rows, xStride: xStride, k: w.cols)
             if x16Source.map({ $0 != key }) ?? true {
                 dispatch(GPUKernels.toF16, [x, GPUBinding(x16)], [UInt32(w.cols), UInt32(rows), UInt32(xStride), UInt32(kp)],
                          GPUKernels.toF16Groups(k: w.cols, m: rows), op)
@@ -343,11 +345,11 @@ final class GPUForward: ForwardOps {
                  (n, c.kvHeads, splits), .attention)
         guard splits > 1 else { return }
         let params = [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)]
-        if let q8, n <= GPUKernels.matvecMaxRows, c.headDim % 32 == 0, c.headDim <= 256, c.qDim <= q8Width {
+        if let q8, n <= GPUKernels.matvecMaxRows, c.headDim % 32 == 0, c.headDim <= GPUKernels.attentionCombineQ8MaxHeadDim, c.qDim <= q8Width {
             // the output also as 8-bit blocks, for the O product's matvec_dot
             dispatch(GPUKernels.attentionCombineQ8, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(q8.values), GPUBinding(q8.scales)],
                      params, (n, c.heads, 1), .attention)
-            q8Source = (ObjectIdentifier(views[Activation.attn.rawValue].buffer), views[Activation.attn.rawValue].offset, n, stride(.attn), c.qDim)
+            q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim)
         } else {
             dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos], params, (n, c.heads, 1), .attention)
         }
@@ -359,7 +361,7 @@ final class GPUForward: ForwardOps {
         if let q8, n <= GPUKernels.matvecMaxRows, dim % 32 == 0, dim <= GPUKernels.addRMSNormQ8MaxWidth, dim <= q8Width {
             // the norm also as 8-bit blocks, for the matvec_dot products that read it next
             dispatch(GPUKernels.addRMSNormQ8, bindings + [GPUBinding(q8.values), GPUBinding(q8.scales)], params, (n, 1, 1), .norm)
-            q8Source = (ObjectIdentifier(views[out.rawValue].buffer), views[out.rawValue].offset, n, stride(out), dim)
+            q8Source = rowsKey(act(out), rows: n, xStride: stride(out), k: dim)
         } else {
             dispatch(GPUKernels.addRMSNorm, bindings, params, (n, 1, 1), .norm)
         }

@@ -118,8 +118,9 @@ enum GPUKernels {
     static let attention = Kernel(name: "attention", buffers: 7, constants: [128])
     static let attentionCombine = Kernel(name: "attention_combine", buffers: 3, constants: [128])
     /// attention_combine that also writes its output as quantize_q8's blocks (buffers + XQ, XD),
-    /// for head sizes that are multiples of 32, at most 256.
+    /// for head sizes that are multiples of 32, at most `attentionCombineQ8MaxHeadDim`.
     static let attentionCombineQ8 = Kernel(name: "attention_combine_q8", buffers: 5, constants: [128])
+    static let attentionCombineQ8MaxHeadDim = 256
     /// Keys per attention tile; chunks are multiples of it.
     static let attentionTile = 32
     /// Most splits per token (attention_combine weighs up to 256).
