@@ -62,14 +62,17 @@ test-bun:
 # Weight kernels are built once per weight type (-DWTYPE_<TYPE>), named <kernel>_<type>.
 WTYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k
 WEIGHT_KERNELS := get_rows matvec matmul matmul_coop
-PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attention_combine swiglu swiglu_pairs add quantize_q8 to_f16
+PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attention_tiled attention_combine swiglu swiglu_pairs add quantize_q8 to_f16
 # matvec with 8-bit activations and integer dot products, for the types it supports
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
 Q8_KERNELS := add_rms_norm attention_combine
-SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS))
+# the tensor-core GEMM stepping 64 values of K at a time (-DBK64), an experiment on Q4_0
+COOP_BK64_TYPES := q4_0
+SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) \
+  $(addprefix matmul_coop_bk64_,$(COOP_BK64_TYPES))
 # Vulkan-only kernels (extensions spirv-cross cannot translate: cooperative matrices): no MSL
-VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES))
+VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) $(addprefix matmul_coop_bk64_,$(COOP_BK64_TYPES))
 MSL_SHADERS := $(filter-out $(VULKAN_ONLY),$(SHADERS))
 SPV_ENV := vulkan1.2
 MSL_VER := 20400
@@ -94,6 +97,7 @@ $(foreach k,$(WEIGHT_KERNELS),$(foreach t,$(WTYPES),\
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matvec_dot.comp,-DWTYPE_$(call upper,$(t)))))
 $(foreach k,$(PLAIN_KERNELS),$(eval $(call shader_rules,$(k),shaders/$(k).comp,)))
 $(foreach k,$(Q8_KERNELS),$(eval $(call shader_rules,$(k)_q8,shaders/$(k).comp,-DQ8)))
+$(foreach t,$(COOP_BK64_TYPES),$(eval $(call shader_rules,matmul_coop_bk64_$(t),shaders/matmul_coop.comp,-DWTYPE_$(call upper,$(t)) -DBK64)))
 -include $(wildcard $(SHADER_GEN)/*.d)
 
 # the list of shaders, rewritten only when it changes, so the registry follows it

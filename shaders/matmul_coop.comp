@@ -39,7 +39,15 @@ layout(std140, binding = 3) uniform Params {
 const uint WG = 256u;
 const uint BM = 128u;                 // activation rows per tile
 const uint BN = 128u;                 // weight rows per tile
+#ifdef BK64
+// one shared buffer of 64 values of K per step: twice the products between barriers, the
+// next step's loads still in flight in registers during them (two barriers per step)
+const uint BK = 64u;
+const uint NBUF = 1u;
+#else
 const uint BK = 32u;                  // values of K per step
+const uint NBUF = 2u;                 // shared buffers (double-buffered: one barrier per step)
+#endif
 const uint SK = (BK + 8u) / 4u;       // shared row stride in f16vec4s (80 bytes: fewer bank conflicts)
 const uint UPT = BK / UNIT_VALUES;    // units per step
 const uint WIT = BN * UPT / WG;       // weight units per thread per step
@@ -50,8 +58,8 @@ const uint SGM = 64u, SGN = 32u, TM = SGM / 16u, TN = SGN / 16u;
 
 // float16 tiles as f16vec4s (one 8-byte store per group of 4 values; coopMatLoad counts
 // offsets and strides in array elements, so in units of 4 values)
-shared f16vec4 Xs[2u * BM * SK];      // [buf][m][k/4]
-shared f16vec4 Ws[2u * BN * SK];      // [buf][n][k/4]
+shared f16vec4 Xs[NBUF * BM * SK];   // [buf][m][k/4]
+shared f16vec4 Ws[NBUF * BN * SK];    // [buf][n][k/4]
 shared float Cs[8u * 256u];           // per subgroup: one 16 x 16 result tile (edge tiles)
 
 Unit wu[WIT];
@@ -105,7 +113,7 @@ void main() {
     stash(0u, tid);
     barrier();
     for (uint s = 0u; s < steps; s++) {
-        const uint b = s & 1u;
+        const uint b = NBUF == 2u ? s & 1u : 0u;
         const bool more = s + 1u < steps;
         if (more) fetch((s + 1u) * UPT, n0, m0, U, rowWords, tid);
         [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
@@ -119,7 +127,8 @@ void main() {
                 [[unroll]] for (uint j = 0u; j < TN; j++)
                     acc[i * TN + j] = coopMatMulAdd(a[i], w[j], acc[i * TN + j]);
         }
-        if (more) stash(b ^ 1u, tid);
+        if (NBUF == 1u) barrier();
+        if (more) stash(NBUF == 2u ? b ^ 1u : 0u, tid);
         barrier();
     }
 

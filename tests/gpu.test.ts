@@ -55,6 +55,18 @@ describe(`${backend} backend`, () => {
     });
   }, SLOW);
 
+  test("long prompts (prefill attention in FlashAttention tiles) give the CPU's tokens, alone and together", async () => {
+    // deterministic token ids in stories260K's vocabulary; 90 and 47 tokens, chunks of 64
+    const prompts = [90, 47].map((n, s) => [1, ...Array.from({ length: n - 1 }, (_, i) => 3 + ((i * 37 + s * 101) % 500))]);
+    const cpu: number[][] = [];
+    for (const p of prompts) cpu.push(await greedy("stories260K.gguf", { ctxSize: 256, backend: "cpu", threads: 2 }, p, 20));
+    for (const [i, p] of prompts.entries()) expect(await greedy("stories260K.gguf", { ctxSize: 256, backend }, p, 20)).toEqual(cpu[i]!);
+    await withEngine("stories260K.gguf", { ctxSize: 256, backend, maxBatchSize: 2, batchTokens: 64 }, async (engine) => {
+      const got = await Promise.all(prompts.map((p) => engine.submit({ promptTokens: p, maxTokens: 20, temperature: 0, ignoreEos: true }).collect()));
+      expect(got.map((r) => r.tokens)).toEqual(cpu);
+    });
+  }, SLOW);
+
   test("draft speculation on the GPU is exact", async () => {
     const c = golden["stories260K"]!.cases[0]!;
     const plain = await greedy("stories260K.gguf", { ctxSize: 256, backend }, c.prompt_ids_with_bos, 40);

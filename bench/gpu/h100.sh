@@ -3,7 +3,7 @@
 # lends: no Swift, Bun or Vulkan loader there). Everything it needs travels in .carry/ and .gl/
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
-#   bench/gpu/h100.sh golden | bench MODELS... | batched MODELS... | tune MODEL SHAPES... |
+#   bench/gpu/h100.sh golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... |
 #                     coopmat MODELS... | spec
 # Models are synthesized there (random weights, real shapes) by Velo's own writer.
 set -euo pipefail
@@ -36,6 +36,10 @@ case "$what" in
       velo bench "$f" --backend vulkan -p 512 -n 128 -r 1 --profile --json | tr -d '\n' >> "$OUT/profile.jsonl"; echo >> "$OUT/profile.jsonl"
       tail -1 "$OUT/bench.jsonl" | python3 -c "import json,sys;j=json.load(sys.stdin);print('$m',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])"
     done ;;
+  kernels)  # pp512 of each model with the per-kernel GPU profile (slowest kernels and grids)
+    for m in "$@"; do
+      velo bench "$(model "$m")" --backend vulkan -p 512 -n 0 -r 2 --profile
+    done ;;
   batched)  # 1, 2, 4, 8, 16 sequences of 128 prompt + 128 generated tokens
     for m in "$@"; do
       f=$(model "$m")
@@ -58,5 +62,5 @@ case "$what" in
     /tmp/bun "$C/speculative.js" "$(model 8b-q4_0)" --spec ngram -n 128 --runs 3 --backend vulkan > "$OUT/spec-8b-ngram.json"
     /tmp/bun "$C/speculative.js" "$(model 8b-q4_0)" --draft "$(model 3b-q4_0)" -n 128 --runs 3 --backend vulkan > "$OUT/spec-8b-draft3b.json"
     for f in "$OUT"/spec-*.json; do python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print(sys.argv[1].split('/')[-1], round(j['plain_tps'],1), 'adaptive', round(j['adaptive']['speedup'],3), 'fixed', round(j['fixed_k']['speedup'],3), 'acc', round(j['fixed_k']['acceptance'],3), j['verify_cost_vs_one_decode_step'])" "$f"; done ;;
-  *) echo "usage: $0 golden | bench MODELS... | batched MODELS... | tune MODEL SHAPES... | coopmat MODELS... | spec" >&2; exit 2 ;;
+  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... | coopmat MODELS... | spec" >&2; exit 2 ;;
 esac

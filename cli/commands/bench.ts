@@ -156,9 +156,10 @@ export function benchCommand(): Command {
           types: info.tensor_types, backend: backendLabel(stats), threads: stats.threads,
         };
         const profile = stats.profile_ms ?? undefined;
+        const kernels = stats.kernel_ms ?? undefined;
         const speculation = stats.speculation ?? undefined;
         if (flags.json) {
-          console.log(JSON.stringify({ ...meta, results, profile_ms: profile, speculation }, null, 2));
+          console.log(JSON.stringify({ ...meta, results, profile_ms: profile, kernel_ms: kernels, speculation }, null, 2));
           return;
         }
         const table = new Table({ head: ["model", "size", "params", "backend", "threads", "test", "t/s"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
@@ -178,6 +179,11 @@ export function benchCommand(): Command {
           const t = new Table({ head: ["op", "ms", "share"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
           for (const [op, ms] of Object.entries(profile).sort((a, b) => b[1] - a[1])) t.push([op, ms.toFixed(1), `${((ms / total) * 100).toFixed(1)} %`]);
           console.log(`time by op over all runs (warm-up included):\n${t.toString()}`);
+        }
+        if (kernels && Object.keys(kernels).length > 0) {
+          const t = new Table({ head: ["kernel and grid", "ms", "dispatches", "µs each"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
+          for (const [k, v] of Object.entries(kernels).slice(0, 20)) t.push([k, v.ms.toFixed(1), v.count, ((v.ms * 1000) / v.count).toFixed(1)]);
+          console.log(`slowest GPU kernels over all runs (warm-up included):\n${t.toString()}`);
         }
       } finally {
         loaded.close();

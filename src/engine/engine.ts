@@ -37,7 +37,9 @@ export interface SpeculationStats {
   steps: number;
   paused_steps: number;
 }
-export type EngineStats = Record<string, number> & { profile_ms?: Record<string, number> | null; speculation?: SpeculationStats | null };
+/** GPU time by kernel and grid ("matmul_coop_T_q4_0 32x4x1"), slowest first; with `profile` on a GPU backend. */
+export type KernelTimes = Record<string, { ms: number; count: number }>;
+export type EngineStats = Record<string, number> & { profile_ms?: Record<string, number> | null; kernel_ms?: KernelTimes | null; speculation?: SpeculationStats | null };
 
 export interface SamplingOptions {
   temperature?: number;

@@ -398,6 +398,9 @@ final class GPUKernelTests: XCTestCase {
             (2, 1, 128, 8, [37, 6], [3, 2]),
             (32, 8, 128, 16, [333, 17], [1, 1]), (8, 1, 80, 16, [517, 40], [2, 1]), (16, 2, 64, 16, [1000, 70], [1, 3]),
             (4, 4, 128, 16, [129, 2], [2, 1]), (9, 1, 64, 16, [260, 100], [1, 1]),
+            // prefill-sized: many fresh tokens, so attention_tiled gets several blocks a sequence
+            (4, 2, 16, 4, [37, 6], [37, 6]), (32, 8, 128, 16, [333, 17], [45, 17]), (9, 1, 64, 16, [70, 100], [13, 31]),
+            (3, 1, 12, 8, [50, 33], [50, 20]), (2, 2, 8, 16, [90, 1], [90, 1]),
         ]
         for (heads, kvHeads, hd, pageSize, lengths, fresh) in cases {
             let kvDim = kvHeads * hd, layers = 2, layer = 1
@@ -496,7 +499,28 @@ final class GPUKernelTests: XCTestCase {
                 assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
                             "attention heads=\(heads)/\(kvHeads) hd=\(hd) page=\(pageSize) lengths=\(lengths) chunk=\(chunk) splits=\(splits)")
             }
+            // FlashAttention-2 tiles over query blocks (each case's shapes suit the kernel
+            // except head sizes past 128)
+            if GPUKernels.attentionTiledFits(heads: heads, kvHeads: kvHeads, headDim: hd) {
+                let blocks = GPUKernels.attentionQueryBlocks(sequence: tokseq, group: heads / kvHeads)
+                let out = try upload([Float](repeating: .nan, count: n * heads * hd))
+                try run(GPUKernels.attentionTiled, [qB, kv, out, posB, ptB, tabB, try upload(blocks)],
+                        [UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
+                         scale.bitPattern, UInt32(qStride)],
+                        (blocks.count / 2, kvHeads, 1))
+                assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
+                            "attention_tiled heads=\(heads)/\(kvHeads) hd=\(hd) page=\(pageSize) lengths=\(lengths) fresh=\(fresh)")
+            } else {
+                XCTAssert(hd > GPUKernels.attentionTiledMaxHeadDim || hd % 4 != 0, "attention_tiled should take heads=\(heads)/\(kvHeads) hd=\(hd)")
+            }
         }
+        // query blocks: one sequence each, consecutive, at most 32 / G tokens, all tokens covered
+        let seq = [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2]
+        XCTAssertEqual(GPUKernels.attentionQueryBlocks(sequence: seq, group: 4), [0, 3, 3, 8, 11, 1, 12, 1])
+        XCTAssertEqual(GPUKernels.attentionQueryBlocks(sequence: [], group: 4), [])
+        XCTAssertNil(GPUKernels.attentionBlocks(sequence: Array(0..<32), heads: 32, kvHeads: 8, headDim: 128), "decode step")
+        XCTAssertNotNil(GPUKernels.attentionBlocks(sequence: [Int](repeating: 0, count: 512), heads: 32, kvHeads: 8, headDim: 128))
+        XCTAssertNil(GPUKernels.attentionBlocks(sequence: [Int](repeating: 0, count: 512), heads: 8, kvHeads: 1, headDim: 256))
         // the host's plans: splits × tokens within the scratch, every key covered
         for (n, keys) in [(1, 16), (1, 200), (1, 4096), (16, 4096), (512, 512), (512, 4096), (7, 1)] {
             let lim = GPUKernels.attentionSplitLimit(maxTokens: 512, maxContext: 4096)

@@ -29,6 +29,22 @@ public final class Profiler: @unchecked Sendable {
         self.nanos[op.rawValue] &+= nanos
     }
 
+    /// GPU time by kernel and grid ("matmul_coop_T_q4_0 32x4x1"): which shape of which kernel
+    /// is slow, where `Op` only says what kind of op it was.
+    private var kernels: [String: (nanos: UInt64, count: Int)] = [:]
+
+    func addKernel(_ label: String, nanos: UInt64) {
+        let k = kernels[label] ?? (0, 0)
+        kernels[label] = (k.nanos &+ nanos, k.count + 1)
+    }
+
+    /// Per-kernel totals, slowest first: {label: {ms, count}}.
+    var kernelJSON: JSON {
+        .object(kernels.sorted { $0.value.nanos > $1.value.nanos }.map {
+            ($0.key, .object([("ms", .number(Double($0.value.nanos) / 1e6)), ("count", .number(Double($0.value.count)))]))
+        })
+    }
+
 
     var json: JSON {
         .object(Op.allCases.map { ($0.name, .number(Double(nanos[$0.rawValue]) / 1e6)) })

@@ -632,6 +632,7 @@ final class Scheduler {
         put("prefix_cache_pages", cache?.pagesHeld ?? 0)
         put("kv_pages_shared", cache?.pagesShared ?? 0)
         pairs.append(("profile_ms", profiler.enabled ? profiler.json : .null))
+        pairs.append(("kernel_ms", profiler.enabled ? profiler.kernelJSON : .null))
         pairs.append(("speculation", options.speculation.mode == .off ? .null : specStats.json))
         pairs.append(("speculation_mode", .string(options.speculation.mode.rawValue)))
         return .object(pairs)

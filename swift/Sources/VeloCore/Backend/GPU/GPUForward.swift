@@ -20,7 +20,9 @@ final class GPUForward: ForwardOps {
     /// Per-step inputs, host-written: token ids, positions, page-table starts, logit rows,
     /// page tables (sections at aligned offsets of one mapped buffer).
     private let inputs: GPUBuffer
-    private let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, pagetab: Int)
+    /// Query blocks of this step for attention_tiled (GPUKernels.attentionBlocks); 0: split-K.
+    private var tiledBlocks = 0
+    private let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, blocks: Int, pagetab: Int)
     private let pagetabCapacity: Int
     private var weights: [UnsafeRawPointer: GPUBuffer] = [:]
     /// The model's gated-MLP (gate, up) pairs as one weight each, keyed by the gate's data: row
@@ -88,8 +90,8 @@ final class GPUForward: ForwardOps {
         pagetabCapacity = maxSequences * ((maxContext + kv.pageSize - 1) / kv.pageSize + 1) + 16
         func align(_ x: Int) -> Int { (x + 255) / 256 * 256 }
         let t = 0, p = align(t + maxTokens * 4), pt = align(p + maxTokens * 4), rs = align(pt + maxTokens * 4),
-            tab = align(rs + maxLogitRows * 4)
-        sections = (t, p, pt, rs, tab)
+            bl = align(rs + maxLogitRows * 4), tab = align(bl + maxTokens * 8)
+        sections = (t, p, pt, rs, bl, tab)
         inputs = try device.makeBuffer(bytes: tab + pagetabCapacity * 4, memory: .upload, label: "step inputs")
         // gated-MLP pairs: one interleaved weight each (raw rows, so every weight kernel reads it)
         let pairs = model.gatedPairs.filter { g, u in
@@ -172,7 +174,7 @@ final class GPUForward: ForwardOps {
         }
         if x16 != nil { _ = try pipeline(GPUKernels.toF16) }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
-        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, GPUKernels.ropeStore, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add] { _ = try pipeline(k) }
+        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, GPUKernels.ropeStore, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.attentionTiled, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add] { _ = try pipeline(k) }
     }
 
     static func width(_ a: Activation, _ c: ModelConfig) -> Int {
@@ -228,6 +230,10 @@ final class GPUForward: ForwardOps {
         write(sections.tokpt, batch.sequence.map { starts[$0] })
         write(sections.rowsel, batch.logitRows.map { Int32($0) })
         if !table.isEmpty { write(sections.pagetab, table) }
+        let blocks = n > GPUKernels.matvecMaxRows
+            ? GPUKernels.attentionBlocks(sequence: batch.sequence, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim) : nil
+        if let blocks { write(sections.blocks, blocks) }
+        tiledBlocks = (blocks?.count ?? 0) / 2
         recordStart = nowNanos()
         try device.begin()
     }
@@ -336,6 +342,13 @@ final class GPUForward: ForwardOps {
 
     func attention(layer: Int) {
         let c = config, ps = kv.pageSize
+        if tiledBlocks > 0 {
+            dispatch(GPUKernels.attentionTiled, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens)],
+                     [UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride),
+                      UInt32(layer * 2 * ps * kvDim), (1 / Float(c.headDim).squareRoot()).bitPattern, UInt32(stride(.q))],
+                     (tiledBlocks, c.kvHeads, 1), .attention)
+            return
+        }
         let keys = (batch.positions.max() ?? 0) + 1
         let (chunk, splits) = GPUKernels.attentionSplits(keys: keys, n: n, maxTokens: maxTokens, maxContext: maxContext)
         dispatch(GPUKernels.attention, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)],

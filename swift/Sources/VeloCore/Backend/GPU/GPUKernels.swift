@@ -91,8 +91,11 @@ enum GPUKernels {
     static let coopDisabled = getenv("VELO_GPU_NO_COOPMAT") != nil
     static func useCoop(_ device: GPUDevice) -> Bool { device.cooperativeMatrix && !coopDisabled }
     static func matmulCoop(_ t: GGMLType) -> Kernel {
-        Kernel(name: "matmul_coop_" + suffix(t), buffers: 3, constants: [256])
+        Kernel(name: (coopBK64 && t == .q4_0 ? "matmul_coop_bk64_" : "matmul_coop_") + suffix(t), buffers: 3, constants: [256])
     }
+    /// VELO_GPU_COOP_BK64 (any value): Q4_0 prefill on the variant that steps 64 values of K
+    /// between barriers (an experiment measured on the H100, bench/RESULTS.md).
+    static let coopBK64 = getenv("VELO_GPU_COOP_BK64") != nil
     /// Activation rows to float16 for matmul_coop_T (X, Y; rows of K padded with zeros to `f16Row(K)`).
     static let toF16 = Kernel(name: "to_f16", buffers: 2, constants: [256])
     static func f16Row(_ k: Int) -> Int { (k + 3) / 4 * 4 }
@@ -117,6 +120,40 @@ enum GPUKernels {
     /// ((n, heads, 1) workgroups) merges them. Both take 128 threads (attention needs ≥ 64).
     static let attention = Kernel(name: "attention", buffers: 7, constants: [128])
     static let attentionCombine = Kernel(name: "attention_combine", buffers: 3, constants: [128])
+    /// Prefill attention in FlashAttention-2 tiles: (blocks, kvHeads, 1) workgroups of 128
+    /// threads, each over `attentionTiledRows` query rows (tokens × the heads of a KV group) that
+    /// share every K/V tile it loads. Head sizes: multiples of 4, at most 128.
+    static let attentionTiled = Kernel(name: "attention_tiled", buffers: 7, constants: [128])
+    static let attentionTiledRows = 32
+    static let attentionTiledMaxHeadDim = 128
+    /// Whether attention_tiled takes a model's heads: G = heads / kvHeads query heads per KV
+    /// head fill at most one block's rows, head sizes a multiple of 4 up to 128.
+    static func attentionTiledFits(heads: Int, kvHeads: Int, headDim: Int) -> Bool {
+        kvHeads > 0 && heads % kvHeads == 0 && heads / kvHeads <= attentionTiledRows
+            && headDim % 4 == 0 && headDim <= attentionTiledMaxHeadDim
+    }
+    /// attention_tiled's query blocks for a step's tokens (`sequence[t]`: token t's sequence):
+    /// runs of consecutive tokens of one sequence, at most rows / G tokens each, as (first
+    /// token, tokens) pairs.
+    static func attentionQueryBlocks(sequence: [Int], group: Int) -> [Int32] {
+        guard !sequence.isEmpty else { return [] }
+        let per = attentionTiledRows / group
+        var blocks: [Int32] = []
+        var start = 0
+        for t in 1...sequence.count where t == sequence.count || sequence[t] != sequence[start] || t - start == per {
+            blocks += [Int32(start), Int32(t - start)]
+            start = t
+        }
+        return blocks
+    }
+    /// The blocks when attention_tiled should take the step: the heads fit and the blocks are
+    /// at least half full on average. Decode steps (a token per sequence) stay with split-K
+    /// attention, which spreads each token's keys over many workgroups.
+    static func attentionBlocks(sequence: [Int], heads: Int, kvHeads: Int, headDim: Int) -> [Int32]? {
+        guard attentionTiledFits(heads: heads, kvHeads: kvHeads, headDim: headDim) else { return nil }
+        let g = heads / kvHeads, blocks = attentionQueryBlocks(sequence: sequence, group: g)
+        return !blocks.isEmpty && blocks.count / 2 * (attentionTiledRows / g) <= 2 * sequence.count ? blocks : nil
+    }
     /// attention_combine that also writes its output as quantize_q8's blocks (buffers + XQ, XD),
     /// for head sizes that are multiples of 32, at most `attentionCombineQ8MaxHeadDim`.
     static let attentionCombineQ8 = Kernel(name: "attention_combine_q8", buffers: 5, constants: [128])

@@ -46,7 +46,7 @@ final class VulkanDevice: GPUDevice {
     // per-kernel timing (profiling only)
     private var queryPool: VkQueryPool?
     private let timestampPeriod: Double
-    private var timedOps: [Profiler.Op] = []
+    private var timedOps: [(op: Profiler.Op, kernel: String)] = []
     private static let maxTimedDispatches = 4096
     private var recording = false
     private static let maxBindings = 16
@@ -528,7 +528,7 @@ final class VulkanDevice: GPUDevice {
         vkCmdDispatch(commandBuffer, UInt32(groups.0), UInt32(groups.1), UInt32(groups.2))
         if timed {
             vkCmdWriteTimestamp(commandBuffer, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queryPool, UInt32(2 * timedOps.count + 1))
-            timedOps.append(op)
+            timedOps.append((op, "\(p.name) \(groups.0)x\(groups.1)x\(groups.2)"))
         }
         // each dispatch sees the writes of the ones before it
         var barrier = VkMemoryBarrier()
@@ -576,8 +576,10 @@ final class VulkanDevice: GPUDevice {
             let r = vkGetQueryPoolResults(device, queryPool, 0, UInt32(stamps.count), stamps.count * 8, &stamps, 8,
                                           VK_QUERY_RESULT_64_BIT.rawValue | VK_QUERY_RESULT_WAIT_BIT.rawValue)
             if r == VK_SUCCESS {
-                for (i, op) in timedOps.enumerated() where stamps[2 * i + 1] >= stamps[2 * i] {
-                    profiler.add(op, nanos: UInt64(Double(stamps[2 * i + 1] - stamps[2 * i]) * timestampPeriod))
+                for (i, t) in timedOps.enumerated() where stamps[2 * i + 1] >= stamps[2 * i] {
+                    let ns = UInt64(Double(stamps[2 * i + 1] - stamps[2 * i]) * timestampPeriod)
+                    profiler.add(t.op, nanos: ns)
+                    profiler.addKernel(t.kernel, nanos: ns)
                 }
             }
         }
