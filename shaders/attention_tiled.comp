@@ -11,10 +11,13 @@
 // grows), in float32 throughout. out rows are heads*headDim floats (head h at h*headDim); Q
 // rows are qStride floats apart. K/V pages as in attention.comp (shaders/README.md).
 //
-// Per tile: K to shared memory ([d][k]); scores, each thread 2 rows x 2 keys; V to the same
-// shared memory ([k][d]) while each row's 4 threads update its softmax; then the weighted
-// sum, each thread 4 rows x 2 groups of 4 dimensions.
-// Needs: headDim a multiple of 4, at most DMAX; 28.3 KiB of shared memory. Workgroup of 128
+// Per tile: K to shared memory; scores, each thread 2 rows x 2 keys over float4s of the
+// dimensions (4 loads per 16 products); V to the same shared memory while each row's 4 threads
+// update its softmax; then the weighted sum, each thread 4 rows x 2 float4s of dimensions.
+// Each thread loads the K/V of one key of the tile (key tid % BC), so it looks up that key's
+// page itself. Shared rows are padded by one float4 (rows of Q and of K start in different
+// banks).
+// Needs: headDim a multiple of 4, at most DMAX; 29.3 KiB of shared memory. Workgroup of 128
 // threads (constant 0 must stay 128). Dispatch (blocks, kvHeads, 1).
 #extension GL_EXT_control_flow_attributes : require
 
@@ -34,44 +37,49 @@ layout(std140, binding = 7) uniform Params {
 } p;
 
 const uint WG = 128u;
-const uint R = 32u;       // query rows per workgroup
-const uint BC = 16u;      // keys per tile
-const uint DMAX = 128u;   // largest head size
-const uint OV = DMAX / 64u; // vec4 groups of dimensions per thread in the weighted sum
-const float NEG = -1.0e30; // "minus infinity" that stays finite in exp(a - b)
+const uint R = 32u;          // query rows per workgroup
+const uint BC = 16u;         // keys per tile
+const uint DMAX = 128u;      // largest head size
+const uint RS = DMAX / 4u + 1u; // float4s per shared row (one of padding)
+const uint OV = DMAX / 64u;  // float4s of dimensions per thread and row in the weighted sum
+const float NEG = -1.0e30;   // "minus infinity" that stays finite in exp(a - b)
 
-shared float Qs[DMAX * R];     // [d][r], times scale
-shared float KVs[BC * DMAX];   // the K tile [d][k], then the V tile [k][d]
-shared float Ss[R * BC];       // [r][k] scores; at the end, [r][part] sums
-shared float Ps[BC * R];       // [k][r] probabilities
-shared float alphaS[R];        // rescale of each row's output for this tile
-shared uint kb[BC], vb[BC];    // where key k of the tile lives: K (+ d*pageSize), V (+ d)
+shared vec4 Qs[R * RS];      // [r][d/4], times scale
+shared vec4 KVs[BC * RS];    // the K tile [k][d/4], then the V tile [k][d/4]
+shared float Ss[R * BC];     // [r][k] scores; at the end, [r][part] sums
+shared vec4 Ps[BC * R / 4u]; // [k][r/4] probabilities
+shared float alphaS[R];      // rescale of each row's output for this tile
 
 void main() {
     const uint blk = gl_WorkGroupID.x, kvh = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
     if (kvh >= p.kvHeads) return;
     const uint t0 = uint(blocks[2u * blk]), count = uint(blocks[2u * blk + 1u]);
-    const uint hd = p.headDim, G = p.heads / p.kvHeads, ps0 = p.pageSize;
+    const uint hd = p.headDim, hv = hd / 4u, G = p.heads / p.kvHeads, ps0 = p.pageSize;
     const uint used = min(R / G, count) * G;  // rows in use
     const uint pt = uint(tokpt[t0]);
     const uint kOff = kvh * hd, plane = ps0 * p.kvDim;
 
     // queries, scaled, and the block's key range
-    for (uint e = tid; e < R * hd; e += WG) {
-        const uint r = e % R, d = e / R;
-        float q = 0.0;
-        if (r < used) q = Q[(t0 + r / G) * p.qStride + (kvh * G + r % G) * hd + d] * p.scale;
-        Qs[d * R + r] = q;
+    for (uint e = tid; e < R * hv; e += WG) {
+        const uint r = e / hv, c = e % hv;
+        vec4 q = vec4(0.0);
+        if (r < used) {
+            const uint b = (t0 + r / G) * p.qStride + (kvh * G + r % G) * hd + 4u * c;
+            q = vec4(Q[b], Q[b + 1u], Q[b + 2u], Q[b + 3u]) * p.scale;
+        }
+        Qs[r * RS + c] = q;
     }
     uint kend = 0u;
     for (uint i = 0u; i < used / G; i++) kend = max(kend, uint(tokpos[t0 + i]) + 1u);
 
-    // score phase: rows sr, sr+1 and keys sk, sk+1; softmax phase: row rr, keys 4*rq ..
-    const uint sr = 2u * (tid / 8u), sk = 2u * (tid % 8u);
+    // loads: key lk of each tile, float4s lc, lc + WG/BC, ...
+    const uint lk = tid % BC, lc = tid / BC;
+    // score phase: rows sr, sr+1 and keys sk, sk+8 (distinct banks); softmax phase: row rr, keys 4*rq ..
+    const uint sr = 2u * (tid / 8u), sk = tid % 8u;
     const uint rr = tid / 4u, rq = tid % 4u;
     const uint lim0 = sr < used ? uint(tokpos[t0 + sr / G]) + 1u : 0u;
     const uint lim1 = sr + 1u < used ? uint(tokpos[t0 + (sr + 1u) / G]) + 1u : 0u;
-    // weighted sum: rows orow .. orow+3, vec4 columns oc + 16 i
+    // weighted sum: rows orow .. orow+3, float4 columns oc + 16 i
     const uint orow = 4u * (tid / 16u), oc = tid % 16u;
     vec4 o[4][OV];
     [[unroll]] for (uint a = 0u; a < 4u; a++)
@@ -80,36 +88,45 @@ void main() {
 
     for (uint j0 = 0u; j0 < kend; j0 += BC) {
         const uint nt = min(BC, kend - j0);
-        if (tid < nt) {
-            const uint j = j0 + tid;
+        const bool have = lk < nt;
+        uint kb = 0u, vb = 0u;
+        if (have) {
+            const uint j = j0 + lk;
             const uint pb = uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff, slot = j % ps0;
-            kb[tid] = pb + kOff * ps0 + slot;
-            vb[tid] = pb + plane + slot * p.kvDim + kOff;
+            kb = pb + kOff * ps0 + slot;          // K plane: [d][slot]
+            vb = pb + plane + slot * p.kvDim + kOff; // V plane: [slot][d]
         }
-        barrier();
-        for (uint e = tid; e < BC * hd; e += WG) {
-            const uint k = e % BC, d = e / BC;
-            KVs[d * BC + k] = k < nt ? kv[kb[k] + d * ps0] : 0.0;
+        for (uint c = lc; c < hv; c += WG / BC) {
+            vec4 k = vec4(0.0);
+            if (have) {
+                const uint b = kb + 4u * c * ps0;
+                k = vec4(kv[b], kv[b + ps0], kv[b + 2u * ps0], kv[b + 3u * ps0]);
+            }
+            KVs[lk * RS + c] = k;
         }
         barrier();
         // 1. scores
         float s00 = 0.0, s01 = 0.0, s10 = 0.0, s11 = 0.0;
-        for (uint d = 0u; d < hd; d++) {
-            const float q0 = Qs[d * R + sr], q1 = Qs[d * R + sr + 1u];
-            const float k0 = KVs[d * BC + sk], k1 = KVs[d * BC + sk + 1u];
-            s00 = fma(q0, k0, s00); s01 = fma(q0, k1, s01);
-            s10 = fma(q1, k0, s10); s11 = fma(q1, k1, s11);
+        for (uint c = 0u; c < hv; c++) {
+            const vec4 q0 = Qs[sr * RS + c], q1 = Qs[(sr + 1u) * RS + c];
+            const vec4 k0 = KVs[sk * RS + c], k1 = KVs[(sk + 8u) * RS + c];
+            s00 += dot(q0, k0); s01 += dot(q0, k1);
+            s10 += dot(q1, k0); s11 += dot(q1, k1);
         }
         const uint j = j0 + sk;
         Ss[sr * BC + sk] = j < lim0 ? s00 : NEG;
-        Ss[sr * BC + sk + 1u] = j + 1u < lim0 ? s01 : NEG;
+        Ss[sr * BC + sk + 8u] = j + 8u < lim0 ? s01 : NEG;
         Ss[(sr + 1u) * BC + sk] = j < lim1 ? s10 : NEG;
-        Ss[(sr + 1u) * BC + sk + 1u] = j + 1u < lim1 ? s11 : NEG;
+        Ss[(sr + 1u) * BC + sk + 8u] = j + 8u < lim1 ? s11 : NEG;
         barrier();
         // 2. the V tile (K is no longer needed) and each row's softmax update
-        for (uint e = tid; e < BC * hd; e += WG) {
-            const uint k = e / hd, d = e % hd;
-            KVs[k * hd + d] = k < nt ? kv[vb[k] + d] : 0.0;
+        for (uint c = lc; c < hv; c += WG / BC) {
+            vec4 v = vec4(0.0);
+            if (have) {
+                const uint b = vb + 4u * c;
+                v = vec4(kv[b], kv[b + 1u], kv[b + 2u], kv[b + 3u]);
+            }
+            KVs[lk * RS + c] = v;
         }
         {
             float tmax = NEG;
@@ -120,7 +137,7 @@ void main() {
             [[unroll]] for (uint c = 0u; c < 4u; c++) {
                 const uint k = 4u * rq + c;
                 const float e = exp(Ss[rr * BC + k] - mn);
-                Ps[k * R + rr] = e;
+                Ps[k * (R / 4u) + rr / 4u][rr % 4u] = e;
                 l += e;
             }
             lrun = fma(lrun, alpha, l);
@@ -133,11 +150,11 @@ void main() {
             [[unroll]] for (uint i = 0u; i < OV; i++) o[a][i] *= al;
         }
         for (uint k = 0u; k < nt; k++) {
-            const vec4 pk = vec4(Ps[k * R + orow], Ps[k * R + orow + 1u], Ps[k * R + orow + 2u], Ps[k * R + orow + 3u]);
+            const vec4 pk = Ps[k * (R / 4u) + orow / 4u];
             [[unroll]] for (uint i = 0u; i < OV; i++) {
-                const uint d = 4u * (oc + 16u * i);
-                if (d < hd) {
-                    const vec4 v = vec4(KVs[k * hd + d], KVs[k * hd + d + 1u], KVs[k * hd + d + 2u], KVs[k * hd + d + 3u]);
+                const uint c = oc + 16u * i;
+                if (c < hv) {
+                    const vec4 v = KVs[k * RS + c];
                     o[0][i] = fma(vec4(pk.x), v, o[0][i]);
                     o[1][i] = fma(vec4(pk.y), v, o[1][i]);
                     o[2][i] = fma(vec4(pk.z), v, o[2][i]);
@@ -157,10 +174,11 @@ void main() {
         const float l = Ss[r * 4u] + Ss[r * 4u + 1u] + Ss[r * 4u + 2u] + Ss[r * 4u + 3u];
         const uint ob = ((t0 + r / G) * p.heads + kvh * G + r % G) * hd;
         [[unroll]] for (uint i = 0u; i < OV; i++) {
-            const uint d = 4u * (oc + 16u * i);
-            if (d < hd) {
+            const uint c = oc + 16u * i;
+            if (c < hv) {
                 const vec4 v = o[a][i] / l;
-                outv[ob + d] = v.x; outv[ob + d + 1u] = v.y; outv[ob + d + 2u] = v.z; outv[ob + d + 3u] = v.w;
+                const uint d = ob + 4u * c;
+                outv[d] = v.x; outv[d + 1u] = v.y; outv[d + 2u] = v.z; outv[d + 3u] = v.w;
             }
         }
     }

@@ -172,7 +172,7 @@ final class GPUForward: ForwardOps {
             _ = try pipeline(GPUKernels.matmul(w.type))
             if GPUKernels.useCoop(device) { _ = try pipeline(GPUKernels.matmulCoop(w.type)) }
         }
-        if x16 != nil { _ = try pipeline(GPUKernels.toF16) }
+        if x16 != nil { for k in [GPUKernels.toF16, GPUKernels.sumSplits] { _ = try pipeline(k) } }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
         for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, GPUKernels.ropeStore, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.attentionTiled, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add] { _ = try pipeline(k) }
     }
@@ -304,7 +304,21 @@ final class GPUForward: ForwardOps {
             }
             var p16 = params
             p16[4] = UInt32(kp)
-            dispatch(GPUKernels.matmulCoop(w.type), [wb, GPUBinding(x16), y], p16, GPUKernels.matmulCoopGroups(n: w.rows, m: rows), op)
+            let g = GPUKernels.matmulCoopGroups(n: w.rows, m: rows)
+            let splits = GPUKernels.coopSplits(n: w.rows, m: rows, k: w.cols, type: w.type)
+            if splits > 1, let scratch = gluScratch, y.buffer !== scratch, splits * rows * w.rows * 4 <= scratch.size {
+                // split-K: each split's plane of the scratch, then their sum into Y
+                let plane = rows * w.rows
+                p16[5] = UInt32(w.rows)
+                p16[6] = UInt32(GPUKernels.coopSplitUnits(k: w.cols, splits: splits))
+                dispatch(GPUKernels.matmulCoop(w.type), [wb, GPUBinding(x16), GPUBinding(scratch)], p16 + [UInt32(plane)], (g.0, g.1, splits), op)
+                dispatch(GPUKernels.sumSplits, [GPUBinding(scratch), y], [UInt32(w.rows), UInt32(rows), UInt32(yStride), UInt32(splits), UInt32(plane)],
+                         (min((plane + 255) / 256, 65535), 1, 1), op)
+                x16Source = key // sum_splits leaves the float16 copy as it was
+            } else {
+                p16[6] = UInt32.max // one split: every unit
+                dispatch(GPUKernels.matmulCoop(w.type), [wb, GPUBinding(x16), y], p16 + [0], g, op)
+            }
         } else {
             let k = GPUKernels.matmul(w.type)
             dispatch(k, [wb, x, y], params, GPUKernels.matmulGroups(n: w.rows, m: rows), op)

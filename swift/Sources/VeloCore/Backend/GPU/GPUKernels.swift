@@ -91,11 +91,32 @@ enum GPUKernels {
     static let coopDisabled = getenv("VELO_GPU_NO_COOPMAT") != nil
     static func useCoop(_ device: GPUDevice) -> Bool { device.cooperativeMatrix && !coopDisabled }
     static func matmulCoop(_ t: GGMLType) -> Kernel {
-        Kernel(name: (coopBK64 && t == .q4_0 ? "matmul_coop_bk64_" : "matmul_coop_") + suffix(t), buffers: 3, constants: [256])
+        let v = t == .q4_0 ? coopVariant : nil
+        return Kernel(name: "matmul_coop_" + (v.map { $0 + "_" } ?? "") + suffix(t), buffers: 3, constants: [v?.hasSuffix("w4") == true ? 128 : 256])
     }
-    /// VELO_GPU_COOP_BK64 (any value): Q4_0 prefill on the variant that steps 64 values of K
-    /// between barriers (an experiment measured on the H100, bench/RESULTS.md).
-    static let coopBK64 = getenv("VELO_GPU_COOP_BK64") != nil
+    /// VELO_GPU_COOP_VARIANT=NAME: Q4_0 prefill on matmul_coop_NAME_q4_0, one of the variants
+    /// the Makefile builds to measure on a device (COOP_VARIANTS; some compute wrong results
+    /// on purpose, to time parts of the kernel).
+    static let coopVariant = getenv("VELO_GPU_COOP_VARIANT").map { String(cString: $0) }
+    /// Split-K for tensor-core products with few workgroups (the H100 has 132 SMs; an 8B's
+    /// N = 4096 products at 512 rows make 128 workgroups of 8 subgroups, too few to hide
+    /// latency): up to 4 splits of at least 1024 values of K each, quantized weights only (whole
+    /// units of 16 values), while the grid stays under 256 workgroups. Each split writes its
+    /// own plane of a scratch; `sumSplits` adds them into Y. VELO_GPU_NO_SPLITK (any value)
+    /// turns it off (A/B checks).
+    static func coopSplits(n: Int, m: Int, k: Int, type: GGMLType) -> Int {
+        guard ![.f32, .f16, .bf16].contains(type), !splitKDisabled else { return 1 }
+        let g = matmulCoopGroups(n: n, m: m), wgs = g.0 * g.1
+        var s = 1
+        while s < 4, wgs * s < 256, k / (2 * s) >= 1024 { s *= 2 }
+        return s
+    }
+    static let splitKDisabled = getenv("VELO_GPU_NO_SPLITK") != nil
+    /// Units (16 values) of K per split: a multiple of the kernel's 4 units a step.
+    static func coopSplitUnits(k: Int, splits: Int) -> Int { ((k / 16 + splits - 1) / splits + 3) / 4 * 4 }
+    /// P (splits planes of M x N), Y; params N, M, yStride, splits, plane (grid-stride).
+    static let sumSplits = Kernel(name: "sum_splits", buffers: 2, constants: [256])
+
     /// Activation rows to float16 for matmul_coop_T (X, Y; rows of K padded with zeros to `f16Row(K)`).
     static let toF16 = Kernel(name: "to_f16", buffers: 2, constants: [256])
     static func f16Row(_ k: Int) -> Int { (k + 3) / 4 * 4 }
