@@ -67,18 +67,9 @@ PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attent
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
 Q8_KERNELS := add_rms_norm attention_combine
-# variants of the tensor-core GEMM on Q4_0, to measure on a device (VELO_GPU_COOP_VARIANT):
-# name:flags, "+" for spaces; the ablate ones compute wrong results on purpose (timing only)
-COOP_VARIANTS := bk64:-DBK64 f16dq:-DF16DQ bk64f16dq:-DBK64+-DF16DQ \
-  bk64noload:-DBK64+-DABLATE_LOAD bk64nodq:-DBK64+-DABLATE_DQ bk64nomma:-DBK64+-DABLATE_MMA \
-  bk64frag:-DBK64+-DF16DQ+-DABLATE_FRAG bk64h1:-DBK64+-DF16DQ+-DSCALAR_SMEM bk64bt:-DBK64+-DF16DQ+-DB_ROWMAJOR \
-  bk64h1w4:-DBK64+-DF16DQ+-DSCALAR_SMEM+-DWARPS4 bk64mmaonly:-DBK64+-DF16DQ+-DSCALAR_SMEM+-DABLATE_FRAG+-DABLATE_PIPE \
-  bk64fragonly:-DBK64+-DF16DQ+-DSCALAR_SMEM+-DABLATE_PIPE
-COOP_VARIANT_NAMES := $(foreach v,$(COOP_VARIANTS),matmul_coop_$(word 1,$(subst :, ,$(v)))_q4_0)
-SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) \
-  $(COOP_VARIANT_NAMES)
+SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS))
 # Vulkan-only kernels (extensions spirv-cross cannot translate: cooperative matrices): no MSL
-VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) $(COOP_VARIANT_NAMES)
+VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES))
 MSL_SHADERS := $(filter-out $(VULKAN_ONLY),$(SHADERS))
 SPV_ENV := vulkan1.2
 MSL_VER := 20400
@@ -103,7 +94,6 @@ $(foreach k,$(WEIGHT_KERNELS),$(foreach t,$(WTYPES),\
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matvec_dot.comp,-DWTYPE_$(call upper,$(t)))))
 $(foreach k,$(PLAIN_KERNELS),$(eval $(call shader_rules,$(k),shaders/$(k).comp,)))
 $(foreach k,$(Q8_KERNELS),$(eval $(call shader_rules,$(k)_q8,shaders/$(k).comp,-DQ8)))
-$(foreach v,$(COOP_VARIANTS),$(eval $(call shader_rules,matmul_coop_$(word 1,$(subst :, ,$(v)))_q4_0,shaders/matmul_coop.comp,-DWTYPE_Q4_0 $(subst +, ,$(word 2,$(subst :, ,$(v)))))))
 -include $(wildcard $(SHADER_GEN)/*.d)
 
 # the list of shaders, rewritten only when it changes, so the registry follows it

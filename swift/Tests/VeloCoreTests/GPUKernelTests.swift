@@ -385,6 +385,27 @@ final class GPUKernelTests: XCTestCase {
         try run(GPUKernels.swiglu, [gb, try upload(b)], [UInt32(count)], ((count + 255) / 256, 1, 1))
         let sw = (0..<count).map { Double(a[$0]) / (1 + exp(-Double(a[$0]))) * Double(b[$0]) }
         assertClose(try read(gb, count), sw, tolerance: sw.map { abs($0) * 1e-5 + 1e-6 }, "swiglu")
+        // split-K planes (3 of 5 x 7) summed into rows 9 floats apart (the gaps stay NaN)
+        let (n, m, splits, yStride) = (7, 5, 3, 9)
+        let planes = random(splits * m * n)
+        let yb = try upload([Float](repeating: .nan, count: m * yStride))
+        try run(GPUKernels.sumSplits, [try upload(planes), yb], [UInt32(n), UInt32(m), UInt32(yStride), UInt32(splits), UInt32(m * n)], (1, 1, 1))
+        let got = try read(yb, m * yStride)
+        for r in 0..<m {
+            let want = (0..<n).map { c in (0..<splits).reduce(0.0) { $0 + Double(planes[$1 * m * n + r * n + c]) } }
+            assertClose(Array(got[(r * yStride)..<(r * yStride + n)]), want, tolerance: want.map { abs($0) * 1e-6 + 1e-6 }, "sum_splits row \(r)")
+            XCTAssert(got[(r * yStride + n)..<((r + 1) * yStride)].allSatisfy(\.isNaN), "sum_splits wrote past row \(r)")
+        }
+        // the host's split plans: only small grids of quantized weights, whole steps of 4 units
+        XCTAssertEqual(GPUKernels.coopSplits(n: 4096, m: 512, k: 14336, type: .q4_0), 2)
+        XCTAssertEqual(GPUKernels.coopSplits(n: 28672, m: 512, k: 4096, type: .q4_0), 1)
+        XCTAssertEqual(GPUKernels.coopSplits(n: 2048, m: 512, k: 8192, type: .q4_K), 4)
+        XCTAssertEqual(GPUKernels.coopSplits(n: 4096, m: 512, k: 4096, type: .f16), 1)
+        XCTAssertEqual(GPUKernels.coopSplits(n: 256, m: 32, k: 1024, type: .q8_0), 1)
+        for (k, sp) in [(14336, 2), (4096, 4), (8192, 4), (2048, 2)] {
+            let u = GPUKernels.coopSplitUnits(k: k, splits: sp)
+            XCTAssert(u % 4 == 0 && u * sp >= k / 16 && u * (sp - 1) < k / 16, "split units k=\(k) splits=\(sp)")
+        }
     }
 
     /// kv_store then attention through page tables, for two sequences sharing a batch with

@@ -91,13 +91,8 @@ enum GPUKernels {
     static let coopDisabled = getenv("VELO_GPU_NO_COOPMAT") != nil
     static func useCoop(_ device: GPUDevice) -> Bool { device.cooperativeMatrix && !coopDisabled }
     static func matmulCoop(_ t: GGMLType) -> Kernel {
-        let v = t == .q4_0 ? coopVariant : nil
-        return Kernel(name: "matmul_coop_" + (v.map { $0 + "_" } ?? "") + suffix(t), buffers: 3, constants: [v?.hasSuffix("w4") == true ? 128 : 256])
+        Kernel(name: "matmul_coop_" + suffix(t), buffers: 3, constants: [256])
     }
-    /// VELO_GPU_COOP_VARIANT=NAME: Q4_0 prefill on matmul_coop_NAME_q4_0, one of the variants
-    /// the Makefile builds to measure on a device (COOP_VARIANTS; some compute wrong results
-    /// on purpose, to time parts of the kernel).
-    static let coopVariant = getenv("VELO_GPU_COOP_VARIANT").map { String(cString: $0) }
     /// Split-K for tensor-core products with few workgroups (the H100 has 132 SMs; an 8B's
     /// N = 4096 products at 512 rows make 128 workgroups of 8 subgroups, too few to hide
     /// latency): up to 4 splits of at least 1024 values of K each, quantized weights only (whole
