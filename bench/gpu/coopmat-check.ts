@@ -1,15 +1,16 @@
-// The tensor-core prefill kernel (matmul_coop_T) against the portable one (matmul_T), for
-// machines with cooperative matrices (lavapipe has none): a 100-token prefill on each model,
-// once with VELO_GPU_NO_COOPMAT=1 and once without, each in its own process. Compares the top
-// 1000 logits of the prefill's last row (max abs difference, relative to their range) and the
-// greedy continuation.   bun bench/gpu/coopmat-check.ts MODEL.gguf...
+// The tensor-core prefill kernel (matmul_coop_T) against the portable one (matmul_T) and the
+// CPU backend, for machines with cooperative matrices (lavapipe has none): a 100-token prefill
+// on each model, with VELO_GPU_NO_COOPMAT=1, without it, and on the CPU, each in its own
+// process. Compares the top 1000 logits of the prefill's last row with the CPU's (max abs
+// difference, relative to their range) and the greedy continuation.
+//   bun bench/gpu/coopmat-check.ts MODEL.gguf...
 import { parseArgs } from "node:util";
 import { Engine } from "../../src/engine/engine";
 import { Model } from "../../src/engine/model";
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
-  options: { child: { type: "boolean", default: false }, tokens: { type: "string", default: "100" }, gen: { type: "string", default: "24" } },
+  options: { child: { type: "boolean", default: false }, cpu: { type: "boolean", default: false }, tokens: { type: "string", default: "100" }, gen: { type: "string", default: "24" } },
 });
 const PROMPT = Number(values.tokens), GEN = Number(values.gen), TOP = 1000;
 
@@ -17,7 +18,7 @@ type Run = { device: string; tokens: number[]; top: [number, number][]; promptMs
 
 async function child(file: string): Promise<Run> {
   const m = Model.open(file);
-  const e = Engine.create(m, { backend: "vulkan", ctxSize: 512 });
+  const e = Engine.create(m, { backend: values.cpu ? "cpu" : "vulkan", ctxSize: 512 });
   try {
     // a fixed pseudo-random prompt (ids 100 .. 30099: inside every vocabulary here)
     let s = 12345;
@@ -43,23 +44,23 @@ if (values.child) {
   process.exit(0);
 }
 
-function spawn(file: string, noCoop: boolean): Run {
+function spawn(file: string, mode: "portable" | "coopmat" | "cpu"): Run {
   const env = { ...process.env } as Record<string, string>;
-  if (noCoop) env.VELO_GPU_NO_COOPMAT = "1";
+  if (mode === "portable") env.VELO_GPU_NO_COOPMAT = "1";
   else delete env.VELO_GPU_NO_COOPMAT;
-  const r = Bun.spawnSync([process.execPath, process.argv[1]!, "--child", "--tokens", String(PROMPT), "--gen", String(GEN), file], { env, stderr: "inherit" });
+  const args = ["--child", "--tokens", String(PROMPT), "--gen", String(GEN), ...(mode === "cpu" ? ["--cpu"] : []), file];
+  const r = Bun.spawnSync([process.execPath, process.argv[1]!, ...args], { env, stderr: "inherit" });
   if (r.exitCode !== 0) throw new Error(`child failed (${r.exitCode})`);
   const lines = r.stdout.toString().trim().split("\n");
   return JSON.parse(lines[lines.length - 1]!) as Run;
 }
 
-let failures = 0;
-for (const file of positionals) {
-  const ref = spawn(file, true), coop = spawn(file, false);
-  const refMap = new Map(ref.top), coopMap = new Map(coop.top);
+/** How far `run`'s top logits and greedy tokens are from the reference's. */
+function compare(ref: Run, run: Run) {
+  const got = new Map(run.top);
   let maxDiff = 0, shared = 0, bitwise = true;
-  for (const [id, v] of refMap) {
-    const w = coopMap.get(id);
+  for (const [id, v] of ref.top) {
+    const w = got.get(id);
     if (w === undefined) continue;
     shared++;
     if (w !== v) bitwise = false;
@@ -67,17 +68,25 @@ for (const file of positionals) {
   }
   const vals = ref.top.map((t) => t[1]);
   const range = Math.max(...vals) - Math.min(...vals);
-  const rel = maxDiff / (range || 1);
   let agree = 0;
-  while (agree < ref.tokens.length && ref.tokens[agree] === coop.tokens[agree]) agree++;
-  const same = agree === ref.tokens.length && ref.tokens.length === coop.tokens.length;
-  const ok = same && rel < 0.02 && shared >= TOP * 0.9 && !bitwise;
+  while (agree < ref.tokens.length && ref.tokens[agree] === run.tokens[agree]) agree++;
+  const same = agree === ref.tokens.length && ref.tokens.length === run.tokens.length;
+  return { maxDiff, range, rel: maxDiff / (range || 1), shared, bitwise, agree, same };
+}
+
+let failures = 0;
+for (const file of positionals) {
+  const cpu = spawn(file, "cpu"), portable = spawn(file, "portable"), coop = spawn(file, "coopmat");
+  const c = compare(cpu, coop), p = compare(cpu, portable), cp = compare(portable, coop);
+  const ok = c.same && c.rel < 0.02 && c.shared >= TOP * 0.9 && !cp.bitwise;
   if (!ok) failures++;
+  const show = (r: ReturnType<typeof compare>) =>
+    `max |Δlogit| ${r.maxDiff.toExponential(3)} (relative ${r.rel.toExponential(3)}; ${r.shared} ids in both top lists), greedy ${r.same ? "identical" : `DIFFERS after ${r.agree}`}`;
   console.log(
-    `${file.split("/").pop()} on ${coop.device}: max |Δlogit| ${maxDiff.toExponential(3)} over a top-${TOP} range of ${range.toFixed(3)} ` +
-      `(relative ${rel.toExponential(3)}; ${shared} ids in both top lists${bitwise ? "; BITWISE EQUAL: coopmat path not taken?" : ""}), ` +
-      `greedy ${same ? "identical" : `DIFFERS after ${agree}`} (${ref.tokens.length} tokens), ` +
-      `prefill ${ref.promptMs.toFixed(1)} ms portable vs ${coop.promptMs.toFixed(1)} ms coopmat: ${ok ? "OK" : "FAIL"}`,
+    `${file.split("/").pop()} on ${coop.device}, against the CPU (top-${TOP} range ${c.range.toFixed(3)}, ${cpu.tokens.length} tokens):\n` +
+      `  coopmat:  ${show(c)}${cp.bitwise ? "; BITWISE EQUAL to portable: coopmat path not taken?" : ""}\n` +
+      `  portable: ${show(p)}\n` +
+      `  prefill ${portable.promptMs.toFixed(1)} ms portable, ${coop.promptMs.toFixed(1)} ms coopmat (first request of a process): ${ok ? "OK" : "FAIL"}`,
   );
 }
 process.exit(failures ? 1 : 0);

@@ -148,7 +148,7 @@ final class GPUForward: ForwardOps {
             try v.values.withUnsafeBytes { try device.upload(b, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
             vectors[v.name] = b
         }
-        if GPUKernels.useCoop(device), maxTokens > GPUKernels.matvecMaxRows, let k = model.matrices.map(\.cols).max() {
+        if maxTokens > GPUKernels.matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
             x16 = try device.makeBuffer(bytes: maxTokens * GPUKernels.f16Row(k) * 2, memory: .device, label: "float16 activations")
         } else {
             x16 = nil
@@ -170,7 +170,7 @@ final class GPUForward: ForwardOps {
         for w in model.matrices {
             for m in [1, 2, 4, 8, 16] { _ = try pipeline(GPUKernels.matvec(w.type, rows: m)) }
             _ = try pipeline(GPUKernels.matmul(w.type))
-            if GPUKernels.useCoop(device) { _ = try pipeline(GPUKernels.matmulCoop(w.type)) }
+            if GPUKernels.useCoop(device, w.type) { _ = try pipeline(GPUKernels.matmulCoop(w.type)) }
         }
         if x16 != nil { for k in [GPUKernels.toF16, GPUKernels.sumSplits] { _ = try pipeline(k) } }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
@@ -293,7 +293,7 @@ final class GPUForward: ForwardOps {
         } else if rows <= GPUKernels.matvecMaxRows {
             let k = GPUKernels.matvec(w.type, rows: rows)
             dispatch(k, [wb, x, y], params, GPUKernels.matvecGroups(n: w.rows, m: rows), op)
-        } else if GPUKernels.useCoop(device), let x16 {
+        } else if GPUKernels.useCoop(device, w.type), let x16 {
             // activations to float16 once per input (Q|K|V, gate/up, O and down each have one)
             let kp = GPUKernels.f16Row(w.cols)
             let key = rowsKey(x, rows: rows, xStride: xStride, k: w.cols)

@@ -90,6 +90,13 @@ enum GPUKernels {
     /// VELO_GPU_NO_COOPMAT (any value) keeps prefill on the portable matmul_T (A/B checks).
     static let coopDisabled = getenv("VELO_GPU_NO_COOPMAT") != nil
     static func useCoop(_ device: GPUDevice) -> Bool { device.cooperativeMatrix && !coopDisabled }
+    /// Weight types whose tensor-core products were checked against the CPU on a device with
+    /// cooperative matrices (bench/gpu/coopmat-check.ts on the H100; lavapipe has none). The
+    /// Q4_K model (Q4_K with Q6_K) was far off there (relative logit error 0.65 against 0.09 for
+    /// the portable kernel), so the other types keep the portable matmul_T until each is
+    /// checked and explained.
+    static let coopTypes: Set<GGMLType> = [.q4_0, .q8_0]
+    static func useCoop(_ device: GPUDevice, _ t: GGMLType) -> Bool { useCoop(device) && coopTypes.contains(t) }
     static func matmulCoop(_ t: GGMLType) -> Kernel {
         Kernel(name: "matmul_coop_" + suffix(t), buffers: 3, constants: [256])
     }
