@@ -55,7 +55,8 @@ final class GPUForward: ForwardOps {
     /// Row length q8 holds blocks for (the longest input of a matvec_dot weight).
     private let q8Width: Int
     /// Prefill on tensor cores (matmul_coop_T): to_f16's copy of the activation rows, and which
-    /// rows it holds now (as q8Source; any dispatch but to_f16 and matmul_coop_T clears it).
+    /// rows it holds now (as q8Source; any dispatch but to_f16, matmul_coop_T and sum_splits
+    /// clears it).
     private let x16: GPUBuffer?
     private var x16Source: RowsKey?
 
@@ -194,7 +195,7 @@ final class GPUForward: ForwardOps {
         // every pipeline was made in init; a failure here would be a bug, not bad input
         let p = try! pipeline(k)
         if q8Source != nil && k.name != GPUKernels.quantizeQ8.name && !k.name.hasPrefix("matvec_dot_") { q8Source = nil }
-        if x16Source != nil && k.name != GPUKernels.toF16.name && !k.name.hasPrefix("matmul_coop_") { x16Source = nil }
+        if x16Source != nil && k.name != GPUKernels.toF16.name && k.name != GPUKernels.sumSplits.name && !k.name.hasPrefix("matmul_coop_") { x16Source = nil }
         device.dispatch(p, buffers, params: params, groups: groups, op: op)
     }
 
@@ -314,11 +315,11 @@ final class GPUForward: ForwardOps {
                 dispatch(GPUKernels.matmulCoop(w.type), [wb, GPUBinding(x16), GPUBinding(scratch)], p16 + [UInt32(plane)], (g.0, g.1, splits), op)
                 dispatch(GPUKernels.sumSplits, [GPUBinding(scratch), y], [UInt32(w.rows), UInt32(rows), UInt32(yStride), UInt32(splits), UInt32(plane)],
                          (min((plane + 255) / 256, 65535), 1, 1), op)
-                x16Source = key // sum_splits leaves the float16 copy as it was
             } else {
                 p16[6] = UInt32.max // one split: every unit
                 dispatch(GPUKernels.matmulCoop(w.type), [wb, GPUBinding(x16), y], p16 + [0], g, op)
             }
+            if x16Source?.buffer == ObjectIdentifier(y.buffer) { x16Source = nil } // Y overwrote them
         } else {
             let k = GPUKernels.matmul(w.type)
             dispatch(k, [wb, x, y], params, GPUKernels.matmulGroups(n: w.rows, m: rows), op)

@@ -46,7 +46,9 @@ final class VulkanDevice: GPUDevice {
     // per-kernel timing (profiling only)
     private var queryPool: VkQueryPool?
     private let timestampPeriod: Double
-    private var timedOps: [(op: Profiler.Op, kernel: String)] = []
+    /// Each timed dispatch's op, kernel and grid (the profiler's label is made only when it reads
+    /// them: this runs for every dispatch).
+    private var timedOps: [(op: Profiler.Op, kernel: String, groups: (Int, Int, Int))] = []
     private static let maxTimedDispatches = 4096
     private var recording = false
     private static let maxBindings = 16
@@ -528,7 +530,7 @@ final class VulkanDevice: GPUDevice {
         vkCmdDispatch(commandBuffer, UInt32(groups.0), UInt32(groups.1), UInt32(groups.2))
         if timed {
             vkCmdWriteTimestamp(commandBuffer, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queryPool, UInt32(2 * timedOps.count + 1))
-            timedOps.append((op, "\(p.name) \(groups.0)x\(groups.1)x\(groups.2)"))
+            timedOps.append((op, p.name, groups))
         }
         // each dispatch sees the writes of the ones before it
         var barrier = VkMemoryBarrier()
@@ -579,7 +581,7 @@ final class VulkanDevice: GPUDevice {
                 for (i, t) in timedOps.enumerated() where stamps[2 * i + 1] >= stamps[2 * i] {
                     let ns = UInt64(Double(stamps[2 * i + 1] - stamps[2 * i]) * timestampPeriod)
                     profiler.add(t.op, nanos: ns)
-                    profiler.addKernel(t.kernel, nanos: ns)
+                    profiler.addKernel("\(t.kernel) \(t.groups.0)x\(t.groups.1)x\(t.groups.2)", nanos: ns)
                 }
             }
         }
