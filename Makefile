@@ -67,9 +67,10 @@ PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attent
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
 Q8_KERNELS := add_rms_norm attention_combine
-SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS))
+SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) \
+  attention_coop
 # Vulkan-only kernels (extensions spirv-cross cannot translate: cooperative matrices): no MSL
-VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES))
+VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) attention_coop
 MSL_SHADERS := $(filter-out $(VULKAN_ONLY),$(SHADERS))
 SPV_ENV := vulkan1.2
 MSL_VER := 20400
@@ -92,6 +93,7 @@ endef
 $(foreach k,$(WEIGHT_KERNELS),$(foreach t,$(WTYPES),\
   $(eval $(call shader_rules,$(k)_$(t),shaders/$(k).comp,-DWTYPE_$(call upper,$(t))))))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matvec_dot.comp,-DWTYPE_$(call upper,$(t)))))
+$(eval $(call shader_rules,attention_coop,shaders/attention_coop.comp,))
 $(foreach k,$(PLAIN_KERNELS),$(eval $(call shader_rules,$(k),shaders/$(k).comp,)))
 $(foreach k,$(Q8_KERNELS),$(eval $(call shader_rules,$(k)_q8,shaders/$(k).comp,-DQ8)))
 -include $(wildcard $(SHADER_GEN)/*.d)

@@ -5,25 +5,29 @@
 // workgroup z takes units [z*splitUnits, (z+1)*splitUnits) of K and writes Y + z*plane
 // (splitUnits = 0xFFFFFFFF, plane = 0 for one split; sum_splits adds the planes up).
 //
-// A workgroup of 256 threads (8 subgroups of 32) computes a BM x BN = 128 x 128 tile of Y
-// (activation rows x weight rows), stepping along K by BK = 64 values. Each step dequantizes
-// 64 values of the 128 weight rows (whole units of quants.glsl, so not necessarily contiguous
-// in K; activations use the same order) and copies the matching 64 values of the 128
-// activation rows to shared memory; then each subgroup multiplies its 64 x 32 part
-// of the tile as 4 x 2 float16 16x16x16 products accumulated in float32 matrices:
-// D (m x r) += X (m x k) * W^T (k x r), W^T being read column-major from the weight rows.
-// The global loads of step s+1 are issued into registers before the products of step s and
-// stored to shared memory after them (two barriers a step, one shared buffer).
+// A workgroup of 128 WGM threads (4 WGM subgroups of 32: WGM along M, 4 along N) computes a
+// BM x BN tile of Y (activation rows x weight rows), BM = 16 TM WGM, BN = 128, stepping along K
+// by BK = 64 values. Each step dequantizes 64 values of the 128 weight rows (whole units of
+// quants.glsl, so not necessarily contiguous in K; activations use the same order) and copies
+// the matching 64 values of the BM activation rows to shared memory; then each subgroup
+// multiplies its 16 TM x 32 part of the tile as TM x 2 float16 16x16x16 products accumulated
+// in float32 matrices: D (m x r) += X (m x k) * W^T (k x r), W^T being read column-major from
+// the weight rows. With PREFETCH the global loads of step s+1 are issued into registers before
+// the products of step s; without, after them (two barriers a step, one shared buffer either
+// way).
 // Edges: rows past M or N and units past the row read as zero; result tiles that lie wholly
-// inside Y are stored directly, the others through shared memory with guards.
+// inside Y are stored directly, the others through shared memory with guards, 8 subgroups at
+// a time.
 //
 // Measured on the H100 (bench/RESULTS.md): 64 values a step beat 32 double-buffered, float16
-// scalar tiles beat f16vec4 ones, 8 subgroups of 64 x 32 beat 4 of 64 x 64.
+// scalar tiles beat f16vec4 ones. What decides the rest is registers, so subgroups in flight:
+// 8 subgroups of 64 x 32 took 185 a thread (8 subgroups an SM); 16 subgroups of 32 x 32
+// without prefetch (TM 2, WGM 4: the host's choice) take 112 (16 an SM). Figures in
+// GPUKernels.coopShape.
 //
 // Needs: shaderFloat16, 16-bit storage, VK_KHR_cooperative_matrix with a subgroup-scope
-// 16x16x16 float16 x float16 -> float32 shape, subgroup size 32 (the warp layout below
-// assumes 8 subgroups), 44 KiB of shared memory. Constant 0 must stay 256.
-// Dispatch (ceil(N / 128), ceil(M / 128), splits).
+// 16x16x16 float16 x float16 -> float32 shape, subgroup size 32 (the warp layout), 44 KiB of
+// shared memory. Constant 0 must be 128 WGM. Dispatch (ceil(N / 128), ceil(M / BM), splits).
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_control_flow_attributes : require
@@ -32,6 +36,13 @@
 #extension GL_KHR_cooperative_matrix : require
 
 layout(local_size_x = 256, local_size_x_id = 0) in;
+// 16-row result tiles per subgroup along M (BM = 32 TM activation rows per workgroup), and
+// whether a step's global loads are issued into registers before the previous step's
+// products (1) or after them (0: fewer registers live across the products)
+layout(constant_id = 1) const uint TM = 4u;
+layout(constant_id = 2) const uint PREFETCH = 1u;
+// subgroups along M (4 along N): the workgroup has 128 WGM invocations (constant 0)
+layout(constant_id = 3) const uint WGM = 2u;
 
 #include "quants.glsl"
 
@@ -42,8 +53,8 @@ layout(std140, binding = 3) uniform Params {
     uint splitUnits, plane;
 } p;
 
-const uint WG = 256u;
-const uint BM = 128u;                 // activation rows per tile
+const uint WG = 128u * WGM;
+const uint BM = 16u * TM * WGM;       // activation rows per tile
 const uint BN = 128u;                 // weight rows per tile
 const uint BK = 64u;                  // values of K per step
 const uint SK = BK + 8u;              // shared row stride in values (144 bytes: fewer bank conflicts)
@@ -52,11 +63,11 @@ const uint WIT = BN * UPT / WG;       // weight units per thread per step
 const uint XVR = BK / 4u;             // vec4s of one activation row per step
 const uint XIT = BM * XVR / WG;       // activation vec4s per thread per step
 // warp layout: 2 x 4 subgroups, each 64 activation rows x 32 weight rows = 4 x 2 tiles of 16
-const uint SGM = 64u, SGN = 32u, TM = SGM / 16u, TN = SGN / 16u;
+const uint SGM = 16u * TM, SGN = 32u, TN = SGN / 16u;
 
 shared float16_t Xs[BM * SK];         // [m][k]
 shared float16_t Ws[BN * SK];         // [n][k]
-shared float Cs[8u * 256u];           // per subgroup: one 16 x 16 result tile (edge tiles)
+shared float Cs[8u * 256u];           // 8 subgroups' 16 x 16 result tiles (edge tiles)
 
 #ifdef WTYPE_Q4_0
 // Q4_0 in float16 arithmetic: a nibble n in the low bits of a float16 with bits 0x6400 is
@@ -132,7 +143,7 @@ void main() {
     barrier();
     for (uint s = 0u; s < steps; s++) {
         const bool more = s + 1u < steps;
-        if (more) fetch(u0 + (s + 1u) * UPT, n0, m0, U, rowWords, tid);
+        if (more && PREFETCH != 0u) fetch(u0 + (s + 1u) * UPT, n0, m0, U, rowWords, tid);
         [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[TM];
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> w[TN];
@@ -145,28 +156,36 @@ void main() {
                     acc[i * TN + j] = coopMatMulAdd(a[i], w[j], acc[i * TN + j]);
         }
         barrier();
+        if (more && PREFETCH == 0u) fetch(u0 + (s + 1u) * UPT, n0, m0, U, rowWords, tid);
         if (more) stash(tid);
         barrier();
     }
 
-    // results: acc[i][j] holds Y rows m0+sm+16i.. (activation rows), columns n0+sn+16j..
+    // results: acc[i][j] holds Y rows m0+sm+16i.. (activation rows), columns n0+sn+16j..;
+    // edge tiles go through Cs, which holds 8 subgroups' tiles: subgroup sg in round sg / 8
     const bool aligned = (p.yStride & 3u) == 0u && (yOff & 3u) == 0u;
-    [[unroll]] for (uint i = 0u; i < TM; i++) {
-        [[unroll]] for (uint j = 0u; j < TN; j++) {
-            const uint mm = m0 + sm + i * 16u, nn = n0 + sn + j * 16u;
-            if (mm >= p.M || nn >= p.N) continue;
-            if (aligned && mm + 16u <= p.M && nn + 16u <= p.N) {
-                coopMatStore(acc[i * TN + j], Y, yOff + mm * p.yStride + nn, p.yStride, gl_CooperativeMatrixLayoutRowMajor);
-            } else {
-                coopMatStore(acc[i * TN + j], Cs, sg * 256u, 16u, gl_CooperativeMatrixLayoutRowMajor);
-                subgroupMemoryBarrierShared();
-                subgroupBarrier();
-                for (uint e = gl_SubgroupInvocationID; e < 256u; e += gl_SubgroupSize) {
-                    const uint r = e / 16u, c = e % 16u;
-                    if (mm + r < p.M && nn + c < p.N) Y[yOff + (mm + r) * p.yStride + nn + c] = Cs[sg * 256u + e];
+    const uint slot = (sg % 8u) * 256u;
+    for (uint rd = 0u; rd < (4u * WGM + 7u) / 8u; rd++) {
+        if (sg / 8u == rd) {
+            [[unroll]] for (uint i = 0u; i < TM; i++) {
+                [[unroll]] for (uint j = 0u; j < TN; j++) {
+                    const uint mm = m0 + sm + i * 16u, nn = n0 + sn + j * 16u;
+                    if (mm >= p.M || nn >= p.N) continue;
+                    if (aligned && mm + 16u <= p.M && nn + 16u <= p.N) {
+                        coopMatStore(acc[i * TN + j], Y, yOff + mm * p.yStride + nn, p.yStride, gl_CooperativeMatrixLayoutRowMajor);
+                    } else {
+                        coopMatStore(acc[i * TN + j], Cs, slot, 16u, gl_CooperativeMatrixLayoutRowMajor);
+                        subgroupMemoryBarrierShared();
+                        subgroupBarrier();
+                        for (uint e = gl_SubgroupInvocationID; e < 256u; e += gl_SubgroupSize) {
+                            const uint r = e / 16u, c = e % 16u;
+                            if (mm + r < p.M && nn + c < p.N) Y[yOff + (mm + r) * p.yStride + nn + c] = Cs[slot + e];
+                        }
+                        subgroupBarrier();
+                    }
                 }
-                subgroupBarrier();
             }
         }
+        barrier();
     }
 }

@@ -4,7 +4,7 @@
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... |
-#                     coopmat MODELS... | spec
+#                     variants MODEL SWITCHES... | coopmat MODELS... | spec
 # Models are synthesized there (random weights, real shapes) by Velo's own writer.
 set -euo pipefail
 C=$PWD/.carry
@@ -52,6 +52,18 @@ case "$what" in
       VELO_GPU_MATVEC=$s velo bench "$f" --backend vulkan -p 0 -n 128 -r 3 --json | tr -d '\n' > "$OUT/tune-${s/,/x}.json"
       python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('matvec $s',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])" "$OUT/tune-${s/,/x}.json"
     done ;;
+  variants)  # pp512 of one model under each set of switches, e.g. VELO_GPU_COOP=2,0,2 or
+              # VELO_GPU_NO_COOP_ATTN=1+VELO_GPU_NO_SPLITK=1 ('+' separates assignments; '-' is
+              # none), with the compiler's statistics of the prefill kernels (VELO_GPU_PIPELINE_STATS)
+    f=$(model "$1"); shift
+    for v in "$@"; do
+      e=(); [ "$v" = - ] || IFS=+ read -ra e <<< "$v"
+      env "${e[@]}" VELO_GPU_PIPELINE_STATS=1 /tmp/bun "$C/velo.js" bench "$f" --backend vulkan -p 512 -n 0 -r 3 --json 2> /tmp/stats.txt | tr -d '\n' > /tmp/variant.json
+      { echo "== $v"; cat /tmp/stats.txt; } >> "$OUT/stats.txt"
+      { cat /tmp/variant.json; echo; } >> "$OUT/variants.jsonl"
+      python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('$v',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])" /tmp/variant.json
+      grep -E "pipeline (matmul_coop|attention_tiled|attention_coop)" /tmp/stats.txt | sort -u | cut -c1-400
+    done ;;
   coopmat)  # tensor-core prefill (matmul_coop) against the portable kernel (bench/gpu/coopmat-check.ts)
     fs=(); for m in "$@"; do fs+=("$(model "$m")"); done
     /tmp/bun "$C/coopmat-check.js" "${fs[@]}" ;;
@@ -62,5 +74,5 @@ case "$what" in
     /tmp/bun "$C/speculative.js" "$(model 8b-q4_0)" --spec ngram -n 128 --runs 3 --backend vulkan > "$OUT/spec-8b-ngram.json"
     /tmp/bun "$C/speculative.js" "$(model 8b-q4_0)" --draft "$(model 3b-q4_0)" -n 128 --runs 3 --backend vulkan > "$OUT/spec-8b-draft3b.json"
     for f in "$OUT"/spec-*.json; do python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print(sys.argv[1].split('/')[-1], round(j['plain_tps'],1), 'adaptive', round(j['adaptive']['speedup'],3), 'fixed', round(j['fixed_k']['speedup'],3), 'acc', round(j['fixed_k']['acceptance'],3), j['verify_cost_vs_one_decode_step'])" "$f"; done ;;
-  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... | coopmat MODELS... | spec" >&2; exit 2 ;;
+  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... | variants MODEL SWITCHES... | coopmat MODELS... | spec" >&2; exit 2 ;;
 esac

@@ -14,6 +14,10 @@ VK_INSTANCE(vkCreateDevice)
 VK_INSTANCE(vkGetDeviceProcAddr)
 /* VK_KHR_cooperative_matrix: NULL where the loader or driver lacks it */
 VK_INSTANCE(vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)
+/* VK_KHR_pipeline_executable_properties (device functions through the loader's trampolines,
+ * NULL where absent): register and shared-memory counts for VELO_GPU_PIPELINE_STATS */
+VK_INSTANCE(vkGetPipelineExecutablePropertiesKHR)
+VK_INSTANCE(vkGetPipelineExecutableStatisticsKHR)
 VK_DEVICE(vkDestroyDevice)
 VK_DEVICE(vkGetDeviceQueue)
 VK_DEVICE(vkDeviceWaitIdle)

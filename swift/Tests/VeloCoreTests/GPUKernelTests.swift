@@ -397,9 +397,11 @@ final class GPUKernelTests: XCTestCase {
             XCTAssert(got[(r * yStride + n)..<((r + 1) * yStride)].allSatisfy(\.isNaN), "sum_splits wrote past row \(r)")
         }
         // the host's split plans: only small grids of quantized weights, whole steps of 4 units
-        XCTAssertEqual(GPUKernels.coopSplits(n: 4096, m: 512, k: 14336, type: .q4_0), 2)
+        XCTAssertEqual(GPUKernels.coopSplits(n: 4096, m: 512, k: 14336, type: .q4_0, tile: (128, 128)), 2)
+        XCTAssertEqual(GPUKernels.coopSplits(n: 4096, m: 512, k: 14336, type: .q4_0, tile: (128, 64)), 1)
+        XCTAssertEqual(GPUKernels.coopSplits(n: 4096, m: 256, k: 14336, type: .q4_0, tile: (128, 64)), 2)
         XCTAssertEqual(GPUKernels.coopSplits(n: 28672, m: 512, k: 4096, type: .q4_0), 1)
-        XCTAssertEqual(GPUKernels.coopSplits(n: 2048, m: 512, k: 8192, type: .q4_K), 4)
+        XCTAssertEqual(GPUKernels.coopSplits(n: 2048, m: 512, k: 8192, type: .q4_K, tile: (128, 128)), 4)
         XCTAssertEqual(GPUKernels.coopSplits(n: 4096, m: 512, k: 4096, type: .f16), 1)
         XCTAssertEqual(GPUKernels.coopSplits(n: 256, m: 32, k: 1024, type: .q8_0), 1)
         for (k, sp) in [(14336, 2), (4096, 4), (8192, 4), (2048, 2)] {
@@ -539,6 +541,13 @@ final class GPUKernelTests: XCTestCase {
         let seq = [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2]
         XCTAssertEqual(GPUKernels.attentionQueryBlocks(sequence: seq, group: 4), [0, 3, 3, 8, 11, 1, 12, 1])
         XCTAssertEqual(GPUKernels.attentionQueryBlocks(sequence: [], group: 4), [])
+        // attention_coop's blocks of 64 rows: 16 tokens at G = 4, 8 at G = 8
+        XCTAssertEqual(GPUKernels.attentionQueryBlocks(sequence: [Int](repeating: 0, count: 20), group: 4, rows: 64), [0, 16, 16, 4])
+        XCTAssertEqual(GPUKernels.attentionQueryBlocks(sequence: [0, 0, 0, 1] + [Int](repeating: 2, count: 9), group: 8, rows: 64),
+                       [0, 3, 3, 1, 4, 8, 12, 1])
+        XCTAssertNotNil(GPUKernels.attentionBlocks(sequence: [Int](repeating: 0, count: 512), heads: 32, kvHeads: 8, headDim: 128, rows: 64))
+        XCTAssertNil(GPUKernels.attentionBlocks(sequence: [Int](repeating: 0, count: 512), heads: 64, kvHeads: 1, headDim: 64, rows: 32),
+                     "a KV group larger than a block")
         XCTAssertNil(GPUKernels.attentionBlocks(sequence: Array(0..<32), heads: 32, kvHeads: 8, headDim: 128), "decode step")
         XCTAssertNotNil(GPUKernels.attentionBlocks(sequence: [Int](repeating: 0, count: 512), heads: 32, kvHeads: 8, headDim: 128))
         XCTAssertNil(GPUKernels.attentionBlocks(sequence: [Int](repeating: 0, count: 512), heads: 8, kvHeads: 1, headDim: 256))

@@ -22,6 +22,8 @@ final class GPUForward: ForwardOps {
     private let inputs: GPUBuffer
     /// Query blocks of this step for attention_tiled (GPUKernels.attentionBlocks); 0: split-K.
     private var tiledBlocks = 0
+    /// Prefill attention on tensor cores (attention_coop, blocks of its rows) or attention_tiled.
+    private let coopAttention: Bool
     private let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, blocks: Int, pagetab: Int)
     private let pagetabCapacity: Int
     private var weights: [UnsafeRawPointer: GPUBuffer] = [:]
@@ -93,6 +95,7 @@ final class GPUForward: ForwardOps {
         let t = 0, p = align(t + maxTokens * 4), pt = align(p + maxTokens * 4), rs = align(pt + maxTokens * 4),
             bl = align(rs + maxLogitRows * 4), tab = align(bl + maxTokens * 8)
         sections = (t, p, pt, rs, bl, tab)
+        coopAttention = GPUKernels.useAttentionCoop(device, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim)
         inputs = try device.makeBuffer(bytes: tab + pagetabCapacity * 4, memory: .upload, label: "step inputs")
         // gated-MLP pairs: one interleaved weight each (raw rows, so every weight kernel reads it)
         let pairs = model.gatedPairs.filter { g, u in
@@ -174,6 +177,7 @@ final class GPUForward: ForwardOps {
             if GPUKernels.useCoop(device, w.type) { _ = try pipeline(GPUKernels.matmulCoop(w.type)) }
         }
         if x16 != nil { for k in [GPUKernels.toF16, GPUKernels.sumSplits] { _ = try pipeline(k) } }
+        if coopAttention { _ = try pipeline(GPUKernels.attentionCoop) }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
         for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, GPUKernels.ropeStore, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.attentionTiled, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add] { _ = try pipeline(k) }
     }
@@ -232,7 +236,8 @@ final class GPUForward: ForwardOps {
         write(sections.rowsel, batch.logitRows.map { Int32($0) })
         if !table.isEmpty { write(sections.pagetab, table) }
         let blocks = n > GPUKernels.matvecMaxRows
-            ? GPUKernels.attentionBlocks(sequence: batch.sequence, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim) : nil
+            ? GPUKernels.attentionBlocks(sequence: batch.sequence, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim,
+                                         rows: coopAttention ? GPUKernels.attentionCoopRows : GPUKernels.attentionTiledRows) : nil
         if let blocks { write(sections.blocks, blocks) }
         tiledBlocks = (blocks?.count ?? 0) / 2
         recordStart = nowNanos()
@@ -305,6 +310,7 @@ final class GPUForward: ForwardOps {
             }
             var p16 = params
             p16[4] = UInt32(kp)
+            let kernel = GPUKernels.matmulCoop(w.type)
             let g = GPUKernels.matmulCoopGroups(n: w.rows, m: rows)
             let splits = GPUKernels.coopSplits(n: w.rows, m: rows, k: w.cols, type: w.type)
             if splits > 1, let scratch = gluScratch, y.buffer !== scratch, splits * rows * w.rows * 4 <= scratch.size {
@@ -312,12 +318,12 @@ final class GPUForward: ForwardOps {
                 let plane = rows * w.rows
                 p16[5] = UInt32(w.rows)
                 p16[6] = UInt32(GPUKernels.coopSplitUnits(k: w.cols, splits: splits))
-                dispatch(GPUKernels.matmulCoop(w.type), [wb, GPUBinding(x16), GPUBinding(scratch)], p16 + [UInt32(plane)], (g.0, g.1, splits), op)
+                dispatch(kernel, [wb, GPUBinding(x16), GPUBinding(scratch)], p16 + [UInt32(plane)], (g.0, g.1, splits), op)
                 dispatch(GPUKernels.sumSplits, [GPUBinding(scratch), y], [UInt32(w.rows), UInt32(rows), UInt32(yStride), UInt32(splits), UInt32(plane)],
                          (min((plane + 255) / 256, 65535), 1, 1), op)
             } else {
                 p16[6] = UInt32.max // one split: every unit
-                dispatch(GPUKernels.matmulCoop(w.type), [wb, GPUBinding(x16), y], p16 + [0], g, op)
+                dispatch(kernel, [wb, GPUBinding(x16), y], p16 + [0], g, op)
             }
             if x16Source?.buffer == ObjectIdentifier(y.buffer) { x16Source = nil } // Y overwrote them
         } else {
@@ -358,7 +364,7 @@ final class GPUForward: ForwardOps {
     func attention(layer: Int) {
         let c = config, ps = kv.pageSize
         if tiledBlocks > 0 {
-            dispatch(GPUKernels.attentionTiled, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens)],
+            dispatch(coopAttention ? GPUKernels.attentionCoop : GPUKernels.attentionTiled, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens)],
                      [UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride),
                       UInt32(layer * 2 * ps * kvDim), (1 / Float(c.headDim).squareRoot()).bitPattern, UInt32(stride(.q))],
                      (tiledBlocks, c.kvHeads, 1), .attention)

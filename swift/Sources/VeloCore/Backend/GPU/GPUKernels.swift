@@ -90,25 +90,40 @@ enum GPUKernels {
     /// VELO_GPU_NO_COOPMAT (any value) keeps prefill on the portable matmul_T (A/B checks).
     static let coopDisabled = getenv("VELO_GPU_NO_COOPMAT") != nil
     static func useCoop(_ device: GPUDevice) -> Bool { device.cooperativeMatrix && !coopDisabled }
-    /// Weight types whose tensor-core products were checked against the CPU on a device with
-    /// cooperative matrices (bench/gpu/coopmat-check.ts on the H100; lavapipe has none). The
-    /// Q4_K model (Q4_K with Q6_K) was far off there (relative logit error 0.65 against 0.09 for
-    /// the portable kernel), so the other types keep the portable matmul_T until each is
-    /// checked and explained.
-    static let coopTypes: Set<GGMLType> = [.q4_0, .q8_0]
+    /// Weight types whose tensor-core products were checked on a device with cooperative
+    /// matrices (bench/gpu/coopmat-check.ts on the H100, against the GPU's float32 path;
+    /// lavapipe has none): Q4_0, Q8_0 and the Q4_K model (Q4_K with Q6_K). The others keep the
+    /// portable matmul_T until each is checked.
+    static let coopTypes: Set<GGMLType> = [.q4_0, .q8_0, .q4_K, .q6_K]
     static func useCoop(_ device: GPUDevice, _ t: GGMLType) -> Bool { useCoop(device) && coopTypes.contains(t) }
     static func matmulCoop(_ t: GGMLType) -> Kernel {
-        Kernel(name: "matmul_coop_" + suffix(t), buffers: 3, constants: [256])
+        Kernel(name: "matmul_coop_" + suffix(t), buffers: 3,
+               constants: [UInt32(128 * coopShape.wgm), UInt32(coopShape.tm), UInt32(coopShape.prefetch), UInt32(coopShape.wgm)])
     }
+    /// matmul_coop_T's 16-row tiles per subgroup along M, its prefetch switch and its
+    /// subgroups along M (activation rows per workgroup: 16 TM WGM); VELO_GPU_COOP=TM,PREFETCH,WGM
+    /// overrides them (tuning runs).
+    static let coopShape: (tm: Int, prefetch: Int, wgm: Int) = {
+        if let e = getenv("VELO_GPU_COOP") {
+            let v = String(cString: e).split(separator: ",").compactMap { Int($0) }
+            if v.count == 3, [1, 2, 4].contains(v[0]), [0, 1].contains(v[1]), [1, 2, 4].contains(v[2]) { return (v[0], v[1], v[2]) }
+        }
+        // 128 x 128 tiles of 16 subgroups, each 32 x 32, no register prefetch: 112 registers a
+        // thread on the H100 (8 subgroups of 64 x 32 took 185, one workgroup an SM); 8B Q4_0
+        // pp512 7341 against 6658 for 8 subgroups of 32 x 32 and 5905 for 8 of 64 x 32
+        // (bench/RESULTS.md)
+        return (2, 0, 4)
+    }()
+    static var matmulCoopRows: Int { 16 * coopShape.tm * coopShape.wgm }
     /// Split-K for tensor-core products with few workgroups (the H100 has 132 SMs; an 8B's
     /// N = 4096 products at 512 rows make 128 workgroups of 8 subgroups, too few to hide
     /// latency): up to 4 splits of at least 1024 values of K each, quantized weights only (whole
     /// units of 16 values), while the grid stays under 256 workgroups. Each split writes its
     /// own plane of a scratch; `sumSplits` adds them into Y. VELO_GPU_NO_SPLITK (any value)
     /// turns it off (A/B checks).
-    static func coopSplits(n: Int, m: Int, k: Int, type: GGMLType) -> Int {
+    static func coopSplits(n: Int, m: Int, k: Int, type: GGMLType, tile: (Int, Int) = (matmulCoopTile, matmulCoopRows)) -> Int {
         guard ![.f32, .f16, .bf16].contains(type), !splitKDisabled else { return 1 }
-        let g = matmulCoopGroups(n: n, m: m), wgs = g.0 * g.1
+        let wgs = ((n + tile.0 - 1) / tile.0) * ((m + tile.1 - 1) / tile.1)
         var s = 1
         while s < 4, wgs * s < 256, k / (2 * s) >= 1024 { s *= 2 }
         return s
@@ -124,7 +139,7 @@ enum GPUKernels {
     static func f16Row(_ k: Int) -> Int { (k + 3) / 4 * 4 }
     static func toF16Groups(k: Int, m: Int) -> (Int, Int, Int) { ((f16Row(k) / 4 + 255) / 256, m, 1) }
     static func matmulCoopGroups(n: Int, m: Int) -> (Int, Int, Int) {
-        ((n + matmulCoopTile - 1) / matmulCoopTile, (m + matmulCoopTile - 1) / matmulCoopTile, 1)
+        ((n + matmulCoopTile - 1) / matmulCoopTile, (m + matmulCoopRows - 1) / matmulCoopRows, 1)
     }
     static func getRows(_ t: GGMLType) -> Kernel { Kernel(name: "get_rows_" + suffix(t), buffers: 3, constants: [256]) }
 
@@ -158,9 +173,9 @@ enum GPUKernels {
     /// attention_tiled's query blocks for a step's tokens (`sequence[t]`: token t's sequence):
     /// runs of consecutive tokens of one sequence, at most rows / G tokens each, as (first
     /// token, tokens) pairs.
-    static func attentionQueryBlocks(sequence: [Int], group: Int) -> [Int32] {
+    static func attentionQueryBlocks(sequence: [Int], group: Int, rows: Int = attentionTiledRows) -> [Int32] {
         guard !sequence.isEmpty else { return [] }
-        let per = attentionTiledRows / group
+        let per = rows / group
         var blocks: [Int32] = []
         var start = 0
         for t in 1...sequence.count where t == sequence.count || sequence[t] != sequence[start] || t - start == per {
@@ -172,10 +187,20 @@ enum GPUKernels {
     /// The blocks when attention_tiled should take the step: the heads fit and the blocks are
     /// at least half full on average. Decode steps (a token per sequence) stay with split-K
     /// attention, which spreads each token's keys over many workgroups.
-    static func attentionBlocks(sequence: [Int], heads: Int, kvHeads: Int, headDim: Int) -> [Int32]? {
-        guard attentionTiledFits(heads: heads, kvHeads: kvHeads, headDim: headDim) else { return nil }
-        let g = heads / kvHeads, blocks = attentionQueryBlocks(sequence: sequence, group: g)
-        return !blocks.isEmpty && blocks.count / 2 * (attentionTiledRows / g) <= 2 * sequence.count ? blocks : nil
+    static func attentionBlocks(sequence: [Int], heads: Int, kvHeads: Int, headDim: Int, rows: Int = attentionTiledRows) -> [Int32]? {
+        guard attentionTiledFits(heads: heads, kvHeads: kvHeads, headDim: headDim), heads / kvHeads <= rows else { return nil }
+        let g = heads / kvHeads, blocks = attentionQueryBlocks(sequence: sequence, group: g, rows: rows)
+        return !blocks.isEmpty && blocks.count / 2 * (rows / g) <= 2 * sequence.count ? blocks : nil
+    }
+    /// attention_tiled on tensor cores (Vulkan cooperative matrices): the same buffers,
+    /// parameters and blocks, of `attentionCoopRows` query rows; head sizes multiples of 16 up
+    /// to 128. VELO_GPU_NO_COOP_ATTN (any value) keeps attention_tiled (A/B checks).
+    static let attentionCoop = Kernel(name: "attention_coop", buffers: 7, constants: [128])
+    static let attentionCoopRows = 64
+    static let coopAttentionDisabled = getenv("VELO_GPU_NO_COOP_ATTN") != nil
+    static func useAttentionCoop(_ device: GPUDevice, heads: Int, kvHeads: Int, headDim: Int) -> Bool {
+        useCoop(device) && !coopAttentionDisabled && headDim % 16 == 0
+            && attentionTiledFits(heads: heads, kvHeads: kvHeads, headDim: headDim)
     }
     /// attention_combine that also writes its output as quantize_q8's blocks (buffers + XQ, XD),
     /// for head sizes that are multiples of 32, at most `attentionCombineQ8MaxHeadDim`.

@@ -1,6 +1,11 @@
 #if canImport(CVulkan)
 import CVulkan
 import CShaders
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// The Vulkan implementation of `GPUDevice`: one device and compute queue, one memory
 /// sub-allocator, pipelines cached by kernel and constants, and one command buffer per step
@@ -13,6 +18,10 @@ final class VulkanDevice: GPUDevice {
     let bindingAlignment: Int
     /// Tensor cores through VK_KHR_cooperative_matrix (matmul_coop_T), see createDevice.
     let cooperativeMatrix: Bool
+    /// VELO_GPU_PIPELINE_STATS (any value): print each pipeline's compiler statistics (registers,
+    /// shared memory…) to stderr where the driver has VK_KHR_pipeline_executable_properties.
+    static let pipelineStatsWanted = getenv("VELO_GPU_PIPELINE_STATS") != nil
+    private let pipelineStats: Bool
     /// Packed 4x8-bit integer dot products (VK_KHR_shader_integer_dot_product: matvec_dot_T).
     let integerDot: Bool
     private let instance: VkInstance
@@ -113,8 +122,9 @@ final class VulkanDevice: GPUDevice {
             throw VeloError(.unsupported, "\(name) supports Vulkan \(props.apiVersion >> 22).\((props.apiVersion >> 12) & 0x3ff); Velo needs 1.2")
         }
         do {
-            let (device, family, timestamps, coop) = try Self.createDevice(physical, name: name)
+            let (device, family, timestamps, coop, stats) = try Self.createDevice(physical, name: name)
             self.device = device
+            pipelineStats = stats
             cooperativeMatrix = coop
             integerDot = Self.integerDotSupported(physical)
             var q: VkQueue?
@@ -226,7 +236,7 @@ final class VulkanDevice: GPUDevice {
         return i.map { (UInt32($0), fams[$0].timestampValidBits > 0) }
     }
 
-    private static func createDevice(_ p: VkPhysicalDevice, name: String) throws -> (VkDevice, UInt32, Bool, Bool) {
+    private static func createDevice(_ p: VkPhysicalDevice, name: String) throws -> (VkDevice, UInt32, Bool, Bool, Bool) {
         guard let (family, timestamps) = computeFamily(p) else { throw VeloError(.unsupported, "\(name) has no compute queue") }
         var extCount: UInt32 = 0
         _ = vkEnumerateDeviceExtensionProperties(p, nil, &extCount, nil)
@@ -234,6 +244,7 @@ final class VulkanDevice: GPUDevice {
         _ = vkEnumerateDeviceExtensionProperties(p, nil, &extCount, &exts)
         let extNames = Set(exts.map { cString($0.extensionName) })
         let coopExt = extNames.contains("VK_KHR_cooperative_matrix")
+        let stats = pipelineStatsWanted && extNames.contains("VK_KHR_pipeline_executable_properties")
         // features the kernels need (16-bit storage and integers, timeline semaphores) and
         // extensions (push descriptors)
         var v11 = VkPhysicalDeviceVulkan11Features()
@@ -298,12 +309,18 @@ final class VulkanDevice: GPUDevice {
         }
         var ef = VkPhysicalDeviceFeatures2()
         ef.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
+        let estats = UnsafeMutablePointer<VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR>.allocate(capacity: 1)
+        defer { estats.deallocate() }
+        estats.initialize(to: VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR())
+        estats.pointee.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR
+        estats.pointee.pipelineExecutableInfo = 1
         ef.features.shaderInt16 = 1
         ef.features.shaderInt64 = f2.features.shaderInt64
         var prio: Float = 1
         var device: VkDevice?
         let pushExt = Array("VK_KHR_push_descriptor".utf8CString), coopMatExt = Array("VK_KHR_cooperative_matrix".utf8CString)
         let dotExt = Array("VK_KHR_shader_integer_dot_product".utf8CString)
+        let statsExt = Array("VK_KHR_pipeline_executable_properties".utf8CString)
         let r: VkResult = withUnsafeMutablePointer(to: &e11) { p11 in
             withUnsafeMutablePointer(to: &e12) { p12 in
                 withUnsafeMutablePointer(to: &ecm) { pcm in
@@ -311,6 +328,10 @@ final class VulkanDevice: GPUDevice {
                         p11.pointee.pNext = UnsafeMutableRawPointer(p12)
                         if coop { p12.pointee.pNext = UnsafeMutableRawPointer(pcm) }
                         pf.pointee.pNext = UnsafeMutableRawPointer(p11)
+                        if stats {
+                            estats.pointee.pNext = UnsafeMutableRawPointer(p11)
+                            pf.pointee.pNext = UnsafeMutableRawPointer(estats)
+                        }
                         return withUnsafePointer(to: &prio) { pp in
                             var qci = VkDeviceQueueCreateInfo()
                             qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO
@@ -319,9 +340,9 @@ final class VulkanDevice: GPUDevice {
                             qci.pQueuePriorities = pp
                             return withUnsafePointer(to: &qci) { pq in
                                 pushExt.withUnsafeBufferPointer { e1 in
-                                    coopMatExt.withUnsafeBufferPointer { e2 in dotExt.withUnsafeBufferPointer { e3 in
+                                    coopMatExt.withUnsafeBufferPointer { e2 in dotExt.withUnsafeBufferPointer { e3 in statsExt.withUnsafeBufferPointer { e4 in
                                         let names: [UnsafePointer<CChar>?] = [e1.baseAddress] + (coop ? [e2.baseAddress] : [])
-                                            + (dot ? [e3.baseAddress] : [])
+                                            + (dot ? [e3.baseAddress] : []) + (stats ? [e4.baseAddress] : [])
                                         return names.withUnsafeBufferPointer { pe in
                                             var dci = VkDeviceCreateInfo()
                                             dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO
@@ -332,7 +353,7 @@ final class VulkanDevice: GPUDevice {
                                             dci.ppEnabledExtensionNames = pe.baseAddress
                                             return vkCreateDevice(p, &dci, nil, &device)
                                         }
-                                    } }
+                                    } } }
                                 }
                             }
                         }
@@ -344,7 +365,7 @@ final class VulkanDevice: GPUDevice {
         if velo_vk_load_device(device) != 0 {
             throw VeloError(.unsupported, "\(name): \(String(cString: velo_vk_error()))")
         }
-        return (device, family, timestamps, coop)
+        return (device, family, timestamps, coop, stats)
     }
 
     /// Whether the device has VK_KHR_shader_integer_dot_product with its feature on.
@@ -384,8 +405,8 @@ final class VulkanDevice: GPUDevice {
         }
     }
 
-    /// matmul_coop_T's layout: subgroups of 32 invocations (in compute shaders) and 48 KiB of
-    /// shared memory.
+    /// matmul_coop_T's layout: subgroups of 32 invocations (in compute shaders), workgroups of
+    /// 512 and 48 KiB of shared memory.
     private static func coopLimits(_ p: VkPhysicalDevice) -> Bool {
         var sub = VkPhysicalDeviceSubgroupProperties()
         sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES
@@ -398,6 +419,7 @@ final class VulkanDevice: GPUDevice {
         }
         return sub.subgroupSize == 32 && sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT.rawValue != 0
             && props.properties.limits.maxComputeSharedMemorySize >= 49152
+            && props.properties.limits.maxComputeWorkGroupInvocations >= 512 && props.properties.limits.maxComputeWorkGroupSize.0 >= 512
     }
 
     // MARK: buffers
@@ -483,7 +505,8 @@ final class VulkanDevice: GPUDevice {
         guard let spirv = velo_shader_spirv(kernel, &words) else {
             throw VeloError(.internalError, "no GPU kernel named \(kernel)")
         }
-        let p = try VulkanPipeline(device: device, spirv: spirv, words: words, buffers: buffers, constants: constants, name: kernel)
+        let p = try VulkanPipeline(device: device, spirv: spirv, words: words, buffers: buffers, constants: constants, name: kernel,
+                                   captureStats: pipelineStats)
         pipelines[key] = p
         return p
     }
@@ -775,7 +798,8 @@ final class VulkanPipeline: GPUPipeline {
     let buffers: Int
     let name: String
 
-    init(device: VkDevice, spirv: UnsafePointer<UInt32>, words: Int, buffers: Int, constants: [UInt32], name: String) throws {
+    init(device: VkDevice, spirv: UnsafePointer<UInt32>, words: Int, buffers: Int, constants: [UInt32], name: String,
+         captureStats: Bool = false) throws {
         self.buffers = buffers
         self.name = name
         var bindings = (0...buffers).map { i in
@@ -832,6 +856,7 @@ final class VulkanPipeline: GPUPipeline {
                         stage.pSpecializationInfo = constants.isEmpty ? nil : ps
                         var ci = VkComputePipelineCreateInfo()
                         ci.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO
+                        if captureStats { ci.flags = VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR.rawValue }
                         ci.stage = stage
                         ci.layout = layout
                         return vkCreateComputePipelines(device, nil, 1, &ci, nil, &pipe)
@@ -841,6 +866,41 @@ final class VulkanPipeline: GPUPipeline {
         }
         try check(r, "vkCreateComputePipelines(\(name))")
         pipeline = pipe!
+        if captureStats { Self.printStatistics(device: device, pipeline: pipe!, name: name, constants: constants) }
+    }
+
+    /// The driver's statistics of each executable of a pipeline (registers, shared memory…),
+    /// one line on stderr.
+    private static func printStatistics(device: VkDevice, pipeline: VkPipeline, name: String, constants: [UInt32]) {
+        guard let getExecs = vkGetPipelineExecutablePropertiesKHR, let getStats = vkGetPipelineExecutableStatisticsKHR else { return }
+        var info = VkPipelineInfoKHR()
+        info.sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR
+        info.pipeline = pipeline
+        var n: UInt32 = 0
+        guard getExecs(device, &info, &n, nil) == VK_SUCCESS else { return }
+        for i in 0..<n {
+            var ei = VkPipelineExecutableInfoKHR()
+            ei.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR
+            ei.pipeline = pipeline
+            ei.executableIndex = i
+            var count: UInt32 = 0
+            guard getStats(device, &ei, &count, nil) == VK_SUCCESS else { continue }
+            var proto = VkPipelineExecutableStatisticKHR()
+            proto.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR
+            var list = [VkPipelineExecutableStatisticKHR](repeating: proto, count: Int(count))
+            guard getStats(device, &ei, &count, &list) == VK_SUCCESS else { continue }
+            let fields = list.prefix(Int(count)).map { st -> String in
+                let v: String
+                switch st.format {
+                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: v = st.value.b32 != 0 ? "true" : "false"
+                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: v = String(st.value.i64)
+                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: v = String(st.value.u64)
+                default: v = String(st.value.f64)
+                }
+                return "\(cString(st.name))=\(v)"
+            }
+            fputs("pipeline \(name) \(constants): \(fields.joined(separator: ", "))\n", stderr)
+        }
     }
 
     func destroy(_ device: VkDevice) {
