@@ -107,7 +107,8 @@ export async function runBench(engine: Engine, vocab: number, bos: number | null
   const results: BenchResult[] = [];
   if (f.nPrompt > 0) {
     const prompt = benchTokens(f.nPrompt, vocab, bos);
-    await timeRun(engine, prompt, 1); // warm-up: page in the weights
+    await timeRun(engine, prompt, 1); // warm-up: page in the weights, bring the GPU's clocks up
+    engine.resetProfile();
     const samples: number[] = [];
     for (let i = 0; i < f.repetitions; i++) {
       const { usage } = await timeRun(engine, prompt, 1);
@@ -118,6 +119,7 @@ export async function runBench(engine: Engine, vocab: number, bos: number | null
   if (f.nGen > 0) {
     const prompt = benchTokens(1, vocab, bos);
     await timeRun(engine, prompt, Math.min(8, f.nGen));
+    if (f.nPrompt === 0) engine.resetProfile();
     const samples: number[] = [];
     for (let i = 0; i < f.repetitions; i++) {
       const { usage } = await timeRun(engine, prompt, f.nGen);
@@ -178,12 +180,12 @@ export function benchCommand(): Command {
           const total = Object.values(profile).reduce((a, b) => a + b, 0);
           const t = new Table({ head: ["op", "ms", "share"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
           for (const [op, ms] of Object.entries(profile).sort((a, b) => b[1] - a[1])) t.push([op, ms.toFixed(1), `${((ms / total) * 100).toFixed(1)} %`]);
-          console.log(`time by op over all runs (warm-up included):\n${t.toString()}`);
+          console.log(`time by op over the measured runs (after the first warm-up):\n${t.toString()}`);
         }
         if (kernels && Object.keys(kernels).length > 0) {
           const t = new Table({ head: ["kernel and grid", "ms", "dispatches", "µs each"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
           for (const [k, v] of Object.entries(kernels).slice(0, 20)) t.push([k, v.ms.toFixed(1), v.count, ((v.ms * 1000) / v.count).toFixed(1)]);
-          console.log(`slowest GPU kernels over all runs (warm-up included):\n${t.toString()}`);
+          console.log(`slowest GPU kernels over the measured runs (after the first warm-up):\n${t.toString()}`);
         }
       } finally {
         loaded.close();

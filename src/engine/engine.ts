@@ -235,6 +235,11 @@ export class Engine {
     return JSON.parse(decoder.decode(buf.subarray(0, Number(out[0]))));
   }
 
+  /** Clears stats().profile_ms and kernel_ms (after a benchmark's warm-up). */
+  resetProfile(): void {
+    check(lib().velo_engine_reset_profile(this.handle));
+  }
+
   /** Saves the KV pages of the longest cached prefix of `tokens`; returns the tokens saved. */
   savePrefix(tokens: ArrayLike<number>, path: string): number {
     const ids = Int32Array.from(tokens);

@@ -38,6 +38,12 @@ public final class Profiler: @unchecked Sendable {
         kernels[label] = (k.nanos &+ nanos, k.count + 1)
     }
 
+    /// Forgets everything measured so far (benchmarks call it after their warm-up runs).
+    func reset() {
+        for i in nanos.indices { nanos[i] = 0 }
+        kernels.removeAll()
+    }
+
     /// Per-kernel totals, slowest first: {label: {ms, count}}.
     var kernelJSON: JSON {
         .object(kernels.sorted { $0.value.nanos > $1.value.nanos }.map {

@@ -200,6 +200,13 @@ public func velo_engine_stats(_ h: UnsafeMutableRawPointer?, _ out: UnsafeMutabl
     }
 }
 
+/// Clears the engine's profile (stats' profile_ms and kernel_ms): benchmarks call it after
+/// their warm-up runs.
+@_cdecl("velo_engine_reset_profile")
+public func velo_engine_reset_profile(_ h: UnsafeMutableRawPointer?) -> Int32 {
+    CABI.call { try CABI.lookup(h, as: Engine.self).resetProfile() }
+}
+
 /// Saves the cached KV pages of the longest cached prefix of `tokens` to `path`.
 @_cdecl("velo_engine_save_prefix")
 public func velo_engine_save_prefix(_ h: UnsafeMutableRawPointer?, _ tokens: UnsafePointer<Int32>?, _ n: Int64,

@@ -160,6 +160,13 @@ public final class Engine: @unchecked Sendable {
         return try onEngineThread { try PrefixFile.save(tokens, scheduler: $0, modelTag: tag, path: path) }
     }
 
+    /// Clears the profile (stats' profile_ms and kernel_ms), on the engine thread between steps.
+    public func resetProfile() throws {
+        try onEngineThread { $0.profiler.reset() }
+        let snapshot = try onEngineThread { $0.statsJSON }
+        locked { stats = snapshot }
+    }
+
     /// Loads a prefix file into the cache; returns how many tokens it added.
     public func loadPrefix(from path: String) throws -> Int {
         let tag = try PrefixFile.modelTag(file.gguf)
