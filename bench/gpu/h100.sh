@@ -4,7 +4,7 @@
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... |
-#                     variants MODEL SWITCHES... | coopmat MODELS... | spec
+#                     variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec
 # Models are synthesized there (random weights, real shapes) by Velo's own writer.
 set -euo pipefail
 C=$PWD/.carry
@@ -64,6 +64,21 @@ case "$what" in
       python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('$v',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])" /tmp/variant.json
       grep -E "pipeline (matmul_coop|attention_tiled|attention_coop)" /tmp/stats.txt | sort -u | cut -c1-400
     done ;;
+  llamacpp)  # llama.cpp's llama-bench (pp512, tg128; flash attention off and on) and
+              # llama-batched-bench (8B shapes: 1-16 sequences of 128 + 128 tokens) with its Vulkan
+              # backend on the same models: .llama from bench/gpu/pack-llamacpp.sh
+    L=/tmp/llama; mkdir -p $L; xz -dc .llama/llama.tar.xz | tar -C $L -xf -
+    cat $L/VERSION
+    for m in "$@"; do
+      f=$(model "$m")
+      $L/llama-bench -m "$f" -ngl 99 -p 512 -n 128 -r 5 -fa 0,1 -o json > "$OUT/llamacpp-$m.json" 2> /tmp/llama-bench.log || tail -20 /tmp/llama-bench.log
+      grep -m3 -iE "ggml_vulkan: [0-9]|matrix cores" /tmp/llama-bench.log || true
+      python3 -c "import json,sys;print('llama.cpp $m',[(r['n_prompt'],r['n_gen'],r['flash_attn'],round(r['avg_ts'],1)) for r in json.load(open(sys.argv[1]))])" "$OUT/llamacpp-$m.json"
+      case $m in 8b-*)
+        $L/llama-batched-bench -m "$f" -ngl 99 -c 4608 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 1,2,4,8,16 -fa on 2>/dev/null \
+          | tee "$OUT/llamacpp-batched-$m.txt" | grep -E "^\|" ;;
+      esac
+    done ;;
   coopmat)  # tensor-core prefill (matmul_coop) against the portable kernel (bench/gpu/coopmat-check.ts)
     fs=(); for m in "$@"; do fs+=("$(model "$m")"); done
     /tmp/bun "$C/coopmat-check.js" "${fs[@]}" ;;
@@ -74,5 +89,5 @@ case "$what" in
     /tmp/bun "$C/speculative.js" "$(model 8b-q4_0)" --spec ngram -n 128 --runs 3 --backend vulkan > "$OUT/spec-8b-ngram.json"
     /tmp/bun "$C/speculative.js" "$(model 8b-q4_0)" --draft "$(model 3b-q4_0)" -n 128 --runs 3 --backend vulkan > "$OUT/spec-8b-draft3b.json"
     for f in "$OUT"/spec-*.json; do python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print(sys.argv[1].split('/')[-1], round(j['plain_tps'],1), 'adaptive', round(j['adaptive']['speedup'],3), 'fixed', round(j['fixed_k']['speedup'],3), 'acc', round(j['fixed_k']['acceptance'],3), j['verify_cost_vs_one_decode_step'])" "$f"; done ;;
-  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... | variants MODEL SWITCHES... | coopmat MODELS... | spec" >&2; exit 2 ;;
+  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec" >&2; exit 2 ;;
 esac

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Packs what bench/gpu/h100.sh needs into .carry/ and .gl/ (both git-ignored): run after `make`.
+#   bench/gpu/pack.sh [--lean]   --lean leaves the golden models out (3.7 MiB), to make room
+#                                for .llama (bench/gpu/pack-llamacpp.sh) within the 64 MiB a run takes
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 S=${VELO_SHARED:-$PWD/../shared}
 mkdir -p .carry/shared/models/vocab/reconstructed .carry/shared/models/golden .gl
 scripts/toolchain.sh run strip -o .carry/libVelo.so .build/release/libVelo.so
-[ -f .carry/bun.xz ] || xz -6 -c node_modules/bun/bin/bun.exe > .carry/bun.xz
+[ -f .carry/bun.xz ] || xz -9e -T2 -c node_modules/bun/bin/bun.exe > .carry/bun.xz
 B="scripts/bun build --target=bun"
 $B cli/index.ts --outfile .carry/velo.js >/dev/null
 $B src/gguf/synth.ts --outfile .carry/synth.js >/dev/null
@@ -14,8 +16,11 @@ $B bench/speculative.ts --outfile .carry/speculative.js >/dev/null
 $B bench/gpu/coopmat-check.ts --outfile .carry/coopmat-check.js >/dev/null
 cp "$S/models/vocab/ggml-vocab-llama-spm.gguf" .carry/shared/models/vocab/
 cp "$S/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf" .carry/shared/models/vocab/reconstructed/
-cp "$S"/models/stories260K*.gguf "$S/models/llama-2-tiny-random.gguf" .carry/shared/models/
-cp "$S/models/golden/greedy_golden.json" .carry/shared/models/golden/
+rm -f .carry/shared/models/*.gguf .carry/shared/models/golden/*
+if [ "${1:-}" != --lean ]; then
+  cp "$S"/models/stories260K*.gguf "$S/models/llama-2-tiny-random.gguf" .carry/shared/models/
+  cp "$S/models/golden/greedy_golden.json" .carry/shared/models/golden/
+fi
 if ! ls .gl/*.deb >/dev/null 2>&1; then
   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
   mkdir -p /tmp/amd64/partial
