@@ -7,14 +7,14 @@
 //
 // A workgroup of 128 WGM threads (4 WGM subgroups of 32: WGM along M, 4 along N) computes a
 // BM x BN tile of Y (activation rows x weight rows), BM = 16 TM WGM, BN = 128, stepping along K
-// by BK = 64 values. Each step dequantizes 64 values of the 128 weight rows (whole units of
+// by BK values. Each step dequantizes BK values of the 128 weight rows (whole units of
 // quants.glsl, so not necessarily contiguous in K; activations use the same order) and copies
-// the matching 64 values of the BM activation rows to shared memory; then each subgroup
+// the matching BK values of the BM activation rows to shared memory; then each subgroup
 // multiplies its 16 TM x 32 part of the tile as TM x 2 float16 16x16x16 products accumulated
 // in float32 matrices: D (m x r) += X (m x k) * W^T (k x r), W^T being read column-major from
 // the weight rows. With PREFETCH the global loads of step s+1 are issued into registers before
-// the products of step s; without, after them (two barriers a step, one shared buffer either
-// way).
+// the products of step s; without, after them. With one shared buffer (STAGES 1) a step has two
+// barriers; with two, the next step's tiles go to the other buffer and a step has one.
 // Edges: rows past M or N and units past the row read as zero; result tiles that lie wholly
 // inside Y are stored directly, the others through shared memory with guards, 8 subgroups at
 // a time.
@@ -22,8 +22,9 @@
 // Measured on the H100 (bench/RESULTS.md): 64 values a step beat 32 double-buffered, float16
 // scalar tiles beat f16vec4 ones. What decides the rest is registers, so subgroups in flight:
 // 8 subgroups of 64 x 32 took 185 a thread (8 subgroups an SM); 16 subgroups of 32 x 32
-// without prefetch (TM 2, WGM 4: the host's choice) take 112 (16 an SM). Figures in
-// GPUKernels.coopShape.
+// without prefetch (TM 2, WGM 4, BK 64, one buffer: the host's choice) take ~110 (16 an SM).
+// 32 values a step, double-buffered or not, ran 25-30 % slower. Figures in GPUKernels.coopShape
+// and bench/RESULTS.md.
 //
 // Needs: shaderFloat16, 16-bit storage, VK_KHR_cooperative_matrix with a subgroup-scope
 // 16x16x16 float16 x float16 -> float32 shape, subgroup size 32 (the warp layout), 44 KiB of
@@ -43,6 +44,10 @@ layout(constant_id = 1) const uint TM = 4u;
 layout(constant_id = 2) const uint PREFETCH = 1u;
 // subgroups along M (4 along N): the workgroup has 128 WGM invocations (constant 0)
 layout(constant_id = 3) const uint WGM = 2u;
+// values of K a step (a multiple of 16) and shared buffers: 1 (two barriers a step) or 2 (the
+// next step's tiles go to the other buffer while this one's are multiplied: one barrier)
+layout(constant_id = 4) const uint BK = 64u;
+layout(constant_id = 5) const uint STAGES = 1u;
 
 #include "quants.glsl"
 
@@ -56,17 +61,17 @@ layout(std140, binding = 3) uniform Params {
 const uint WG = 128u * WGM;
 const uint BM = 16u * TM * WGM;       // activation rows per tile
 const uint BN = 128u;                 // weight rows per tile
-const uint BK = 64u;                  // values of K per step
-const uint SK = BK + 8u;              // shared row stride in values (144 bytes: fewer bank conflicts)
+const uint SK = BK + 8u;              // shared row stride in values (BK 64: 144 bytes, fewer bank conflicts)
 const uint UPT = BK / UNIT_VALUES;    // units per step
-const uint WIT = BN * UPT / WG;       // weight units per thread per step
+const uint WUNITS = BN * UPT;         // weight units per step
+const uint WIT = (WUNITS + WG - 1u) / WG; // per thread (the last round may leave threads idle)
 const uint XVR = BK / 4u;             // vec4s of one activation row per step
 const uint XIT = BM * XVR / WG;       // activation vec4s per thread per step
 // warp layout: 2 x 4 subgroups, each 64 activation rows x 32 weight rows = 4 x 2 tiles of 16
 const uint SGM = 16u * TM, SGN = 32u, TN = SGN / 16u;
 
-shared float16_t Xs[BM * SK];         // [m][k]
-shared float16_t Ws[BN * SK];         // [n][k]
+shared float16_t Xs[STAGES * BM * SK]; // [stage][m][k]
+shared float16_t Ws[STAGES * BN * SK]; // [stage][n][k]
 shared float Cs[8u * 256u];           // 8 subgroups' 16 x 16 result tiles (edge tiles)
 
 #ifdef WTYPE_Q4_0
@@ -93,7 +98,7 @@ f16vec4 xv[XIT];
 void fetch(uint u0, uint n0, uint m0, uint U, uint rowWords, uint tid) {
     [[unroll]] for (uint i = 0u; i < WIT; i++) {
         const uint it = tid + i * WG, j = it % UPT, n = it / UPT, u = u0 + j, row = n0 + n;
-        wok[i] = row < p.N && u < U;
+        wok[i] = it < WUNITS && row < p.N && u < U;
         if (wok[i]) wu[i] = unit_load(row * rowWords, u, p.K);
     }
     [[unroll]] for (uint i = 0u; i < XIT; i++) {
@@ -106,19 +111,20 @@ void fetch(uint u0, uint n0, uint m0, uint U, uint rowWords, uint tid) {
 }
 
 // the registers, dequantized to float16, into shared memory
-void stash(uint tid) {
+void stash(uint tid, uint stage) {
     [[unroll]] for (uint i = 0u; i < WIT; i++) {
         const uint it = tid + i * WG, j = it % UPT, n = it / UPT;
+        if (it >= WUNITS) continue;
         [[unroll]] for (uint g = 0u; g < UNIT_VECS; g++) {
             const f16vec4 v = wok[i] ? unit_vec16(wu[i], g) : f16vec4(0.0);
-            const uint o = n * SK + j * UNIT_VALUES + 4u * g;
+            const uint o = (stage * BN + n) * SK + j * UNIT_VALUES + 4u * g;
             [[unroll]] for (uint c = 0u; c < 4u; c++) Ws[o + c] = v[c];
         }
     }
     [[unroll]] for (uint i = 0u; i < XIT; i++) {
         const uint it = tid + i * WG, jg = it % XVR, m = it / XVR;
         const uint j = jg / UNIT_VECS, g = jg % UNIT_VECS;
-        const uint o = m * SK + j * UNIT_VALUES + 4u * g;
+        const uint o = (stage * BM + m) * SK + j * UNIT_VALUES + 4u * g;
         [[unroll]] for (uint c = 0u; c < 4u; c++) Xs[o + c] = xv[i][c];
     }
 }
@@ -139,25 +145,26 @@ void main() {
         acc[t] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
 
     fetch(u0, n0, m0, U, rowWords, tid);
-    stash(tid);
+    stash(tid, 0u);
     barrier();
     for (uint s = 0u; s < steps; s++) {
         const bool more = s + 1u < steps;
+        const uint cur = STAGES == 2u ? (s & 1u) : 0u, nxt = STAGES == 2u ? cur ^ 1u : 0u;
         if (more && PREFETCH != 0u) fetch(u0 + (s + 1u) * UPT, n0, m0, U, rowWords, tid);
         [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[TM];
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> w[TN];
             [[unroll]] for (uint i = 0u; i < TM; i++)
-                coopMatLoad(a[i], Xs, (sm + i * 16u) * SK + kk, SK, gl_CooperativeMatrixLayoutRowMajor);
+                coopMatLoad(a[i], Xs, (cur * BM + sm + i * 16u) * SK + kk, SK, gl_CooperativeMatrixLayoutRowMajor);
             [[unroll]] for (uint j = 0u; j < TN; j++)
-                coopMatLoad(w[j], Ws, (sn + j * 16u) * SK + kk, SK, gl_CooperativeMatrixLayoutColumnMajor);
+                coopMatLoad(w[j], Ws, (cur * BN + sn + j * 16u) * SK + kk, SK, gl_CooperativeMatrixLayoutColumnMajor);
             [[unroll]] for (uint i = 0u; i < TM; i++)
                 [[unroll]] for (uint j = 0u; j < TN; j++)
                     acc[i * TN + j] = coopMatMulAdd(a[i], w[j], acc[i * TN + j]);
         }
-        barrier();
+        if (STAGES == 1u) barrier();  // everyone is done with the buffer stash overwrites
         if (more && PREFETCH == 0u) fetch(u0 + (s + 1u) * UPT, n0, m0, U, rowWords, tid);
-        if (more) stash(tid);
+        if (more) stash(tid, nxt);
         barrier();
     }
 

@@ -98,21 +98,28 @@ enum GPUKernels {
     static func useCoop(_ device: GPUDevice, _ t: GGMLType) -> Bool { useCoop(device) && coopTypes.contains(t) }
     static func matmulCoop(_ t: GGMLType) -> Kernel {
         Kernel(name: "matmul_coop_" + suffix(t), buffers: 3,
-               constants: [UInt32(128 * coopShape.wgm), UInt32(coopShape.tm), UInt32(coopShape.prefetch), UInt32(coopShape.wgm)])
+               constants: [UInt32(128 * coopShape.wgm), UInt32(coopShape.tm), UInt32(coopShape.prefetch), UInt32(coopShape.wgm),
+                           UInt32(coopShape.bk), UInt32(coopShape.stages)])
     }
-    /// matmul_coop_T's 16-row tiles per subgroup along M, its prefetch switch and its
-    /// subgroups along M (activation rows per workgroup: 16 TM WGM); VELO_GPU_COOP=TM,PREFETCH,WGM
-    /// overrides them (tuning runs).
-    static let coopShape: (tm: Int, prefetch: Int, wgm: Int) = {
+    /// matmul_coop_T's 16-row tiles per subgroup along M, its prefetch switch, its subgroups
+    /// along M (activation rows per workgroup: 16 TM WGM), values of K a step and shared
+    /// buffers; VELO_GPU_COOP=TM,PREFETCH,WGM[,BK,STAGES] overrides them (tuning runs; shapes
+    /// past 48 KiB of shared memory are refused).
+    static let coopShape: (tm: Int, prefetch: Int, wgm: Int, bk: Int, stages: Int) = {
         if let e = getenv("VELO_GPU_COOP") {
             let v = String(cString: e).split(separator: ",").compactMap { Int($0) }
-            if v.count == 3, [1, 2, 4].contains(v[0]), [0, 1].contains(v[1]), [1, 2, 4].contains(v[2]) { return (v[0], v[1], v[2]) }
+            if v.count == 3 || v.count == 5, [1, 2, 4].contains(v[0]), [0, 1].contains(v[1]), [1, 2, 4].contains(v[2]) {
+                let bk = v.count == 5 ? v[3] : 64, stages = v.count == 5 ? v[4] : 1
+                let shared = stages * (16 * v[0] * v[2] + 128) * (bk + 8) * 2 + 8192
+                if [16, 32, 64].contains(bk), [1, 2].contains(stages), shared <= 49152 { return (v[0], v[1], v[2], bk, stages) }
+            }
+            fputs("velo: ignoring VELO_GPU_COOP=\(String(cString: e)) (expected TM,PREFETCH,WGM[,BK,STAGES] within 48 KiB of shared memory)\n", stderr)
         }
         // 128 x 128 tiles of 16 subgroups, each 32 x 32, no register prefetch: 112 registers a
         // thread on the H100 (8 subgroups of 64 x 32 took 185, one workgroup an SM); 8B Q4_0
         // pp512 7341 against 6658 for 8 subgroups of 32 x 32 and 5905 for 8 of 64 x 32
         // (bench/RESULTS.md)
-        return (2, 0, 4)
+        return (2, 0, 4, 64, 1)
     }()
     static var matmulCoopRows: Int { 16 * coopShape.tm * coopShape.wgm }
     /// Split-K for tensor-core products with few workgroups (the H100 has 132 SMs; an 8B's
