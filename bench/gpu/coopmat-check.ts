@@ -8,8 +8,8 @@
 //
 // Why not the CPU as the reference: it rounds every product's activations to 8-bit blocks
 // (as llama.cpp's CPU backend does), and random-weight models amplify that rounding layer by
-// layer; on the 1.1B Q8_0 model the CPU sits 0.066 of the range from float64 while the GPU's
-// float32 path sits 1.3e-5 from it.
+// layer; on a 1.1B Q8_0 model the CPU sits 6.4e-2 of the range from a float64 numpy pass while
+// the GPU's float32 path sits 1.2e-5 from it (bench/gpu/numpy-check.ts).
 //   bun bench/gpu/coopmat-check.ts MODEL.gguf...
 import { parseArgs } from "node:util";
 import { Engine } from "../../src/engine/engine";
@@ -21,7 +21,7 @@ const { values, positionals } = parseArgs({
 });
 const PROMPT = Number(values.tokens), GEN = Number(values.gen), TOP = 1000;
 
-type Run = { device: string; tokens: number[]; top: [number, number][]; promptMs: number };
+type Run = { device: string; prompt: number[]; tokens: number[]; top: [number, number][]; promptMs: number };
 
 async function child(file: string): Promise<Run> {
   const m = Model.open(file);
@@ -39,7 +39,7 @@ async function child(file: string): Promise<Run> {
       tokens.push(...c.tokens);
     }
     const fin = await g.finished;
-    return { device: String((e.stats() as unknown as { device: string }).device), tokens, top, promptMs: fin.usage.prompt_ms };
+    return { device: String((e.stats() as unknown as { device: string }).device), prompt, tokens, top, promptMs: fin.usage.prompt_ms };
   } finally {
     e.close();
     m.close();

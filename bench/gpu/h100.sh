@@ -34,7 +34,7 @@ case "$what" in
       f=$(model "$m")
       velo bench "$f" --backend vulkan -p 512 -n 128 -r 5 --json | tr -d '\n' >> "$OUT/bench.jsonl"; echo >> "$OUT/bench.jsonl"
       velo bench "$f" --backend vulkan -p 512 -n 128 -r 1 --profile --json | tr -d '\n' >> "$OUT/profile.jsonl"; echo >> "$OUT/profile.jsonl"
-      tail -1 "$OUT/bench.jsonl" | python3 -c "import json,sys;j=json.load(sys.stdin);print('$m',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])"
+      tail -1 "$OUT/bench.jsonl" | python3 -c "import json,sys,statistics as st;j=json.load(sys.stdin);print('$m medians',[(r['test'],round(st.median(r['samples_tps']),1)) for r in j['results']])"
     done ;;
   kernels)  # pp512 of each model with the per-kernel GPU profile (slowest kernels and grids)
     for m in "$@"; do
@@ -73,13 +73,14 @@ case "$what" in
       f=$(model "$m")
       $L/llama-bench -m "$f" -ngl 99 -p 512 -n 128 -r 5 -fa 0,1 -o json > "$OUT/llamacpp-$m.json" 2> /tmp/llama-bench.log || tail -20 /tmp/llama-bench.log
       grep -m3 -iE "ggml_vulkan: [0-9]|matrix cores" /tmp/llama-bench.log || true
-      python3 -c "import json,sys;print('llama.cpp $m',[(r['n_prompt'],r['n_gen'],r['flash_attn'],round(r['avg_ts'],1)) for r in json.load(open(sys.argv[1]))])" "$OUT/llamacpp-$m.json"
+      python3 -c "import json,sys,statistics as st;print('llama.cpp $m medians (n_prompt, n_gen, flash_attn, t/s)',[(r['n_prompt'],r['n_gen'],r['flash_attn'],round(st.median(r['samples_ts']),1)) for r in json.load(open(sys.argv[1]))])" "$OUT/llamacpp-$m.json"
       case $m in 8b-*)
         $L/llama-batched-bench -m "$f" -ngl 99 -c 4608 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 1,2,4,8,16 -fa on 2>/dev/null \
           | tee "$OUT/llamacpp-batched-$m.txt" | grep -E "^\|" ;;
       esac
     done ;;
-  coopmat)  # tensor-core prefill (matmul_coop) against the portable kernel (bench/gpu/coopmat-check.ts)
+  coopmat)  # tensor-core prefill (matmul_coop, attention_coop) and the portable kernels against the
+            # GPU's float32 path (bench/gpu/coopmat-check.ts)
     fs=(); for m in "$@"; do fs+=("$(model "$m")"); done
     /tmp/bun "$C/coopmat-check.js" "${fs[@]}" ;;
   spec)  # speculative decoding on the GPU: an 8B target with prompt lookup and with a 3B draft

@@ -162,8 +162,10 @@ public final class Engine: @unchecked Sendable {
 
     /// Clears the profile (stats' profile_ms and kernel_ms), on the engine thread between steps.
     public func resetProfile() throws {
-        try onEngineThread { $0.profiler.reset() }
-        let snapshot = try onEngineThread { $0.statsJSON }
+        let snapshot = try onEngineThread { scheduler -> JSON in
+            scheduler.profiler.reset()
+            return scheduler.statsJSON
+        }
         locked { stats = snapshot }
     }
 
