@@ -33,7 +33,11 @@ layout(std140, binding = 7) uniform Params {
     uint n, heads, kvHeads, headDim, kvDim, pageSize, pageStride, layerOff;
     float scale;
     uint chunk, splits, qStride;
+    float softcap;
+    uint window;
 } p;
+
+#include "attention_mask.glsl"
 
 const uint TK = 32u;     // keys per tile
 const uint GMAX = 8u;    // query heads per pass
@@ -58,6 +62,8 @@ void main() {
     const uint kbeg = split * p.chunk;
     if (kbeg >= nkeys) return;
     const uint kend = min(nkeys, kbeg + p.chunk);
+    // a split wholly before the window runs no tile and leaves an empty partial (m = NEG, l = 0)
+    const uint kstart = max(kbeg, first_key(nkeys));
     const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
     const uint hd = p.headDim, G = p.heads / p.kvHeads, ps0 = p.pageSize;
     const uint pt = uint(tokpt[t]);
@@ -79,9 +85,10 @@ void main() {
             Os[i] = 0.0;
         }
         float mrun = NEG, lrun = 0.0; // of head sg (threads of the softmax phase)
+        if (tid < GMAX) mS[tid] = NEG;
         barrier();
 
-        for (uint j0 = kbeg; j0 < kend; j0 += TK) {
+        for (uint j0 = kstart; j0 < kend; j0 += TK) {
             const uint nt = min(TK, kend - j0);
             // 1. partial scores of key kk over dimensions d0 .. d1
             if (ps < P) {
@@ -125,7 +132,7 @@ void main() {
                     const uint k = sq * KPT + c;
                     float s = 0.0;
                     for (uint q = 0u; q < P; q++) s += Ps[(q * GMAX + sg) * TK + k];
-                    x[c] = k < nt ? s * p.scale : NEG;
+                    x[c] = k < nt ? softcapped(s * p.scale) : NEG;
                     lm = max(lm, x[c]);
                 }
                 red[sg * NQ + sq] = lm;

@@ -39,7 +39,11 @@ layout(std140, binding = 7) uniform Params {
     uint heads, kvHeads, headDim, kvDim, pageSize, pageStride, layerOff;
     float scale;
     uint qStride;
+    float softcap;
+    uint window;
 } p;
+
+#include "attention_mask.glsl"
 
 const uint WG = 128u;
 const uint R = 64u;            // query rows per workgroup, 16 per subgroup
@@ -83,8 +87,12 @@ void main() {
     // row and column numbers as accumulator matrices: element i of any accumulator of this
     // type lies at (rowOf[i], colOf[i]) of its 16 x 16 tile
     for (uint e = tid; e < 256u; e += WG) { Ss[e] = float(e / 16u); Ss[256u + e] = float(e % 16u); }
-    uint kend = 0u;
-    for (uint i = 0u; i < used / G; i++) kend = max(kend, uint(tokpos[t0 + i]) + 1u);
+    uint kbeg = ~0u, kend = 0u;
+    for (uint i = 0u; i < used / G; i++) {
+        const uint nk = uint(tokpos[t0 + i]) + 1u;
+        kbeg = min(kbeg, first_key(nk));
+        kend = max(kend, nk);
+    }
     barrier();
     ACC rowm, colm;
     coopMatLoad(rowm, Ss, 0u, 16u, gl_CooperativeMatrixLayoutRowMajor);
@@ -98,11 +106,11 @@ void main() {
 
     // softmax phase: this invocation's row (of the subgroup's 16) and which half (hk) of the tile's keys
     const uint srow = lane / 2u, hk = lane % 2u, grow = sg * 16u + srow;
-    const uint lim = grow < used ? uint(tokpos[t0 + grow / G]) + 1u : 0u;
+    const uint lim = grow < used ? uint(tokpos[t0 + grow / G]) + 1u : 0u, lo = first_key(lim);
     float mrun = NEG, lrun = 0.0;
     const uint sBase = sg * 16u * SS, pBase = sg * 16u * PS;
 
-    for (uint j0 = 0u; j0 < kend; j0 += BC) {
+    for (uint j0 = kbeg; j0 < kend; j0 += BC) {
         // K: invocations along keys (the K plane is [d][slot] within a page), 4 dimensions each
         {
             const uint k = tid % BC, j = j0 + k;
@@ -154,7 +162,7 @@ void main() {
             float tmax = NEG;
             [[unroll]] for (uint i = 0u; i < 16u; i++) {
                 const uint k = hk * 16u + i;
-                sv[i] = j0 + k < lim ? Ss[sBase + srow * SS + k] : NEG;
+                sv[i] = j0 + k >= lo && j0 + k < lim ? softcapped(Ss[sBase + srow * SS + k]) : NEG;
                 tmax = max(tmax, sv[i]);
             }
             tmax = max(tmax, subgroupShuffleXor(tmax, 1u));
@@ -163,7 +171,7 @@ void main() {
             float l = 0.0;
             [[unroll]] for (uint i = 0u; i < 16u; i++) {
                 const uint k = hk * 16u + i;
-                const float e = j0 + k < lim ? exp(sv[i] - mn) : 0.0;
+                const float e = j0 + k >= lo && j0 + k < lim ? exp(sv[i] - mn) : 0.0;
                 Ps[pBase + srow * PS + k] = float16_t(e);
                 l += e;
             }

@@ -34,7 +34,11 @@ layout(std140, binding = 7) uniform Params {
     uint heads, kvHeads, headDim, kvDim, pageSize, pageStride, layerOff;
     float scale;
     uint qStride;
+    float softcap;
+    uint window;
 } p;
+
+#include "attention_mask.glsl"
 
 const uint WG = 128u;
 const uint R = 32u;          // query rows per workgroup
@@ -69,8 +73,12 @@ void main() {
         }
         Qs[r * RS + c] = q;
     }
-    uint kend = 0u;
-    for (uint i = 0u; i < used / G; i++) kend = max(kend, uint(tokpos[t0 + i]) + 1u);
+    uint kbeg = ~0u, kend = 0u;
+    for (uint i = 0u; i < used / G; i++) {
+        const uint nk = uint(tokpos[t0 + i]) + 1u;
+        kbeg = min(kbeg, first_key(nk));
+        kend = max(kend, nk);
+    }
 
     // loads: key lk of each tile, float4s lc, lc + WG/BC, ...
     const uint lk = tid % BC, lc = tid / BC;
@@ -79,6 +87,7 @@ void main() {
     const uint rr = tid / 4u, rq = tid % 4u;
     const uint lim0 = sr < used ? uint(tokpos[t0 + sr / G]) + 1u : 0u;
     const uint lim1 = sr + 1u < used ? uint(tokpos[t0 + (sr + 1u) / G]) + 1u : 0u;
+    const uint lo0 = first_key(lim0), lo1 = first_key(lim1);
     // weighted sum: rows orow .. orow+3, float4 columns oc + 16 i
     const uint orow = 4u * (tid / 16u), oc = tid % 16u;
     vec4 o[4][OV];
@@ -86,7 +95,7 @@ void main() {
         [[unroll]] for (uint i = 0u; i < OV; i++) o[a][i] = vec4(0.0);
     float mrun = NEG, lrun = 0.0;  // row rr, this thread's share of the sum
 
-    for (uint j0 = 0u; j0 < kend; j0 += BC) {
+    for (uint j0 = kbeg; j0 < kend; j0 += BC) {
         const uint nt = min(BC, kend - j0);
         const bool have = lk < nt;
         uint kb = 0u, vb = 0u;
@@ -114,10 +123,10 @@ void main() {
             s10 += dot(q1, k0); s11 += dot(q1, k1);
         }
         const uint j = j0 + sk;
-        Ss[sr * BC + sk] = j < lim0 ? s00 : NEG;
-        Ss[sr * BC + sk + 8u] = j + 8u < lim0 ? s01 : NEG;
-        Ss[(sr + 1u) * BC + sk] = j < lim1 ? s10 : NEG;
-        Ss[(sr + 1u) * BC + sk + 8u] = j + 8u < lim1 ? s11 : NEG;
+        Ss[sr * BC + sk] = j >= lo0 && j < lim0 ? softcapped(s00) : NEG;
+        Ss[sr * BC + sk + 8u] = j + 8u >= lo0 && j + 8u < lim0 ? softcapped(s01) : NEG;
+        Ss[(sr + 1u) * BC + sk] = j >= lo1 && j < lim1 ? softcapped(s10) : NEG;
+        Ss[(sr + 1u) * BC + sk + 8u] = j + 8u >= lo1 && j + 8u < lim1 ? softcapped(s11) : NEG;
         barrier();
         // 2. the V tile (K is no longer needed) and each row's softmax update
         for (uint c = lc; c < hv; c += WG / BC) {

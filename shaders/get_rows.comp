@@ -1,6 +1,6 @@
 #version 450
-// get_rows_T — embedding lookup: out[i*K + k] = W[tokens[i]][k] for i < n, dequantized exactly as
-// swift/Sources/CKernels/dequantize.c does. One workgroup per row; dispatch (n, 1, 1).
+// get_rows_T — embedding lookup: out[i*K + k] = W[tokens[i]][k] * scale for i < n, dequantized
+// exactly as swift/Sources/CKernels/dequantize.c does (scale: Gemma's √dim, else 1). One workgroup per row; dispatch (n, 1, 1).
 #extension GL_EXT_shader_16bit_storage : require
 
 layout(local_size_x = 256, local_size_x_id = 0) in;
@@ -12,6 +12,7 @@ layout(std430, binding = 1) readonly buffer TokBuf { int tokens[]; };
 layout(std430, binding = 2) writeonly buffer OutBuf { float outv[]; };
 layout(std140, binding = 3) uniform Params {
     uint K, rowBytes, n;
+    float scale;
 } p;
 
 void main() {
@@ -27,12 +28,12 @@ void main() {
             const uint k = unit_pos(u, g);
 #ifdef UNIT_TAIL
             for (uint e = 0u; e < 4u; e++)
-                if (k + e < p.K) outv[ob + k + e] = v[e];
+                if (k + e < p.K) outv[ob + k + e] = v[e] * p.scale;
 #else
-            outv[ob + k] = v.x;
-            outv[ob + k + 1u] = v.y;
-            outv[ob + k + 2u] = v.z;
-            outv[ob + k + 3u] = v.w;
+            outv[ob + k] = v.x * p.scale;
+            outv[ob + k + 1u] = v.y * p.scale;
+            outv[ob + k + 2u] = v.z * p.scale;
+            outv[ob + k + 3u] = v.w * p.scale;
 #endif
         }
     }

@@ -31,8 +31,10 @@ layout(std430, binding = 2) readonly buffer XDBuf { vec2 XD[]; };
 layout(std430, binding = 3) writeonly buffer YBuf { float Y[]; };
 layout(std140, binding = 4) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride;
-    uint glu; // 1: rows come in (gate, up) pairs, Y[m*yStride + r/2] = silu(gate) * up (ROWS even)
+    uint glu; // > 0: rows come in (gate, up) pairs, Y[m*yStride + r/2] = glu_act(gate, glu) * up (ROWS even)
 } p;
+
+#include "glu.glsl"
 
 const uint SGMAX = 16u; // subgroups reduced per pass
 shared float red[SGMAX * ROWS * NCOLS];
@@ -212,7 +214,7 @@ void main() {
             const uint r = (o / NCOLS) * 2u, c = o % NCOLS;
             if (c < ncols && r0 + r + 1u < p.N) {
                 const float g = tot[r * NCOLS + c];
-                Y[(c0 + c) * p.yStride + (r0 + r) / 2u] = g / (1.0 + exp(-g)) * tot[(r + 1u) * NCOLS + c];
+                Y[(c0 + c) * p.yStride + (r0 + r) / 2u] = glu_act(g, p.glu) * tot[(r + 1u) * NCOLS + c];
             }
         }
         return;

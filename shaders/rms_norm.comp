@@ -1,7 +1,9 @@
 #version 450
 // rms_norm — Y[i*n + j] = (x[j] * (1 / sqrt(mean(x^2) + eps))) * w[j], x = input row rowsel[i]
-// (useRowsel = 1) or i, read at X[row * xStride]. One workgroup per output row;
-// dispatch (rows, 1, 1). Each thread takes U elements a WG apart per step, independent loads and
+// (useRowsel = 1) or i, read at X[row * xStride]. With heads > 1 (Q/K head norms), row i is
+// head i % heads of token i / heads: read at X[(i / heads) * xStride + (i % heads) * n], written
+// at Y[(i / heads) * yStride + (i % heads) * n] (Y may be X: each thread reads its elements
+// before writing them). One workgroup per output row; dispatch (rows, 1, 1). Each thread takes U elements a WG apart per step, independent loads and
 // partial sums (a 4096-wide row is one step of a 1024-thread workgroup).
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -11,12 +13,12 @@ layout(local_size_x = 256, local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer XBuf { float X[]; };
 layout(std430, binding = 1) readonly buffer WBuf { float W[]; };
-layout(std430, binding = 2) writeonly buffer YBuf { float Y[]; };
+layout(std430, binding = 2) buffer YBuf { float Y[]; };
 layout(std430, binding = 3) readonly buffer SelBuf { uint rowsel[]; };
 layout(std140, binding = 4) uniform Params {
     uint n, rows;
     float eps;
-    uint useRowsel, xStride;
+    uint useRowsel, xStride, heads, yStride;
 } p;
 
 const uint U = 4u;
@@ -27,7 +29,8 @@ shared float red[RMAX];
 void main() {
     const uint i = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
     if (i >= p.rows) return;
-    const uint xb = (p.useRowsel != 0u ? rowsel[i] : i) * p.xStride;
+    const uint row = p.useRowsel != 0u ? rowsel[i] : i;
+    const uint xb = (row / p.heads) * p.xStride + (row % p.heads) * p.n;
     float s[U];
     [[unroll]] for (uint u = 0u; u < U; u++) s[u] = 0.0;
     uint j0 = 0u;
@@ -56,7 +59,7 @@ void main() {
         barrier();
     }
     const float scale = 1.0 / sqrt(total / float(p.n) + p.eps);
-    const uint yb = i * p.n;
+    const uint yb = (i / p.heads) * p.yStride + (i % p.heads) * p.n;
     for (j0 = 0u; j0 + U * WG <= p.n; j0 += U * WG) {
         float v[U], w[U];
         [[unroll]] for (uint u = 0u; u < U; u++) { v[u] = X[xb + j0 + u * WG + tid]; w[u] = W[j0 + u * WG + tid]; }

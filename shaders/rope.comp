@@ -1,17 +1,19 @@
 #version 450
 // rope — rotary position embedding, in place, on `heads` heads of headDim values in each of
 // `rows` rows (row r starts at X[r * rowStride], head h at + h * headDim). Pair i < ropeDim/2
-// is (2i, 2i+1) (neox = 0) or (i, i + ropeDim/2) (neox = 1), rotated by
-// theta = (tokpos[r] * scale) * base^(-2i / ropeDim):
-//   a' = a cos(theta) - b sin(theta),  b' = a sin(theta) + b cos(theta).
+// is (2i, 2i+1) (neox = 0) or (i, i + ropeDim/2) (neox = 1), rotated by theta = tokpos[r] *
+// freqs[i] (the host's table: base^(-2i/ropeDim) with any scaling applied) and scaled by m =
+// magnitude (YaRN, longrope):
+//   a' = m (a cos(theta) - b sin(theta)),  b' = m (a sin(theta) + b cos(theta)).
 // Values past ropeDim are left alone. One workgroup per (row, head); dispatch (rows, heads, 1).
 layout(local_size_x = 64, local_size_x_id = 0) in;
 
 layout(std430, binding = 0) buffer XBuf { float X[]; };
 layout(std430, binding = 1) readonly buffer PosBuf { int tokpos[]; };
-layout(std140, binding = 2) uniform Params {
+layout(std430, binding = 2) readonly buffer FreqBuf { float freqs[]; };
+layout(std140, binding = 3) uniform Params {
     uint rows, heads, headDim, ropeDim, neox;
-    float base, scale;
+    float magnitude;
     uint rowStride;
 } p;
 
@@ -25,11 +27,9 @@ void main() {
     if (r >= p.rows || h >= p.heads) return;
     const uint half_ = p.ropeDim / 2u;
     const uint vb = r * p.rowStride + h * p.headDim;
-    const float pos = float(tokpos[r]) * p.scale;
-    const float lb = log2(p.base);
+    const float pos = float(tokpos[r]);
     for (uint i = gl_LocalInvocationID.x; i < half_; i += gl_WorkGroupSize.x) {
-        // base^(-2i/ropeDim) = 2^(-(2i/ropeDim) * log2(base))
-        const float freq = exp2(-(float(2u * i) / float(p.ropeDim)) * lb);
+        const float freq = freqs[i];
         // theta = pos * freq, kept as th + tl (exact product), reduced modulo 2 pi
         precise float th = pos * freq;
         precise float tl = fma(pos, freq, -th);
@@ -37,7 +37,7 @@ void main() {
         precise float a0 = fma(-kq, TWO_PI_HI, th);
         precise float a1 = fma(-kq, TWO_PI_LO, a0);
         precise float ang = a1 + tl;
-        const float c = cos(ang), s = sin(ang);
+        const float c = cos(ang) * p.magnitude, s = sin(ang) * p.magnitude;
         const uint ia = vb + (p.neox != 0u ? i : 2u * i);
         const uint ib = ia + (p.neox != 0u ? half_ : 1u);
         const float a = X[ia], b = X[ib];

@@ -6,7 +6,7 @@
 //   K/V heads kh < kvHeads: K rotated on the way into the page, V copied (K, V rows at
 //   t * kvStride; Q, K and V may be views of one Q|K|V row), to position tokpos[t] of the
 //   token's sequence (pages as kv_store.comp).
-// Angles as rope.comp. One workgroup per (token, head); dispatch (n, heads + kvHeads, 1).
+// Angles and magnitude as rope.comp. One workgroup per (token, head); dispatch (n, heads + kvHeads, 1).
 layout(local_size_x = 64, local_size_x_id = 0) in;
 
 layout(std430, binding = 0) buffer QBuf { float Q[]; };
@@ -16,9 +16,10 @@ layout(std430, binding = 3) writeonly buffer KVBuf { float kv[]; };
 layout(std430, binding = 4) readonly buffer PosBuf { int tokpos[]; };
 layout(std430, binding = 5) readonly buffer PtBuf { int tokpt[]; };
 layout(std430, binding = 6) readonly buffer PageBuf { int pagetab[]; };
-layout(std140, binding = 7) uniform Params {
+layout(std430, binding = 7) readonly buffer FreqBuf { float freqs[]; };
+layout(std140, binding = 8) uniform Params {
     uint n, heads, kvHeads, headDim, ropeDim, neox;
-    float base, scale;
+    float magnitude;
     uint kvDim, pageSize, pageStride, layerOff, qStride, kvStride;
 } p;
 
@@ -26,16 +27,16 @@ const float TWO_PI_HI = 6.28318548202514648;
 const float TWO_PI_LO = -1.7484556000744883e-7;
 const float INV_TWO_PI = 0.159154943091895336;
 
-// cos and sin of pair i's angle at position pos (see rope.comp)
+// cos and sin of pair i's angle at position pos, times the magnitude (see rope.comp)
 vec2 angle(float pos, uint i) {
-    const float freq = exp2(-(float(2u * i) / float(p.ropeDim)) * log2(p.base));
+    const float freq = freqs[i];
     precise float th = pos * freq;
     precise float tl = fma(pos, freq, -th);
     precise float kq = round(th * INV_TWO_PI);
     precise float a0 = fma(-kq, TWO_PI_HI, th);
     precise float a1 = fma(-kq, TWO_PI_LO, a0);
     precise float ang = a1 + tl;
-    return vec2(cos(ang), sin(ang));
+    return vec2(cos(ang), sin(ang)) * p.magnitude;
 }
 
 void main() {
@@ -44,7 +45,7 @@ void main() {
     const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
     const uint half_ = p.ropeDim / 2u, hd = p.headDim;
     const uint posi = uint(tokpos[t]);
-    const float pos = float(posi) * p.scale;
+    const float pos = float(posi);
     const uint step = p.neox != 0u ? half_ : 1u;
     if (h < p.heads) {
         const uint vb = t * p.qStride + h * hd;

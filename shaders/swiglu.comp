@@ -1,17 +1,19 @@
 #version 450
-// swiglu — gate[i] = gate[i] / (1 + exp(-gate[i])) * up[i] for i < count.
+// swiglu — gate[i] = act(gate[i]) * up[i] for i < count (act: glu.glsl; SiLU or tanh-GELU).
 // Dispatch (ceil(count / 256), 1, 1); a grid-stride loop covers the rest when fewer groups are
 // dispatched (e.g. at most 65535).
 layout(local_size_x = 256, local_size_x_id = 0) in;
 
 layout(std430, binding = 0) buffer GateBuf { float G[]; };
 layout(std430, binding = 1) readonly buffer UpBuf { float Up[]; };
-layout(std140, binding = 2) uniform Params { uint count; } p;
+layout(std140, binding = 2) uniform Params { uint count, act; } p;
+
+#include "glu.glsl"
 
 void main() {
     const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < p.count; i += stride) {
         const float g = G[i];
-        G[i] = g / (1.0 + exp(-g)) * Up[i];
+        G[i] = glu_act(g, p.act) * Up[i];
     }
 }

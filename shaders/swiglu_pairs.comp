@@ -1,19 +1,22 @@
 #version 450
 // swiglu_pairs — the prefill half of the fused MLP input: S holds interleaved (gate, up) products
 // (a matmul of the interleaved gate/up weight: row m is gate_0, up_0, gate_1, up_1, ...), and
-// G[j] = silu(S[2j]) * S[2j+1] for j < count, so G[m*ffn + i] = silu(gate_i) * up_i for row m.
+// G[j] = act(S[2j]) * S[2j+1] for j < count, so G[m*ffn + i] = act(gate_i) * up_i for row m
+// (act: glu.glsl; SiLU or tanh-GELU).
 // Dispatch (ceil(count / 256), 1, 1); a grid-stride loop covers the rest when fewer groups are
 // dispatched (e.g. at most 65535).
 layout(local_size_x = 256, local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer SBuf { vec2 S[]; };
 layout(std430, binding = 1) writeonly buffer GateBuf { float G[]; };
-layout(std140, binding = 2) uniform Params { uint count; } p;
+layout(std140, binding = 2) uniform Params { uint count, act; } p;
+
+#include "glu.glsl"
 
 void main() {
     const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < p.count; i += stride) {
         const vec2 s = S[i];
-        G[i] = s.x / (1.0 + exp(-s.x)) * s.y;
+        G[i] = glu_act(s.x, p.act) * s.y;
     }
 }

@@ -18,9 +18,23 @@
 /* K element d of key j (transposed layout) */
 #define KELEM(pages, j, d) ((pages)[(j) / page_size][(head_offset + (d)) * page_size + (j) % page_size])
 
+/* Each head's scores (rows of n) to probabilities: softcapped (cap·tanh(s/cap)) when softcap > 0;
+ * keys before `start` (outside a sliding window) get probability 0. */
+static void softmax_rows(float *scores, int64_t heads, int64_t n, float softcap, int64_t start) {
+    const ck_f32_ops *f = &ck_active()->f32;
+    for (int64_t g = 0; g < heads; g++) {
+        float *row = scores + g * n;
+        if (softcap > 0)
+            for (int64_t j = start; j < n; j++) row[j] = softcap * tanhf(row[j] / softcap);
+        const float sum = f->exp_sum(row + start, f->max(row + start, n - start), n - start);
+        f->scale(row + start, 1.0f / sum, n - start);
+        memset(row, 0, (size_t)start * sizeof(float));
+    }
+}
+
 static void attention_scalar(const float *q, int64_t heads, int64_t hd, const float *const *kp, const float *const *vp,
                              int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale,
-                             float *out, float *scores) {
+                             float softcap, int64_t start, float *out, float *scores) {
     for (int64_t j = 0; j < n; j++) {
         for (int64_t g = 0; g < heads; g++) {
             float s = 0;
@@ -28,12 +42,7 @@ static void attention_scalar(const float *q, int64_t heads, int64_t hd, const fl
             scores[g * n + j] = s * scale;
         }
     }
-    for (int64_t g = 0; g < heads; g++) {
-        float *row = scores + g * n, m = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < n; j++) m = row[j] > m ? row[j] : m;
-        for (int64_t j = 0; j < n; j++) sum += row[j] = expf(row[j] - m);
-        for (int64_t j = 0; j < n; j++) row[j] /= sum;
-    }
+    softmax_rows(scores, heads, n, softcap, start);
     memset(out, 0, (size_t)(heads * hd) * sizeof(float));
     for (int64_t j = 0; j < n; j++) {
         const float *v = VROW(vp, j);
@@ -48,7 +57,7 @@ static void attention_scalar(const float *q, int64_t heads, int64_t hd, const fl
 __attribute__((target("avx512f,avx512dq")))
 static void attention_avx512(const float *q, int64_t heads, int64_t hd, const float *const *kp, const float *const *vp,
                              int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale,
-                             float *out, float *scores) {
+                             float softcap, int64_t start, float *out, float *scores) {
     /* page_size == 16: one zmm holds a page's 16 scores */
     for (int64_t j0 = 0; j0 < n; j0 += 16) {
         const float *kt = kp[j0 / 16] + head_offset * 16;
@@ -60,12 +69,7 @@ static void attention_avx512(const float *q, int64_t heads, int64_t hd, const fl
             _mm512_mask_storeu_ps(scores + g * n + j0, valid, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
         }
     }
-    const ck_f32_ops *f = &ck_active()->f32;
-    for (int64_t g = 0; g < heads; g++) {
-        float *row = scores + g * n;
-        const float sum = f->exp_sum(row, f->max(row, n), n);
-        f->scale(row, 1.0f / sum, n);
-    }
+    softmax_rows(scores, heads, n, softcap, start);
     /* weighted V: each head's output stays in registers (hd/16 zmm) across all keys */
     for (int64_t g = 0; g < heads; g++) {
         const float *pg = scores + g * n;
@@ -97,7 +101,7 @@ static void attention_avx512(const float *q, int64_t heads, int64_t hd, const fl
 __attribute__((target("avx2,fma")))
 static void attention_avx2(const float *q, int64_t heads, int64_t hd, const float *const *kp, const float *const *vp,
                            int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale,
-                           float *out, float *scores) {
+                           float softcap, int64_t start, float *out, float *scores) {
     /* page_size % 8 == 0: 8 scores per ymm; the tail of the last group is computed and dropped */
     float tmp[8];
     for (int64_t j0 = 0; j0 < n; j0 += 8) {
@@ -112,12 +116,7 @@ static void attention_avx2(const float *q, int64_t heads, int64_t hd, const floa
             else { _mm256_storeu_ps(tmp, acc); memcpy(scores + g * n + j0, tmp, (size_t)m * sizeof(float)); }
         }
     }
-    const ck_f32_ops *f = &ck_active()->f32;
-    for (int64_t g = 0; g < heads; g++) {
-        float *row = scores + g * n;
-        const float sum = f->exp_sum(row, f->max(row, n), n);
-        f->scale(row, 1.0f / sum, n);
-    }
+    softmax_rows(scores, heads, n, softcap, start);
     memset(out, 0, (size_t)(heads * hd) * sizeof(float));
     for (int64_t j = 0; j < n; j++) {
         const float *v = VROW(vp, j);
@@ -131,17 +130,18 @@ static void attention_avx2(const float *q, int64_t heads, int64_t hd, const floa
 #endif
 
 void ck_attention(const float *q, int64_t heads, int64_t hd, const float *const *kpages, const float *const *vpages,
-                  int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float *out, float *scores) {
+                  int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap, int64_t start,
+                  float *out, float *scores) {
 #if CK_X86
     const ck_table *t = ck_active();
     if (t->f32.dot == ck_f32_avx512.dot && hd % 16 == 0 && page_size == 16) {
-        attention_avx512(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, out, scores);
+        attention_avx512(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, softcap, start, out, scores);
         return;
     }
     if ((t->f32.dot == ck_f32_avx2.dot || t->f32.dot == ck_f32_avx512.dot) && hd % 8 == 0 && page_size % 8 == 0) {
-        attention_avx2(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, out, scores);
+        attention_avx2(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, softcap, start, out, scores);
         return;
     }
 #endif
-    attention_scalar(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, out, scores);
+    attention_scalar(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, softcap, start, out, scores);
 }

@@ -97,6 +97,15 @@ void ck_rms_norm(const float *x, const float *w, float *y, int64_t n, float eps)
 
 void ck_swiglu(const float *gate, const float *up, float *y, int64_t n) { ck_active()->f32.swiglu(gate, up, y, n); }
 
+/* tanh-approximated GELU (ggml_gelu's formula, computed in float rather than from its f16 table) */
+void ck_geglu(const float *gate, const float *up, float *y, int64_t n) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int64_t i = 0; i < n; i++) {
+        const float x = gate[i];
+        y[i] = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))) * up[i];
+    }
+}
+
 void ck_softmax(float *x, int64_t n) {
     if (n <= 0) return;
     const ck_f32_ops *f = &ck_active()->f32;

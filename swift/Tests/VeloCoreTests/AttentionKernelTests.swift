@@ -51,7 +51,7 @@ final class AttentionKernelTests: XCTestCase {
                 var scores = [Float](repeating: 0, count: group * n)
                 kStore.withPointers { kp in
                     vStore.withPointers { vp in
-                        ck_attention(q, Int64(group), Int64(hd), kp, vp, Int64(pageSize), Int64(kvDim), Int64(kvh * hd), Int64(n), scale, &out, &scores)
+                        ck_attention(q, Int64(group), Int64(hd), kp, vp, Int64(pageSize), Int64(kvDim), Int64(kvh * hd), Int64(n), scale, 0, 0, &out, &scores)
                     }
                 }
                 for i in 0..<out.count where abs(out[i] - want[i]) > 1e-4 {

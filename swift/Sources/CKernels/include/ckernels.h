@@ -79,6 +79,7 @@ float ck_dot_f32(const float *x, const float *y, int64_t n);
 void ck_axpy_f32(float a, const float *x, float *y, int64_t n);                  /* y += a*x */
 void ck_rms_norm(const float *x, const float *w, float *y, int64_t n, float eps); /* w may be NULL */
 void ck_swiglu(const float *gate, const float *up, float *y, int64_t n);         /* silu(gate)*up */
+void ck_geglu(const float *gate, const float *up, float *y, int64_t n);          /* gelu_tanh(gate)*up */
 void ck_softmax(float *x, int64_t n);                                            /* in place */
 void ck_add_f32(const float *a, const float *b, float *y, int64_t n);
 int64_t ck_argmax_f32(const float *x, int64_t n); /* first index of the largest value */
@@ -89,9 +90,11 @@ void ck_f32_to_f16(const float *x, uint16_t *y, int64_t n);
  * KV head attend over keys 0..n-1. K pages are transposed: element d of key j is
  * kpages[j / page_size][(head_offset + d) * page_size + j % page_size]. V pages are by slot:
  * key j's V row is vpages[j / page_size] + (j % page_size) * stride + head_offset.
- * out: heads x hd. scores: scratch of heads * n floats. */
+ * Scores are q·k·scale, then softcap·tanh(s/softcap) when softcap > 0; keys before `start`
+ * (a sliding window's edge) are left out. out: heads x hd. scores: scratch of heads * n floats. */
 void   ck_attention(const float *q, int64_t heads, int64_t hd, const float *const *kpages, const float *const *vpages,
-                    int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float *out, float *scores);
+                    int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap,
+                    int64_t start, float *out, float *scores);
 
 #ifdef __cplusplus
 }

@@ -29,11 +29,11 @@ public final class Engine: @unchecked Sendable {
     public init(file: ModelFile, options: EngineOptions, draft: ModelFile? = nil) throws {
         self.file = file
         let tokenizer = try file.requireTokenizer()
-        let model = try loadLanguageModel(file)
+        let model = try loadLanguageModel(file, contextSize: options.contextSize)
         var draftModel: LanguageModel?
         if let draft {
             try Engine.checkSameVocabulary(target: tokenizer, draft: try draft.requireTokenizer(), draftPath: draft.path)
-            draftModel = try loadLanguageModel(draft)
+            draftModel = try loadLanguageModel(draft, contextSize: options.contextSize)
         }
         self.draftFile = draft
         scheduler = try Scheduler(model: model, tokenizer: tokenizer, options: options, draftModel: draftModel)

@@ -1,4 +1,9 @@
 import CKernels
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// The activation buffers of a forward pass; every backend keeps one of each, `maxTokens`
 /// rows wide: x and xn are model-width, q and attn query-width, k and v K/V-width, gate and
@@ -12,40 +17,44 @@ enum Activation: Int, CaseIterable {
 /// and runs the whole pass at `finish`. K/V go to the batch's pages.
 protocol ForwardOps: AnyObject {
     func begin(_ batch: ForwardBatch) throws
-    /// x = the embedding rows of the batch's tokens.
-    func embed(_ table: WeightMatrix)
-    /// dst = rmsnorm(src) * w, every row.
+    /// x = the embedding rows of the batch's tokens, times `scale`.
+    func embed(_ table: WeightMatrix, scale: Float)
+    /// dst = rmsnorm(src) * w, every row (dst may be src).
     func rmsNorm(_ src: Activation, _ w: WeightVector, into dst: Activation)
+    /// In place: each of the `heads` heads of every row = rmsnorm(head) * w (Q/K norms).
+    func headNorm(_ a: Activation, _ w: WeightVector, heads: Int)
     /// out = W · src for several weights sharing one input.
     func matmul(_ src: Activation, _ pairs: [(WeightMatrix, Activation)])
-    /// Rotary embedding in place on `heads` heads per row, at each token's position.
-    func rope(_ a: Activation, heads: Int)
+    /// a += b on every row.
+    func addBias(_ a: Activation, _ b: WeightVector)
+    /// Rotary embedding `config.ropes[rope]` in place on `heads` heads per row, at each token's position.
+    func rope(_ a: Activation, heads: Int, rope: Int)
     /// Writes k and v into the pages of layer `layer`.
     func storeKV(layer: Int)
     /// Rotary embedding of q and k at each token's position, then k and v into the pages.
-    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int)
+    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope: Int)
     /// attn = causal attention of q over each token's own sequence, layer `layer`.
-    func attention(layer: Int)
+    func attention(layer: Int, _ p: AttentionParams)
     /// dst += src (model-width rows).
     func add(_ dst: Activation, _ src: Activation)
     /// The residual add and the norm after it: dst += src, then out = rmsnorm(dst) * w.
     func addRMSNorm(_ dst: Activation, _ src: Activation, _ w: WeightVector, into out: Activation)
-    /// gate = silu(gate) * up.
-    func swiglu()
-    /// gate = silu(gate_w · src) * (up_w · src): a gated MLP's input (the pair should be in the
+    /// gate = act(gate) * up.
+    func glu(_ act: ModelConfig.FFNActivation)
+    /// gate = act(gate_w · src) * (up_w · src): a gated MLP's input (the pair should be in the
     /// model's `gatedPairs`, so a GPU has it interleaved for one dispatch).
-    func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix)
-    /// Logits of the batch's `logitRows`: output · rmsnorm(x) * norm.
-    func logits(norm: WeightVector, output: WeightMatrix)
+    func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix, _ act: ModelConfig.FFNActivation)
+    /// Logits of the batch's `logitRows`: output · rmsnorm(x) * norm, then softcapped (0: not).
+    func logits(norm: WeightVector, output: WeightMatrix, softcap: Float)
     /// Runs what was recorded; the logits, `logitRows.count` rows of `vocabSize`.
     func finish() throws -> UnsafeMutablePointer<Float>
 }
 
 extension ForwardOps {
     /// What a backend without fused kernels runs instead.
-    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int) {
-        rope(.q, heads: heads)
-        rope(.k, heads: kvHeads)
+    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope r: Int) {
+        rope(.q, heads: heads, rope: r)
+        rope(.k, heads: kvHeads, rope: r)
         storeKV(layer: layer)
     }
 
@@ -56,10 +65,10 @@ extension ForwardOps {
 }
 
 extension ForwardOps {
-    /// The two products, then swiglu, where a backend has no fused kernel.
-    func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix) {
+    /// The two products, then the activation, where a backend has no fused kernel.
+    func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix, _ act: ModelConfig.FFNActivation) {
         matmul(src, [(gate, .gate), (up, .up)])
-        swiglu()
+        glu(act)
     }
 }
 
@@ -79,7 +88,8 @@ final class CPUForward: ForwardOps {
     let ws: Workspace
     let kv: KVView
     private var batch = ForwardBatch()
-    private var ropeTable: (cos: [Float], sin: [Float]) = ([], [])
+    /// cos/sin of this batch's positions for each of `config.ropes`.
+    private var ropeTables: [(cos: [Float], sin: [Float])] = []
 
     init(config: ModelConfig, ops: TransformerOps, ws: Workspace, kv: KVView) {
         self.config = config
@@ -104,14 +114,15 @@ final class CPUForward: ForwardOps {
     func begin(_ batch: ForwardBatch) throws {
         precondition(batch.count <= ws.maxTokens, "batch of \(batch.count) tokens over the workspace's \(ws.maxTokens)")
         self.batch = batch
-        ropeTable = ops.profiler.measure(.rope) { ops.ropeTable(positions: batch.positions) }
+        ropeTables = ops.profiler.measure(.rope) { config.ropes.map { ops.ropeTable($0, positions: batch.positions) } }
     }
 
-    func embed(_ table: WeightMatrix) {
+    func embed(_ table: WeightMatrix, scale: Float) {
         ops.profiler.measure(.embed) {
             for (i, t) in batch.tokens.enumerated() {
-                ck_dequantize_row(Int32(table.type.rawValue), table.data + Int(t) * table.rowBytes,
-                                  ws.x + i * config.dim, Int64(config.dim))
+                let row = ws.x + i * config.dim
+                ck_dequantize_row(Int32(table.type.rawValue), table.data + Int(t) * table.rowBytes, row, Int64(config.dim))
+                if scale != 1 { for j in 0..<config.dim { row[j] *= scale } }
             }
         }
     }
@@ -120,32 +131,50 @@ final class CPUForward: ForwardOps {
         ops.rmsNorm(buf(src), w, rows: batch.count, n: config.dim, into: buf(dst))
     }
 
+    func headNorm(_ a: Activation, _ w: WeightVector, heads: Int) {
+        // a token's heads are consecutive rows of headDim
+        ops.rmsNorm(buf(a), w, rows: batch.count * heads, n: config.headDim, into: buf(a))
+    }
+
+    func addBias(_ a: Activation, _ b: WeightVector) {
+        let x = buf(a), n = b.values.count
+        ops.profiler.measure(.other) {
+            b.values.withUnsafeBufferPointer { bp in
+                for r in 0..<batch.count { ck_add_f32(x + r * n, bp.baseAddress, x + r * n, Int64(n)) }
+            }
+        }
+    }
+
     func matmul(_ src: Activation, _ pairs: [(WeightMatrix, Activation)]) {
         ops.matmul(buf(src), rows: batch.count, pairs.map { ($0.0, buf($0.1)) }, ws: ws)
     }
 
-    func rope(_ a: Activation, heads: Int) {
-        ops.rope(buf(a), rows: batch.count, heads: heads, table: ropeTable)
+    func rope(_ a: Activation, heads: Int, rope: Int) {
+        ops.rope(buf(a), rows: batch.count, heads: heads, table: ropeTables[rope])
     }
 
     func storeKV(layer: Int) { ops.storeKV(batch, layer: layer, kv: kv, ws: ws) }
 
-    func attention(layer: Int) { ops.attention(batch, layer: layer, kv: kv, ws: ws) }
+    func attention(layer: Int, _ p: AttentionParams) { ops.attention(batch, layer: layer, p, kv: kv, ws: ws) }
 
     func add(_ dst: Activation, _ src: Activation) {
         ops.profiler.measure(.other) { ops.addInPlace(buf(dst), buf(src), count: batch.count * config.dim) }
     }
 
-    func swiglu() {
+    func glu(_ act: ModelConfig.FFNActivation) {
         let f = config.ffnDim
         ops.profiler.measure(.mlpActivation) {
             for r in 0..<batch.count {
-                ck_swiglu(ws.gate + r * f, ws.up + r * f, ws.gate + r * f, Int64(f))
+                let g = ws.gate + r * f, u = ws.up + r * f
+                switch act {
+                case .silu: ck_swiglu(g, u, g, Int64(f))
+                case .geluTanh: ck_geglu(g, u, g, Int64(f))
+                }
             }
         }
     }
 
-    func logits(norm: WeightVector, output: WeightMatrix) {
+    func logits(norm: WeightVector, output: WeightMatrix, softcap: Float) {
         // only the rows that need logits go through the (large) output projection
         let rows = batch.logitRows
         guard !rows.isEmpty else { return }
@@ -155,6 +184,10 @@ final class CPUForward: ForwardOps {
             }
         }
         ops.matmul(ws.xn, rows: rows.count, [(output, ws.logits)], ws: ws)
+        if softcap > 0 {
+            let l = ws.logits
+            for i in 0..<rows.count * config.vocabSize { l[i] = softcap * tanhf(l[i] / softcap) }
+        }
     }
 
     func finish() throws -> UnsafeMutablePointer<Float> { ws.logits }

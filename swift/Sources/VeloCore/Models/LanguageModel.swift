@@ -18,12 +18,3 @@ extension LanguageModel {
     var gatedPairs: [(WeightMatrix, WeightMatrix)] { [] }
     var attentionInputs: [(WeightMatrix, WeightMatrix, WeightMatrix)] { [] }
 }
-
-/// One file per architecture; this table picks it from `general.architecture`.
-func loadLanguageModel(_ file: ModelFile) throws -> LanguageModel {
-    switch file.gguf.architecture {
-    case "llama": return try LlamaModel(file: file)
-    default: _ = try ModelConfig(gguf: file.gguf) // throws the "not supported" error
-    }
-    throw VeloError(.unsupported, "\(file.path): unsupported architecture")
-}

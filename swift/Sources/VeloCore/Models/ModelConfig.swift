@@ -1,8 +1,10 @@
 /// Hyper-parameters of a decoder-only transformer, read from GGUF metadata
-/// (`{arch}.embedding_length`, `.block_count`, …). Architecture quirks are fields here so the
-/// architecture files stay small.
+/// (`{arch}.embedding_length`, `.block_count`, …), and every architecture quirk as a field with
+/// the Llama default: an architecture file only changes what differs (ARCHITECTURE §models).
 public struct ModelConfig: Sendable {
     public enum RopeStyle: Sendable { case normal, neox }
+    /// The gate's activation in the gated MLP.
+    public enum FFNActivation: Int32, Sendable { case silu = 1, geluTanh = 2 }
 
     public var architecture: String
     public var dim: Int
@@ -12,60 +14,84 @@ public struct ModelConfig: Sendable {
     public var headDim: Int
     public var ffnDim: Int
     public var vocabSize: Int
+    /// The context the model was trained at (`{arch}.context_length`).
     public var contextLength: Int
     public var normEps: Float
-    public var ropeBase: Float
     public var ropeDim: Int
-    /// Positions are multiplied by this (linear RoPE scaling).
-    public var ropeScale: Float
     public var ropeStyle: RopeStyle
+    /// The rotary tables the layers use (`layerRope` picks one per layer).
+    public var ropes: [Rope]
+    public var layerRope: [Int]
+    /// Scores are q·k times this (1/√headDim unless the model says otherwise).
+    public var attentionScale: Float
+    /// Scores become cap·tanh(s/cap) before the softmax (0: off).
+    public var attentionSoftcap: Float = 0
+    /// Each layer's sliding window in keys, itself included (0: the whole context).
+    public var layerWindow: [Int]
+    /// Logits become cap·tanh(l/cap) (0: off).
+    public var finalSoftcap: Float = 0
+    /// The embedding rows are multiplied by this.
+    public var embeddingScale: Float = 1
+    public var activation: FFNActivation = .silu
 
     public var qDim: Int { heads * headDim }
     public var kvDim: Int { kvHeads * headDim }
 
-    static let supported = ["llama"]
-
-    public init(gguf: GGUFFile) throws {
-        guard let arch = gguf.architecture else {
-            throw VeloError(.invalidFile, "\(gguf.file.path): no general.architecture: not a model file (a vocabulary only?)")
-        }
-        guard ModelConfig.supported.contains(arch) else {
-            throw VeloError(.unsupported, "\(gguf.file.path): architecture '\(arch)' is not supported (supported: \(ModelConfig.supported.joined(separator: ", ")))")
-        }
-        func req(_ key: String) throws -> Int {
-            guard let v = gguf.int("\(arch).\(key)"), v > 0 else {
-                throw VeloError(.invalidFile, "\(gguf.file.path): missing or invalid \(arch).\(key)")
-            }
-            return v
-        }
+    /// The shape and the Llama defaults; `Architecture.configure` adjusts the quirks.
+    init(gguf: GGUFFile, arch: String) throws {
+        let m = Metadata(gguf: gguf, arch: arch)
         architecture = arch
-        dim = try req("embedding_length")
-        layers = try req("block_count")
-        heads = try req("attention.head_count")
-        kvHeads = gguf.int("\(arch).attention.head_count_kv") ?? heads
-        ffnDim = try req("feed_forward_length")
-        contextLength = gguf.int("\(arch).context_length") ?? 2048
-        headDim = gguf.int("\(arch).attention.key_length") ?? dim / heads
-        normEps = Float(gguf.double("\(arch).attention.layer_norm_rms_epsilon") ?? 1e-5)
-        ropeBase = Float(gguf.double("\(arch).rope.freq_base") ?? 10000)
-        ropeDim = gguf.int("\(arch).rope.dimension_count") ?? headDim
-        ropeScale = 1
-        if gguf.string("\(arch).rope.scaling.type") == "linear", let f = gguf.double("\(arch).rope.scaling.factor"), f > 0 {
-            ropeScale = Float(1 / f)
-        }
+        dim = try m.required("embedding_length")
+        layers = try m.required("block_count")
+        heads = try m.required("attention.head_count")
+        kvHeads = m.int("attention.head_count_kv") ?? heads
+        ffnDim = try m.required("feed_forward_length")
+        contextLength = m.int("context_length") ?? 2048
+        headDim = m.int("attention.key_length") ?? dim / heads
+        normEps = Float(m.double("attention.layer_norm_rms_epsilon") ?? 1e-5)
+        ropeDim = m.int("rope.dimension_count") ?? headDim
         ropeStyle = .normal
+        attentionScale = 1 / Float(headDim).squareRoot()
+        layerWindow = Array(repeating: 0, count: layers)
+        ropes = []
+        layerRope = Array(repeating: 0, count: layers)
         if let tokens = gguf["tokenizer.ggml.tokens"]?.array {
             vocabSize = tokens.count
-        } else if let v = gguf.int("\(arch).vocab_size") {
+        } else if let v = m.int("vocab_size") {
             vocabSize = v
         } else {
             vocabSize = gguf.tensor("token_embd.weight")?.dims.last ?? 0
         }
-        guard heads % kvHeads == 0, kvHeads > 0 else {
+        guard kvHeads > 0, heads % kvHeads == 0 else {
             throw VeloError(.invalidFile, "\(gguf.file.path): \(heads) attention heads cannot share \(kvHeads) KV heads")
         }
         guard ropeDim <= headDim, ropeDim % 2 == 0 else {
             throw VeloError(.invalidFile, "\(gguf.file.path): rope dimension \(ropeDim) does not fit head size \(headDim)")
         }
+        if let v = m.int("attention.value_length"), v != headDim {
+            throw VeloError(.unsupported, "\(gguf.file.path): value heads of \(v) differ from key heads of \(headDim), which Velo does not support")
+        }
+    }
+
+    /// Sets one sliding window on the layers where `isLocal` holds.
+    mutating func slidingWindow(_ window: Int, where isLocal: (Int) -> Bool) {
+        layerWindow = (0..<layers).map { isLocal($0) ? window : 0 }
+    }
+}
+
+/// `{arch}.key` lookups for one file, with errors that name the file and the key.
+struct Metadata {
+    let gguf: GGUFFile
+    let arch: String
+
+    func int(_ key: String) -> Int? { gguf.int("\(arch).\(key)") }
+    func double(_ key: String) -> Double? { gguf.double("\(arch).\(key)") }
+    func string(_ key: String) -> String? { gguf.string("\(arch).\(key)") }
+
+    func required(_ key: String) throws -> Int {
+        guard let v = int(key), v > 0 else {
+            throw VeloError(.invalidFile, "\(gguf.file.path): missing or invalid \(arch).\(key)")
+        }
+        return v
     }
 }

@@ -122,18 +122,17 @@ struct TransformerOps {
         }
     }
 
-    /// cos/sin of every rotary frequency at every row's position, computed once per forward
-    /// pass and shared by all layers: [rows × ropeDim/2] each.
-    func ropeTable(positions: [Int]) -> (cos: [Float], sin: [Float]) {
-        let half = config.ropeDim / 2
+    /// cos/sin (times the rope's magnitude) of every rotary pair at every row's position,
+    /// computed once per forward pass and shared by all layers: [rows × ropeDim/2] each.
+    func ropeTable(_ rope: Rope, positions: [Int]) -> (cos: [Float], sin: [Float]) {
+        let half = rope.freqs.count
         var cosv = [Float](repeating: 0, count: positions.count * half)
         var sinv = cosv
         for (r, pos) in positions.enumerated() {
-            let p = Double(Float(pos) * config.ropeScale)
             for i in 0..<half {
-                let theta = p * pow(Double(config.ropeBase), -2.0 * Double(i) / Double(config.ropeDim))
-                cosv[r * half + i] = Float(cos(theta))
-                sinv[r * half + i] = Float(sin(theta))
+                let theta = Double(pos) * Double(rope.freqs[i])
+                cosv[r * half + i] = Float(cos(theta)) * rope.magnitude
+                sinv[r * half + i] = Float(sin(theta)) * rope.magnitude
             }
         }
         return (cosv, sinv)
@@ -189,10 +188,9 @@ struct TransformerOps {
     /// Causal attention of every token over its own sequence's positions 0...pos, reading
     /// K/V through the block table. Work is split over (token, KV head) pairs; the query heads
     /// of a GQA group are done together so each K/V row is read once for all of them.
-    func attention(_ batch: ForwardBatch, layer: Int, kv: KVView, ws: Workspace) {
+    func attention(_ batch: ForwardBatch, layer: Int, _ p: AttentionParams, kv: KVView, ws: Workspace) {
         let c = config
-        let hd = c.headDim, group = c.heads / c.kvHeads
-        let scale = 1 / Float(hd).squareRoot()
+        let hd = c.headDim, group = c.heads / c.kvHeads, ps = kv.pageSize
         // page base pointers of every sequence for this layer (K plane 0, V plane 1)
         let kPages = batch.tables.map { t in t.pages.map { UnsafePointer(kv.slot($0, layer: layer, plane: 0, index: 0)) as UnsafePointer<Float>? } }
         let vPages = batch.tables.map { t in t.pages.map { UnsafePointer(kv.slot($0, layer: layer, plane: 1, index: 0)) as UnsafePointer<Float>? } }
@@ -206,28 +204,17 @@ struct TransformerOps {
                     let seq = batch.sequence[t]
                     let q = ws.q + t * c.qDim + kvh * group * hd
                     let out = ws.attn + t * c.qDim + kvh * group * hd
+                    // a sliding window starts at whole pages: skip the ones before it
+                    let pos = batch.positions[t], first = p.firstKey(pos), skip = first / ps
                     kPages[seq].withUnsafeBufferPointer { kp in
                         vPages[seq].withUnsafeBufferPointer { vp in
-                            ck_attention(q, Int64(group), Int64(hd), kp.baseAddress, vp.baseAddress, Int64(kv.pageSize), Int64(c.kvDim),
-                                         Int64(kvh * hd), Int64(batch.positions[t] + 1), scale, out, scores)
+                            ck_attention(q, Int64(group), Int64(hd), kp.baseAddress! + skip, vp.baseAddress! + skip, Int64(ps), Int64(c.kvDim),
+                                         Int64(kvh * hd), Int64(pos + 1 - skip * ps), p.scale, p.softcap, Int64(first - skip * ps), out, scores)
                         }
                     }
                 }
             }
         }
-    }
-
-    /// x += down(silu(gate(xn)) * up(xn))
-    func gatedMLP(rows: Int, gate: WeightMatrix, up: WeightMatrix, down: WeightMatrix, ws: Workspace) {
-        let f = config.ffnDim
-        matmul(ws.xn, rows: rows, [(gate, ws.gate), (up, ws.up)], ws: ws)
-        profiler.measure(.mlpActivation) {
-            for r in 0..<rows {
-                ck_swiglu(ws.gate + r * f, ws.up + r * f, ws.gate + r * f, Int64(f))
-            }
-        }
-        matmul(ws.gate, rows: rows, [(down, ws.xn)], ws: ws)
-        addInPlace(ws.x, ws.xn, count: rows * config.dim)
     }
 
     func addInPlace(_ x: UnsafeMutablePointer<Float>, _ y: UnsafePointer<Float>, count: Int) {

@@ -12,6 +12,13 @@ public struct WeightMatrix: @unchecked Sendable {
 
     /// The activation format this weight multiplies with (quantized once per input).
     public var activationType: Int32 { ck_vec_dot_type(Int32(type.rawValue)) }
+
+    /// Rows start..<start+count as a weight of their own (a view: a fused tensor's parts).
+    func rows(_ start: Int, _ count: Int) -> WeightMatrix {
+        precondition(start >= 0 && start + count <= rows)
+        return WeightMatrix(name: "\(name)[\(start)..<\(start + count)]", type: type, data: data + start * rowBytes,
+                            rows: count, cols: cols, rowBytes: rowBytes)
+    }
 }
 
 /// A 1-D float vector (norm weights, biases), converted to F32 once at load.
@@ -21,14 +28,28 @@ public struct WeightVector: Sendable {
 }
 
 /// Looks tensors up by name with shape and type checks, so a malformed model fails at load
-/// with a message naming the tensor, never inside a kernel.
-struct WeightLoader {
+/// with a message naming the tensor, never inside a kernel. It remembers what was taken: a
+/// tensor no architecture code asked for means a quirk Velo would silently ignore.
+final class WeightLoader {
     let gguf: GGUFFile
+    private var used = Set<String>()
+
+    init(gguf: GGUFFile) { self.gguf = gguf }
+
+    /// Throws, naming them, if the file holds tensors that were never loaded.
+    func checkAllUsed() throws {
+        let unused = gguf.tensors.map(\.name).filter { !used.contains($0) }
+        guard unused.isEmpty else {
+            let list = unused.prefix(5).joined(separator: ", ") + (unused.count > 5 ? " and \(unused.count - 5) more" : "")
+            throw VeloError(.unsupported, "\(gguf.file.path): tensors Velo does not know how to use for \(gguf.architecture ?? "this architecture"): \(list)")
+        }
+    }
 
     func matrix(_ name: String, rows: Int, cols: Int) throws -> WeightMatrix {
         guard let t = gguf.tensor(name) else {
             throw VeloError(.invalidFile, "\(gguf.file.path): tensor '\(name)' is missing")
         }
+        used.insert(name)
         guard t.dims.count == 2, t.dims[0] == cols, t.dims[1] == rows else {
             throw VeloError(.invalidFile, "\(gguf.file.path): tensor '\(name)' has shape \(t.dims), expected [\(cols), \(rows)]")
         }
@@ -47,6 +68,7 @@ struct WeightLoader {
         guard let t = gguf.tensor(name) else {
             throw VeloError(.invalidFile, "\(gguf.file.path): tensor '\(name)' is missing")
         }
+        used.insert(name)
         guard t.elementCount == count else {
             throw VeloError(.invalidFile, "\(gguf.file.path): tensor '\(name)' has \(t.elementCount) elements, expected \(count)")
         }

@@ -37,6 +37,8 @@ final class GPUForward: ForwardOps {
     /// nil when no pair or no batch larger than matvecMaxRows.
     private let gluScratch: GPUBuffer?
     private var vectors: [String: GPUBuffer] = [:]
+    /// Each of `config.ropes`' per-pair frequencies.
+    private var ropeFreqs: [GPUBuffer] = []
     private var batch = ForwardBatch()
     private var n = 0
     private var recordStart: UInt64 = 0
@@ -147,11 +149,13 @@ final class GPUForward: ForwardOps {
             try device.upload(b, offset: 0, from: w.data, bytes: bytes)
             weights[w.data] = b
         }
-        for v in model.vectors {
-            let b = try device.makeBuffer(bytes: v.values.count * 4, memory: .device, label: v.name)
-            try v.values.withUnsafeBytes { try device.upload(b, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
-            vectors[v.name] = b
+        func upload(_ values: [Float], label: String) throws -> GPUBuffer {
+            let b = try device.makeBuffer(bytes: values.count * 4, memory: .device, label: label)
+            try values.withUnsafeBytes { try device.upload(b, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
+            return b
         }
+        for v in model.vectors { vectors[v.name] = try upload(v.values, label: v.name) }
+        ropeFreqs = try c.ropes.map { try upload($0.freqs, label: "rope frequencies") }
         if maxTokens > GPUKernels.matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
             x16 = try device.makeBuffer(bytes: maxTokens * GPUKernels.f16Row(k) * 2, memory: .device, label: "float16 activations")
         } else {
@@ -179,7 +183,7 @@ final class GPUForward: ForwardOps {
         if x16 != nil { for k in [GPUKernels.toF16, GPUKernels.sumSplits] { _ = try pipeline(k) } }
         if coopAttention { _ = try pipeline(GPUKernels.attentionCoop) }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
-        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, GPUKernels.ropeStore, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.attentionTiled, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add] { _ = try pipeline(k) }
+        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, GPUKernels.ropeStore, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.attentionTiled, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap] { _ = try pipeline(k) }
     }
 
     static func width(_ a: Activation, _ c: ModelConfig) -> Int {
@@ -244,10 +248,10 @@ final class GPUForward: ForwardOps {
         try device.begin()
     }
 
-    func embed(_ table: WeightMatrix) {
+    func embed(_ table: WeightMatrix, scale: Float) {
         dispatch(GPUKernels.getRows(table.type),
                  [GPUBinding(weights[table.data]!), input(sections.tokens, maxTokens), act(.x)],
-                 [UInt32(table.cols), UInt32(table.rowBytes), UInt32(n)], (n, 1, 1), .embed)
+                 [UInt32(table.cols), UInt32(table.rowBytes), UInt32(n), scale.bitPattern], (n, 1, 1), .embed)
     }
 
     func rmsNorm(_ src: Activation, _ w: WeightVector, into dst: Activation) {
@@ -257,8 +261,21 @@ final class GPUForward: ForwardOps {
     private func norm(_ src: Activation, _ w: WeightVector, rows: Int, selected: Bool, into dst: GPUBinding) {
         dispatch(GPUKernels.rmsNorm,
                  [act(src), GPUBinding(vectors[w.name]!), dst, input(sections.rowsel, maxLogitRows)],
-                 [UInt32(config.dim), UInt32(rows), config.normEps.bitPattern, selected ? 1 : 0, UInt32(config.dim)],
+                 [UInt32(config.dim), UInt32(rows), config.normEps.bitPattern, selected ? 1 : 0, UInt32(config.dim), 1, UInt32(config.dim)],
                  (rows, 1, 1), .norm)
+    }
+
+    func headNorm(_ a: Activation, _ w: WeightVector, heads: Int) {
+        let s = UInt32(stride(a))
+        dispatch(GPUKernels.rmsNorm, [act(a), GPUBinding(vectors[w.name]!), act(a), input(sections.rowsel, maxLogitRows)],
+                 [UInt32(config.headDim), UInt32(n * heads), config.normEps.bitPattern, 0, s, UInt32(heads), s],
+                 (n * heads, 1, 1), .norm)
+    }
+
+    func addBias(_ a: Activation, _ b: WeightVector) {
+        let width = b.values.count
+        dispatch(GPUKernels.addBias, [act(a), GPUBinding(vectors[b.name]!)], [UInt32(width), UInt32(n), UInt32(stride(a))],
+                 ((width + 255) / 256, n, 1), .other)
     }
 
     func matmul(_ src: Activation, _ pairs: [(WeightMatrix, Activation)]) {
@@ -280,9 +297,9 @@ final class GPUForward: ForwardOps {
     /// `glu` (decode only, an interleaved pair's weight as `weight`): Y = silu(gate·X) * (up·X),
     /// w.rows counting the interleaved rows.
     private func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op,
-                          weight: GPUBuffer? = nil, glu: Bool = false) {
-        precondition(!glu || rows <= GPUKernels.matvecMaxRows)
-        let params = [UInt32(w.cols), UInt32(w.rows), UInt32(rows), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), glu ? 1 : 0]
+                          weight: GPUBuffer? = nil, glu: ModelConfig.FFNActivation? = nil) {
+        precondition(glu == nil || rows <= GPUKernels.matvecMaxRows)
+        let params = [UInt32(w.cols), UInt32(w.rows), UInt32(rows), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0)]
         let wb = GPUBinding(weight ?? weights[w.data]!)
         if rows <= GPUKernels.matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
             // activations to 8 bits once per input (the Q, K and V products share it), then
@@ -332,11 +349,11 @@ final class GPUForward: ForwardOps {
         }
     }
 
-    func rope(_ a: Activation, heads: Int) {
+    func rope(_ a: Activation, heads: Int, rope r: Int) {
         let c = config
-        dispatch(GPUKernels.rope, [act(a), tokpos],
+        dispatch(GPUKernels.rope, [act(a), tokpos, GPUBinding(ropeFreqs[r])],
                  [UInt32(n), UInt32(heads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
-                  c.ropeBase.bitPattern, c.ropeScale.bitPattern, UInt32(stride(a))],
+                  c.ropes[r].magnitude.bitPattern, UInt32(stride(a))],
                  (n, heads, 1), .rope)
     }
 
@@ -352,21 +369,22 @@ final class GPUForward: ForwardOps {
     /// Split-K attention: keys in splits of `chunk` (from the longest context of the batch),
     /// one workgroup per (token, KV head, split), then the combine kernel merges the splits
     /// (a single split writes the output directly).
-    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int) {
+    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope r: Int) {
         let c = config, ps = kv.pageSize
-        dispatch(GPUKernels.ropeStore, [act(.q), act(.k), act(.v), GPUBinding(kv.buffer), tokpos, tokpt, pagetab],
+        dispatch(GPUKernels.ropeStore, [act(.q), act(.k), act(.v), GPUBinding(kv.buffer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
                  [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
-                  c.ropeBase.bitPattern, c.ropeScale.bitPattern, UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim),
+                  c.ropes[r].magnitude.bitPattern, UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim),
                   UInt32(stride(.q)), UInt32(stride(.k))],
                  (n, heads + kvHeads, 1), .rope)
     }
 
-    func attention(layer: Int) {
+    func attention(layer: Int, _ a: AttentionParams) {
         let c = config, ps = kv.pageSize
+        let mask = [a.softcap.bitPattern, UInt32(a.window)]
         if tiledBlocks > 0 {
             dispatch(coopAttention ? GPUKernels.attentionCoop : GPUKernels.attentionTiled, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens)],
                      [UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride),
-                      UInt32(layer * 2 * ps * kvDim), (1 / Float(c.headDim).squareRoot()).bitPattern, UInt32(stride(.q))],
+                      UInt32(layer * 2 * ps * kvDim), a.scale.bitPattern, UInt32(stride(.q))] + mask,
                      (tiledBlocks, c.kvHeads, 1), .attention)
             return
         }
@@ -374,8 +392,8 @@ final class GPUForward: ForwardOps {
         let (chunk, splits) = GPUKernels.attentionSplits(keys: keys, n: n, maxTokens: maxTokens, maxContext: maxContext)
         dispatch(GPUKernels.attention, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)],
                  [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps),
-                  UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim), (1 / Float(c.headDim).squareRoot()).bitPattern,
-                  UInt32(chunk), UInt32(splits), UInt32(stride(.q))],
+                  UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim), a.scale.bitPattern,
+                  UInt32(chunk), UInt32(splits), UInt32(stride(.q))] + mask,
                  (n, c.kvHeads, splits), .attention)
         guard splits > 1 else { return }
         let params = [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)]
@@ -406,17 +424,17 @@ final class GPUForward: ForwardOps {
         dispatch(GPUKernels.add, [act(dst), act(src)], [UInt32(count)], ((count + 255) / 256, 1, 1), .other)
     }
 
-    func swiglu() {
+    func glu(_ a: ModelConfig.FFNActivation) {
         let count = n * config.ffnDim
-        dispatch(GPUKernels.swiglu, [act(.gate), act(.up)], [UInt32(count)], ((count + 255) / 256, 1, 1), .mlpActivation)
+        dispatch(GPUKernels.swiglu, [act(.gate), act(.up)], [UInt32(count), UInt32(a.rawValue)], ((count + 255) / 256, 1, 1), .mlpActivation)
     }
 
     /// One matvec in GLU mode for decode; for prefill the interleaved product into gluScratch,
     /// then swiglu_pairs. Pairs not uploaded interleaved take the two products and swiglu.
-    func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix) {
+    func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix, _ a: ModelConfig.FFNActivation) {
         guard let wb = gatedWeights[gate.data] else {
             matmul(src, [(gate, .gate), (up, .up)])
-            swiglu()
+            glu(a)
             return
         }
         let ffn = gate.rows
@@ -424,20 +442,25 @@ final class GPUForward: ForwardOps {
         let pair = WeightMatrix(name: gate.name, type: gate.type, data: gate.data, rows: 2 * ffn, cols: gate.cols, rowBytes: gate.rowBytes)
         let x = act(src), xStride = stride(src)
         if n <= GPUKernels.matvecMaxRows {
-            multiply(pair, x, rows: n, xStride: xStride, into: act(.gate), yStride: ffn, op: .matmul, weight: wb, glu: true)
+            multiply(pair, x, rows: n, xStride: xStride, into: act(.gate), yStride: ffn, op: .matmul, weight: wb, glu: a)
         } else {
             let s = GPUBinding(gluScratch!)
             multiply(pair, x, rows: n, xStride: xStride, into: s, yStride: 2 * ffn, op: .matmul, weight: wb)
             let count = n * ffn
-            dispatch(GPUKernels.swigluPairs, [s, act(.gate)], [UInt32(count)], (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
+            dispatch(GPUKernels.swigluPairs, [s, act(.gate)], [UInt32(count), UInt32(a.rawValue)], (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
         }
     }
 
-    func logits(norm w: WeightVector, output: WeightMatrix) {
+    func logits(norm w: WeightVector, output: WeightMatrix, softcap: Float) {
         let rows = batch.logitRows.count
         guard rows > 0 else { return }
         norm(.x, w, rows: rows, selected: true, into: act(.xn))
         multiply(output, act(.xn), rows: rows, xStride: config.dim, into: GPUBinding(logitsBuffer), yStride: config.vocabSize, op: .output)
+        if softcap > 0 {
+            let count = rows * config.vocabSize
+            dispatch(GPUKernels.softcap, [GPUBinding(logitsBuffer)], [UInt32(count), softcap.bitPattern],
+                     (min((count + 255) / 256, 65535), 1, 1), .output)
+        }
     }
 
     func finish() throws -> UnsafeMutablePointer<Float> {

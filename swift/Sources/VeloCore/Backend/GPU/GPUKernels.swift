@@ -157,8 +157,9 @@ enum GPUKernels {
     /// rows of at most `addRMSNormQ8MaxWidth` values, a multiple of 32.
     static let addRMSNormQ8 = Kernel(name: "add_rms_norm_q8", buffers: 6, constants: [1024])
     static let addRMSNormQ8MaxWidth = 8192
-    static let rope = Kernel(name: "rope", buffers: 2, constants: [64])
-    static let ropeStore = Kernel(name: "rope_store", buffers: 7, constants: [64])
+    /// Both take the rope's per-pair frequencies as a buffer (`Rope`, uploaded once).
+    static let rope = Kernel(name: "rope", buffers: 3, constants: [64])
+    static let ropeStore = Kernel(name: "rope_store", buffers: 8, constants: [64])
     static let kvStore = Kernel(name: "kv_store", buffers: 6, constants: [64])
     /// Split-K attention: (n, kvHeads, splits) workgroups, each over `chunk` keys of a token;
     /// with splits > 1 each writes partials to a scratch buffer and `attentionCombine`
@@ -236,9 +237,14 @@ enum GPUKernels {
         let chunk = (tiles + cap - 1) / cap * attentionTile
         return (chunk, (keys + chunk - 1) / chunk)
     }
+    /// gate = act(gate) * up (params count, activation).
     static let swiglu = Kernel(name: "swiglu", buffers: 2, constants: [256])
-    /// Prefill half of the fused MLP input: gate = silu(S[2j]) * S[2j+1] from the interleaved (gate, up)
-    /// products S (buffers S, gate; params count; grid-stride, so at most 65535 groups).
+    /// Prefill half of the fused MLP input: gate = act(S[2j]) * S[2j+1] from the interleaved (gate, up)
+    /// products S (buffers S, gate; params count, activation; grid-stride, so at most 65535 groups).
     static let swigluPairs = Kernel(name: "swiglu_pairs", buffers: 2, constants: [256])
     static let add = Kernel(name: "add", buffers: 2, constants: [256])
+    /// A bias on every row: (ceil(n / 256), rows, 1) workgroups.
+    static let addBias = Kernel(name: "add_bias", buffers: 2, constants: [256])
+    /// cap·tanh(x/cap) in place (grid-stride, so at most 65535 groups).
+    static let softcap = Kernel(name: "softcap", buffers: 1, constants: [256])
 }

@@ -1,0 +1,7 @@
+// The gated MLP's activation of its gate value g (act: 1 = SiLU, 2 = tanh-approximated GELU,
+// ggml_gelu's formula); the argument of tanh is clamped where tanh is already ±1 in float, so
+// no implementation's exp overflows into inf/inf.
+float glu_act(float g, uint act) {
+    if (act == 2u) return 0.5 * g * (1.0 + tanh(clamp(0.7978845608028654 * g * (1.0 + 0.044715 * g * g), -15.0, 15.0)));
+    return g / (1.0 + exp(-g));
+}

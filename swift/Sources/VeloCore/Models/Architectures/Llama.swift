@@ -1,0 +1,6 @@
+/// Llama 1/2/3 (3.1/3.2 RoPE scaling through `rope_freqs.weight`, read by `Rope.load`),
+/// Mistral, TinyLlama, TinyStories: the defaults of `ModelConfig`. RoPE pairs are interleaved
+/// because llama.cpp's converter permutes Llama's Q/K rows to suit them.
+enum Llama: Architecture {
+    static func configure(_ c: inout ModelConfig, _ m: Metadata, _ w: WeightLoader, contextSize: Int) throws {}
+}

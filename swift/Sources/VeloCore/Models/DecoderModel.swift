@@ -1,0 +1,125 @@
+/// The decoder-only transformer every supported architecture is: pre-norm blocks of
+/// grouped-query attention with RoPE and a gated MLP, with each quirk (biases, Q/K norms,
+/// post-block norms, softcaps, windows, activation, scales) taken from `ModelConfig` and the
+/// layer's optional tensors. Written once in `ForwardOps`, so every backend runs every model.
+final class DecoderModel: LanguageModel, @unchecked Sendable {
+    struct Layer {
+        let attnNorm: WeightVector
+        let wq, wk, wv, wo: WeightMatrix
+        let bq, bk, bv: WeightVector?
+        let qNorm, kNorm: WeightVector?
+        let postAttnNorm: WeightVector?
+        let ffnNorm: WeightVector
+        let gate, up, down: WeightMatrix
+        let postFFNNorm: WeightVector?
+    }
+
+    let config: ModelConfig
+    let embeddings: WeightMatrix
+    let layers: [Layer]
+    let outputNorm: WeightVector
+    let output: WeightMatrix
+
+    init(config c: ModelConfig, weights w: WeightLoader, layerTensors: LayerTensors) throws {
+        config = c
+        embeddings = try w.matrix("token_embd.weight", rows: c.vocabSize, cols: c.dim)
+        layers = try (0..<c.layers).map { i in
+            let p = "blk.\(i)."
+            // fused Q|K|V (Phi-3) and gate|up (Phi-3's ffn_up) become views of their rows
+            let q, k, v: WeightMatrix
+            if let qkv = try w.optionalMatrix(p + "attn_qkv.weight", rows: c.qDim + 2 * c.kvDim, cols: c.dim) {
+                (q, k, v) = (qkv.rows(0, c.qDim), qkv.rows(c.qDim, c.kvDim), qkv.rows(c.qDim + c.kvDim, c.kvDim))
+            } else {
+                (q, k, v) = (try w.matrix(p + "attn_q.weight", rows: c.qDim, cols: c.dim),
+                             try w.matrix(p + "attn_k.weight", rows: c.kvDim, cols: c.dim),
+                             try w.matrix(p + "attn_v.weight", rows: c.kvDim, cols: c.dim))
+            }
+            let gate, up: WeightMatrix
+            if let g = try w.optionalMatrix(p + "ffn_gate.weight", rows: c.ffnDim, cols: c.dim) {
+                (gate, up) = (g, try w.matrix(p + "ffn_up.weight", rows: c.ffnDim, cols: c.dim))
+            } else {
+                let gu = try w.matrix(p + "ffn_up.weight", rows: 2 * c.ffnDim, cols: c.dim)
+                (gate, up) = (gu.rows(0, c.ffnDim), gu.rows(c.ffnDim, c.ffnDim))
+            }
+            // required where the architecture has them, else used when present (as llama.cpp
+            // does for Llama's optional biases)
+            func vector(_ name: String, _ count: Int, _ required: LayerTensors) throws -> WeightVector? {
+                layerTensors.contains(required) ? try w.vector(p + name, count: count) : try w.optionalVector(p + name, count: count)
+            }
+            return Layer(
+                attnNorm: try w.vector(p + "attn_norm.weight", count: c.dim),
+                wq: q, wk: k, wv: v,
+                wo: try w.matrix(p + "attn_output.weight", rows: c.dim, cols: c.qDim),
+                bq: try vector("attn_q.bias", c.qDim, .qkvBias),
+                bk: try vector("attn_k.bias", c.kvDim, .qkvBias),
+                bv: try vector("attn_v.bias", c.kvDim, .qkvBias),
+                qNorm: try vector("attn_q_norm.weight", c.headDim, .qkNorm),
+                kNorm: try vector("attn_k_norm.weight", c.headDim, .qkNorm),
+                postAttnNorm: try vector("post_attention_norm.weight", c.dim, .postNorms),
+                ffnNorm: try w.vector(p + "ffn_norm.weight", count: c.dim),
+                gate: gate, up: up,
+                down: try w.matrix(p + "ffn_down.weight", rows: c.dim, cols: c.ffnDim),
+                postFFNNorm: try vector("post_ffw_norm.weight", c.dim, .postNorms))
+        }
+        outputNorm = try w.vector("output_norm.weight", count: c.dim)
+        output = try w.optionalMatrix("output.weight", rows: c.vocabSize, cols: c.dim) ?? embeddings
+    }
+
+    var matrices: [WeightMatrix] {
+        [embeddings] + layers.flatMap { [$0.wq, $0.wk, $0.wv, $0.wo, $0.gate, $0.up, $0.down] } + (output.data == embeddings.data ? [] : [output])
+    }
+
+    var vectors: [WeightVector] {
+        layers.flatMap { l in [l.attnNorm, l.ffnNorm] + [l.bq, l.bk, l.bv, l.qNorm, l.kNorm, l.postAttnNorm, l.postFFNNorm].compactMap { $0 } } + [outputNorm]
+    }
+
+    var gatedPairs: [(WeightMatrix, WeightMatrix)] { layers.map { ($0.gate, $0.up) } }
+
+    var attentionInputs: [(WeightMatrix, WeightMatrix, WeightMatrix)] { layers.map { ($0.wq, $0.wk, $0.wv) } }
+
+    func forward(_ ops: ForwardOps) {
+        let c = config
+        ops.embed(embeddings, scale: c.embeddingScale)
+        ops.rmsNorm(.x, layers[0].attnNorm, into: .xn)
+        for (li, l) in layers.enumerated() {
+            ops.matmul(.xn, [(l.wq, .q), (l.wk, .k), (l.wv, .v)])
+            for (b, a) in [(l.bq, Activation.q), (l.bk, .k), (l.bv, .v)] { if let b { ops.addBias(a, b) } }
+            if let n = l.qNorm { ops.headNorm(.q, n, heads: c.heads) }
+            if let n = l.kNorm { ops.headNorm(.k, n, heads: c.kvHeads) }
+            ops.ropeAndStoreKV(layer: li, heads: c.heads, kvHeads: c.kvHeads, rope: c.layerRope[li])
+            ops.attention(layer: li, c.attention(layer: li))
+            ops.matmul(.attn, [(l.wo, .xn)])
+            if let n = l.postAttnNorm { ops.rmsNorm(.xn, n, into: .xn) }
+            ops.addRMSNorm(.x, .xn, l.ffnNorm, into: .xn)
+            ops.gatedUp(.xn, gate: l.gate, up: l.up, c.activation)
+            ops.matmul(.gate, [(l.down, .xn)])
+            if let n = l.postFFNNorm { ops.rmsNorm(.xn, n, into: .xn) }
+            // the residual add, fused with the next layer's input norm
+            if li + 1 < layers.count {
+                ops.addRMSNorm(.x, .xn, layers[li + 1].attnNorm, into: .xn)
+            } else {
+                ops.add(.x, .xn)
+            }
+        }
+        ops.logits(norm: outputNorm, output: output, softcap: c.finalSoftcap)
+    }
+}
+
+/// What one layer's attention does beyond softmax(q·k)v.
+struct AttentionParams {
+    /// Scores are q·k times this.
+    var scale: Float
+    /// Scores become cap·tanh(s/cap) (0: off).
+    var softcap: Float = 0
+    /// Keys within this many positions of the query, itself included (0: all).
+    var window: Int = 0
+
+    /// The first key position a query at `pos` sees.
+    func firstKey(_ pos: Int) -> Int { window > 0 ? max(0, pos - window + 1) : 0 }
+}
+
+extension ModelConfig {
+    func attention(layer: Int) -> AttentionParams {
+        AttentionParams(scale: attentionScale, softcap: attentionSoftcap, window: layerWindow[layer])
+    }
+}
