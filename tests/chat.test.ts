@@ -30,6 +30,24 @@ describe("chat templates", () => {
     }
   });
 
+  // the templates of the architectures Velo loads besides Llama: each turn in its own markers,
+  // ending with the assistant's opening
+  const formats: [string, RegExp, string][] = [
+    ["Qwen-Qwen2.5-7B-Instruct.jinja", /<\|im_start\|>system\nYou are terse\.<\|im_end\|>\n<\|im_start\|>user\nHi there<\|im_end\|>/, "<|im_start|>assistant\n"],
+    // Gemma refuses a system role: it is folded into the first user turn
+    ["google-gemma-2-2b-it.jinja", /^<bos><start_of_turn>user\nYou are terse\.\n\nHi there<end_of_turn>\n<start_of_turn>model\nHello\.<end_of_turn>/, "<start_of_turn>model\n"],
+    ["microsoft-Phi-3.5-mini-instruct.jinja", /<\|system\|>\nYou are terse\.<\|end\|>\n<\|user\|>\nHi there<\|end\|>\n<\|assistant\|>\nHello\.<\|end\|>/, "<|assistant|>\n"],
+  ];
+  for (const [file, turns, opening] of formats) {
+    test(`${file.split("-")[0]}'s format`, () => {
+      const t = new ChatTemplate(readFileSync(join(modelsDir, "templates", file), "utf8"), { bosToken: "<bos>", eosToken: "<eos>" });
+      const out = t.render(messages);
+      expect(out).toMatch(turns);
+      expect(out.endsWith(opening)).toBe(true);
+      expect(t.render(messages, false).endsWith(opening)).toBe(false);
+    });
+  }
+
   test("Llama 3.2's template from the model file", () => {
     const m = Model.open(sharedModel("tiny-random-llama3-bpe.gguf"));
     const t = ChatTemplate.forModel(m.info().metadata, { bosToken: "<|begin_of_text|>", eosToken: "<|eot_id|>" });
