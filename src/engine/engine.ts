@@ -64,6 +64,12 @@ export interface GenerateRequest extends SamplingOptions {
   ignoreEos?: boolean;
   /** Report the k largest raw logits with every token. */
   topLogits?: number;
+  /** GBNF the output must follow (llama.cpp's grammar format; root rule `root`). */
+  grammar?: string;
+  /** Report each token's log-probability and this many most likely alternatives (0–20). */
+  logprobs?: number;
+  /** Added to these tokens' logits before sampling: {"token id": bias}, -100 bans a token. */
+  logitBias?: Record<string, number>;
 }
 
 export interface Usage {
@@ -91,9 +97,13 @@ export interface Chunk {
   text: string;
   /** [token id, logit] pairs, most likely first (when requested). */
   top_logits?: [number, number][];
+  /** The token's log-probability (when logprobs were requested). */
+  logprob?: number;
+  /** [token id, log-probability] pairs, most likely first (when logprobs were requested). */
+  top_logprobs?: [number, number][];
 }
 
-type RawEvent = { id: number; tokens: number[]; text: string; top_logits?: [number, number][] } | { id: number; finish: FinishReason; message: string | null; usage: Usage };
+type RawEvent = { id: number; tokens: number[]; text: string; top_logits?: [number, number][]; logprob?: number; top_logprobs?: [number, number][] } | { id: number; finish: FinishReason; message: string | null; usage: Usage };
 
 const decoder = new TextDecoder();
 
@@ -118,7 +128,7 @@ export class Generation implements AsyncIterable<Chunk> {
       this.#done = true;
       this.#resolve({ reason: e.finish, message: e.message, usage: e.usage });
     } else {
-      this.#queue.push({ tokens: e.tokens, text: e.text, top_logits: e.top_logits });
+      this.#queue.push({ tokens: e.tokens, text: e.text, top_logits: e.top_logits, logprob: e.logprob, top_logprobs: e.top_logprobs });
     }
     this.#notify?.();
   }
@@ -215,6 +225,9 @@ export class Engine {
       stop: req.stop,
       ignore_eos: req.ignoreEos,
       top_logits: req.topLogits,
+      grammar: req.grammar,
+      logprobs: req.logprobs,
+      logit_bias: req.logitBias,
     });
     const out = new BigInt64Array(1);
     check(lib().velo_engine_submit(this.handle, cstr(json), out));

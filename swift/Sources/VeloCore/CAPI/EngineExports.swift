@@ -111,6 +111,23 @@ func generationRequest(from text: String, tokenizer: Tokenizer) throws -> Genera
     }
     r.ignoreEOS = try f.bool("ignore_eos") ?? false
     r.topLogits = try f.int("top_logits", 0...1000) ?? 0
+    r.logprobs = try f.int("logprobs", 0...20) ?? -1
+    if let g = f.object["grammar"], g != .null {
+        guard let text = g.stringValue else { throw VeloError(.invalidArgument, "grammar must be a string (GBNF)") }
+        r.grammar = text
+    }
+    if let bias = f.object["logit_bias"], bias != .null {
+        guard case .object(let pairs) = bias else { throw VeloError(.invalidArgument, "logit_bias must be an object of token id: bias") }
+        for (k, v) in pairs {
+            guard let id = Int32(k), id >= 0, Int(id) < tokenizer.vocabSize else {
+                throw VeloError(.invalidArgument, "logit_bias: '\(k)' is not a token id of this model (0..<\(tokenizer.vocabSize))")
+            }
+            guard let b = v.doubleValue, b.isFinite, (-100...100).contains(b) else {
+                throw VeloError(.invalidArgument, "logit_bias: the bias of token \(k) must be a number from -100 to 100")
+            }
+            r.sampling.logitBias[id] = Float(b)
+        }
+    }
     return r
 }
 

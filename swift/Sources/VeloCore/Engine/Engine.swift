@@ -88,10 +88,27 @@ public final class Engine: @unchecked Sendable {
             guard !shuttingDown else { throw VeloError(.invalidArgument, "the engine is shut down") }
             let id = nextId
             nextId += 1
-            inbox.append(Sequence(id: id, request: request, now: nowNanos()))
+            let matcher = try request.grammar.map { try GrammarMatcher(try compiledGrammar($0)) }
+            inbox.append(Sequence(id: id, request: request, matcher: matcher, now: nowNanos()))
             pthread_cond_signal(&wake)
             return id
         }
+    }
+
+    /// Grammars by their text: a schema used again keeps its computed token masks.
+    private var grammars: [(text: String, grammar: Grammar)] = []
+
+    /// (Under the lock.) The grammar of `text`, compiled or from the last few used.
+    private func compiledGrammar(_ text: String) throws -> Grammar {
+        if let i = grammars.firstIndex(where: { $0.text == text }) {
+            let g = grammars.remove(at: i)
+            grammars.append(g)
+            return g.grammar
+        }
+        let g = try Grammar(gbnf: text)
+        grammars.append((text, g))
+        if grammars.count > 16 { grammars.removeFirst() }
+        return g
     }
 
     public func cancel(_ id: Int) {

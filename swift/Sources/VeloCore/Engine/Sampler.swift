@@ -18,6 +18,8 @@ public struct SamplingParams: Sendable, Equatable {
     /// How many recent tokens the penalties look at (-1: the whole context).
     public var penaltyWindow: Int = 64
     public var seed: UInt64 = 0xC0FFEE
+    /// Added to these tokens' logits first (-100 bans a token, as OpenAI's logit_bias).
+    public var logitBias: [Int32: Float] = [:]
 
     public init() {}
 
@@ -77,7 +79,18 @@ public struct Sampler: Sendable {
 
     /// `history`: the tokens so far (prompt and output), for the penalties.
     public mutating func sample(_ logits: UnsafeMutablePointer<Float>, vocab: Int, history: ArraySlice<Int32>) -> Int32 {
+        prepare(logits, vocab: vocab, history: history)
+        return choose(logits, vocab: vocab)
+    }
+
+    /// The logits as the choice sees them: biased, then penalised (in place).
+    public mutating func prepare(_ logits: UnsafeMutablePointer<Float>, vocab: Int, history: ArraySlice<Int32>) {
+        for (t, b) in params.logitBias where Int(t) < vocab { logits[Int(t)] += b }
         applyPenalties(logits, vocab: vocab, history: history)
+    }
+
+    /// Greedy, or a draw after truncation and temperature, from prepared logits.
+    public mutating func choose(_ logits: UnsafeMutablePointer<Float>, vocab: Int) -> Int32 {
         if params.isGreedy { return Sampler.argmax(logits, vocab) }
         return draw(distribution(logits, vocab: vocab))
     }
@@ -85,7 +98,7 @@ public struct Sampler: Sendable {
     /// The distribution `sample` draws from, normalised (greedy: all mass on the argmax).
     /// Speculative decoding compares the target's and the draft's with it.
     public mutating func probabilities(_ logits: UnsafeMutablePointer<Float>, vocab: Int, history: ArraySlice<Int32>) -> [(id: Int32, p: Double)] {
-        applyPenalties(logits, vocab: vocab, history: history)
+        prepare(logits, vocab: vocab, history: history)
         if params.isGreedy { return [(Sampler.argmax(logits, vocab), 1)] }
         let d = distribution(logits, vocab: vocab)
         let z = d.reduce(0) { $0 + $1.p }
@@ -143,6 +156,17 @@ public struct Sampler: Sendable {
             l -= Float(n) * p.frequencyPenalty + p.presencePenalty
             logits[Int(t)] = l
         }
+    }
+
+    /// log-softmax of `chosen` and of the `top` most likely tokens.
+    static func logprobs(_ logits: UnsafePointer<Float>, vocab: Int, chosen: Int32, top: Int) -> TokenLogprobs {
+        let m = logits[Int(argmax(logits, vocab))]
+        var sum = 0.0
+        for i in 0..<vocab { sum += exp(Double(logits[i] - m)) }
+        let lse = Double(m) + log(sum)
+        let best = top > 0 ? topCandidates(logits, vocab: vocab, k: min(top, vocab)) : []
+        return TokenLogprobs(chosen: Float(Double(logits[Int(chosen)]) - lse),
+                             top: best.map { ($0.id, Float(Double($0.logit) - lse)) })
     }
 
     /// The first index of the largest logit (CKernels: vectorised, a 128K vocabulary in

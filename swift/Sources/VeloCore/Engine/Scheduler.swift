@@ -229,8 +229,21 @@ final class Scheduler {
                 if s.request.topLogits > 0 {
                     top = Sampler.topCandidates(logits, vocab: vocab, k: min(s.request.topLogits, vocab)).map { ($0.id, $0.logit) }
                 }
-                let token = s.sampler.sample(logits, vocab: vocab, history: s.tokens[...])
-                accept(token, for: s, now: now, topLogits: top)
+                s.sampler.prepare(logits, vocab: vocab, history: s.tokens[...])
+                let wantLogprobs = s.request.logprobs >= 0
+                let token: Int32
+                if let m = s.matcher {
+                    guard !m.onlyEnd, let t = constrainedChoice(s, m, logits, fullMask: wantLogprobs) else {
+                        // the grammar is complete and allows nothing more, or no token can continue it
+                        finishWithText(s, m.onlyEnd ? .stop : .error, message: m.onlyEnd ? nil : "no token of the vocabulary can continue the grammar")
+                        continue
+                    }
+                    token = t
+                } else {
+                    token = s.sampler.choose(logits, vocab: vocab)
+                }
+                let lp = wantLogprobs ? Sampler.logprobs(logits, vocab: vocab, chosen: token, top: s.request.logprobs) : nil
+                accept(token, for: s, now: now, topLogits: top, logprobs: lp)
             } else {
                 verify(o, now: now)
             }
@@ -285,7 +298,8 @@ final class Scheduler {
     /// Guesses for every decoding sequence that speculates this step.
     private func propose() -> [ObjectIdentifier: Guesses] {
         var chosen: [(Sequence, Int)] = []
-        for s in running where s.pending == 1 && !s.cancelled {
+        // a grammar's mask depends on each accepted token: constrained sequences do not guess
+        for s in running where s.pending == 1 && !s.cancelled && s.matcher == nil {
             if s.spec.pausedSteps > 0 {
                 s.spec.pausedSteps -= 1
                 specStats.pausedSteps += 1
@@ -541,13 +555,44 @@ final class Scheduler {
         return cache.evict(max(pages / kv.pageSize + 1, 1)) > 0
     }
 
+    /// The vocabulary as a trie, for grammar masks (built on the first constrained request).
+    private lazy var tokenTrie = TokenTrie(tokenizer: tokenizer)
+
+    /// The next token of a constrained sequence from prepared logits: the unconstrained choice
+    /// when the grammar allows it (for a draw this is rejection sampling: the same distribution
+    /// as drawing from the masked logits), else the choice among allowed tokens, with the
+    /// others' logits set to -inf. nil: no token is allowed.
+    private func constrainedChoice(_ s: Sequence, _ m: GrammarMatcher, _ logits: UnsafeMutablePointer<Float>, fullMask: Bool) -> Int32? {
+        let vocab = model.config.vocabSize, trie = tokenTrie
+        func allowed(_ t: Int32) -> Bool {
+            if tokenizer.isEndOfGeneration(t) { return m.isComplete }
+            let b = trie.bytes[Int(t)]
+            return !b.isEmpty && !m.after(b).isEmpty
+        }
+        if !fullMask {
+            let t = s.sampler.choose(logits, vocab: vocab)
+            if allowed(t) { return t }
+        }
+        let bits = m.mask(trie)
+        let complete = m.isComplete
+        var any = false
+        for i in 0..<vocab {
+            if bits[i >> 6] >> UInt64(i & 63) & 1 != 0 || (complete && tokenizer.isEndOfGeneration(Int32(i))) {
+                any = any || logits[i] > -Float.infinity
+            } else {
+                logits[i] = -Float.infinity
+            }
+        }
+        return any ? s.sampler.choose(logits, vocab: vocab) : nil
+    }
+
     /// Makes a sequence's computed full pages available to later requests.
     private func index(_ s: Sequence) {
         guard let cache, s.computed >= kv.pageSize else { return }
         cache.insert(Array(s.tokens[..<s.computed]), pages: s.table.pages)
     }
 
-    private func accept(_ token: Int32, for s: Sequence, now: UInt64, topLogits: [(Int32, Float)]) {
+    private func accept(_ token: Int32, for s: Sequence, now: UInt64, topLogits: [(Int32, Float)], logprobs: TokenLogprobs? = nil) {
         if s.firstTokenAt == 0 { s.firstTokenAt = now }
         let eog = tokenizer.isEndOfGeneration(token) && !s.request.ignoreEOS
         if eog {
@@ -557,8 +602,9 @@ final class Scheduler {
         s.tokens.append(token)
         tokensGenerated += 1
         let piece = (try? tokenizer.piece(token)) ?? []
+        if let m = s.matcher { m.accept(tokenTrie.bytes[Int(token)]) }
         let text = s.text.push(piece)
-        events.append(.tokens(id: s.id, tokens: [token], text: text, topLogits: topLogits))
+        events.append(.tokens(id: s.id, tokens: [token], text: text, topLogits: topLogits, logprobs: logprobs))
         if s.text.stopped {
             finish(s, .stop)
         } else if s.generated >= s.request.maxTokens || s.tokens.count >= options.contextSize {

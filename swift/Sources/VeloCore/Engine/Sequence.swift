@@ -6,8 +6,12 @@ public struct GenerationRequest: Sendable {
     public var stop: [String] = []
     /// Keep generating past end-of-generation tokens (benchmarks).
     public var ignoreEOS = false
-    /// Report the k largest raw logits with every token (reference checks, logprobs).
+    /// Report the k largest raw logits with every token (reference checks).
     public var topLogits = 0
+    /// GBNF the output must follow (`Grammar`); compiled by `Engine.submit`.
+    public var grammar: String?
+    /// Report each token's log-probability and this many most likely alternatives (-1: none).
+    public var logprobs = -1
 
     public init(prompt: [Int32]) { self.prompt = prompt }
 }
@@ -33,13 +37,16 @@ final class Sequence {
     var cancelled = false
     var finishedFlag = false
     var spec = SpeculationState()
+    /// Where the output stands in the request's grammar (nil: unconstrained).
+    let matcher: GrammarMatcher?
     let submittedAt: UInt64
     var firstTokenAt: UInt64 = 0
     var promptDoneAt: UInt64 = 0
     var admittedAt: UInt64 = 0
 
-    init(id: Int, request: GenerationRequest, now: UInt64) {
+    init(id: Int, request: GenerationRequest, matcher: GrammarMatcher? = nil, now: UInt64) {
         self.id = id
+        self.matcher = matcher
         self.request = request
         tokens = request.prompt
         promptCount = request.prompt.count
@@ -53,9 +60,15 @@ final class Sequence {
     var pending: Int { tokens.count - computed }
 }
 
+/// A token's log-softmax over the logits the sampler chose from, and the most likely ones.
+public struct TokenLogprobs: Sendable {
+    public var chosen: Float
+    public var top: [(Int32, Float)]
+}
+
 /// What the engine reports to the caller, drained by `poll`.
 public enum EngineEvent: Sendable {
-    case tokens(id: Int, tokens: [Int32], text: String, topLogits: [(Int32, Float)] = [])
+    case tokens(id: Int, tokens: [Int32], text: String, topLogits: [(Int32, Float)] = [], logprobs: TokenLogprobs? = nil)
     case finished(id: Int, reason: FinishReason, message: String?, usage: Usage)
 
     public struct Usage: Sendable {
@@ -73,10 +86,14 @@ public enum EngineEvent: Sendable {
 
     var json: JSON {
         switch self {
-        case .tokens(let id, let tokens, let text, let top):
+        case .tokens(let id, let tokens, let text, let top, let lp):
             var pairs: [(String, JSON)] = [("id", .int(id)), ("tokens", .array(tokens.map { .int(Int($0)) })), ("text", .string(text))]
             if !top.isEmpty {
                 pairs.append(("top_logits", .array(top.map { .array([.int(Int($0.0)), .number(Double($0.1))]) })))
+            }
+            if let lp {
+                pairs.append(("logprob", .number(Double(lp.chosen))))
+                pairs.append(("top_logprobs", .array(lp.top.map { .array([.int(Int($0.0)), .number(Double($0.1))]) })))
             }
             return .object(pairs)
         case .finished(let id, let reason, let message, let u):
