@@ -555,6 +555,7 @@ final class Scheduler {
         return cache.evict(max(pages / kv.pageSize + 1, 1)) > 0
     }
 
+    private var grammarStats = GrammarStats()
     /// The vocabulary as a trie, for grammar masks (built on the first constrained request).
     private lazy var tokenTrie = TokenTrie(tokenizer: tokenizer)
 
@@ -564,6 +565,9 @@ final class Scheduler {
     /// others' logits set to -inf. nil: no token is allowed.
     private func constrainedChoice(_ s: Sequence, _ m: GrammarMatcher, _ logits: UnsafeMutablePointer<Float>, fullMask: Bool) -> Int32? {
         let vocab = model.config.vocabSize, trie = tokenTrie
+        let t0 = nowNanos()
+        grammarStats.tokens += 1
+        defer { grammarStats.choiceNanos += nowNanos() - t0 }
         func allowed(_ t: Int32) -> Bool {
             if tokenizer.isEndOfGeneration(t) { return m.isComplete }
             let b = trie.bytes[Int(t)]
@@ -571,9 +575,12 @@ final class Scheduler {
         }
         if !fullMask {
             let t = s.sampler.choose(logits, vocab: vocab)
-            if allowed(t) { return t }
+            if allowed(t) {
+                grammarStats.fastPath += 1
+                return t
+            }
         }
-        let bits = m.mask(trie)
+        let bits = m.mask(trie, &grammarStats)
         let complete = m.isComplete
         var any = false
         for i in 0..<vocab {
@@ -678,6 +685,7 @@ final class Scheduler {
         put("prefix_cache_pages", cache?.pagesHeld ?? 0)
         put("kv_pages_shared", cache?.pagesShared ?? 0)
         pairs.append(("profile_ms", profiler.enabled ? profiler.json : .null))
+        pairs.append(("grammar", grammarStats.json))
         pairs.append(("kernel_ms", profiler.enabled ? profiler.kernelJSON : .null))
         pairs.append(("speculation", options.speculation.mode == .off ? .null : specStats.json))
         pairs.append(("speculation_mode", .string(options.speculation.mode.rawValue)))

@@ -82,8 +82,15 @@ final class GrammarMatcher {
     /// no stack survives; kept per state in the grammar, since states repeat (every string
     /// of a JSON document, every element of an array).
     func mask(_ trie: TokenTrie) -> [UInt64] {
+        var stats = GrammarStats()
+        return mask(trie, &stats)
+    }
+
+    func mask(_ trie: TokenTrie, _ stats: inout GrammarStats) -> [UInt64] {
         let key = stacks.sorted { $0.lexicographicallyPrecedes($1) }
         if let m = grammar.maskCache[key] { return m }
+        let t0 = nowNanos()
+        defer { stats.masksComputed += 1; stats.maskNanos += nowNanos() - t0 }
         var bits = [UInt64](repeating: 0, count: (trie.vocabSize + 63) / 64)
         walk(trie, node: 0, stacks, &bits)
         if grammar.maskCache.count >= 512 { grammar.maskCache.removeAll(keepingCapacity: true) }
@@ -98,6 +105,23 @@ final class GrammarMatcher {
             for t in trie.tokens(c) { bits[Int(t) >> 6] |= 1 << UInt64(t & 63) }
             walk(trie, node: c, next, &bits)
         }
+    }
+}
+
+/// What constrained sampling cost (engine stats and `bench/grammar.ts`).
+struct GrammarStats {
+    /// Tokens chosen under a grammar, and how many of those took the unconstrained choice.
+    var tokens = 0
+    var fastPath = 0
+    /// Masks walked from the trie (the rest came from the cache), and the time they took.
+    var masksComputed = 0
+    var maskNanos: UInt64 = 0
+    /// All time spent choosing constrained tokens (checks, masks, the choice itself).
+    var choiceNanos: UInt64 = 0
+
+    var json: JSON {
+        .object([("tokens", .int(tokens)), ("fast_path", .int(fastPath)), ("masks_computed", .int(masksComputed)),
+                 ("mask_ms", .number(Double(maskNanos) / 1e6)), ("choice_ms", .number(Double(choiceNanos) / 1e6))])
     }
 }
 
