@@ -17,7 +17,7 @@ LIB := .build/release/libVelo.$(LIB_EXT)
 TEST_SCRATCH := .build-test
 BUN := node_modules/bun/bin/bun.exe
 
-.PHONY: all setup deps root lib test test-swift test-bun clean shaders metallib FORCE
+.PHONY: all setup deps root lib test test-swift test-bun test-neon clean shaders metallib FORCE
 all: setup lib
 
 setup: deps root
@@ -46,7 +46,7 @@ export VELO_METALLIB ?= $(CURDIR)/gen/metal/velo.metallib
 test-swift: metallib
 endif
 
-test: setup lib test-swift test-bun
+test: setup lib test-swift test-bun test-neon
 
 # GPU kernels and the Vulkan backend are tested on lavapipe (Mesa's CPU Vulkan driver) unless
 # VK_DRIVER_FILES already names a driver.
@@ -57,6 +57,12 @@ test-swift: shaders
 
 test-bun:
 	$(IN_ROOT) $(BUN) test
+
+# The arm64 NEON kernels (CKernels), built for aarch64 with clang and checked against the scalar
+# ones under qemu-aarch64 (natively on arm64 and macOS machines); the build root carries the
+# cross tools. scripts/neon-check.sh
+test-neon:
+	$(IN_ROOT) sh scripts/neon-check.sh
 
 # ---- GPU kernels: shaders/*.comp -> SPIR-V (C arrays in the CShaders target) and MSL ----
 # Weight kernels are built once per weight type (-DWTYPE_<TYPE>), named <kernel>_<type>.
@@ -69,9 +75,27 @@ DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0
 Q8_KERNELS := add_rms_norm attention_combine
 SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) \
   attention_coop
-# Vulkan-only kernels (extensions spirv-cross cannot translate: cooperative matrices): no MSL
-VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) attention_coop
-MSL_SHADERS := $(filter-out $(VULKAN_ONLY),$(SHADERS))
+# Kernels Metal never runs, left out of the MSL and the metallib: cooperative matrices (no MSL
+# translation) and the 8-bit-activation decode path (GPUKernels.integerDot is Vulkan-only;
+# add_rms_norm_q8 alone takes 41 KB of threadgroup memory, over Apple GPUs' 32 KiB).
+VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) attention_coop $(addprefix matvec_dot_,$(DOT_TYPES)) \
+  $(addsuffix _q8,$(Q8_KERNELS)) quantize_q8
+# Specialization constants that size shared arrays (matvec's NCOLS and ROWS, matmul's BM and BN)
+# are preprocessor macros in spirv-cross's MSL, not Metal function constants, so Metal gets one
+# function per shape the host uses, named <kernel>_s<constant 1>x<constant 2>
+# (MetalDevice.functionName): matvec for 1, 2, 4, 8 and 16 activation rows at
+# GPUKernels.matvecRowsPerGroup weight rows, matmul at GPUKernels.matmulBM x matmulBN. A shape
+# missing here is a clear error on the Mac (a VELO_GPU_MATVEC override, for one), never a
+# kernel silently run at another shape.
+METAL_MATVEC_NCOLS := 1 2 4 8 16
+METAL_MATVEC_ROWS := 4
+METAL_MATMUL_BM := 64
+METAL_MATMUL_BN := 64
+METAL_MATVEC := $(foreach t,$(WTYPES),$(foreach c,$(METAL_MATVEC_NCOLS),matvec_$(t)_s$(c)x$(METAL_MATVEC_ROWS)))
+METAL_MATMUL := $(foreach t,$(WTYPES),matmul_$(t)_s$(METAL_MATMUL_BM)x$(METAL_MATMUL_BN))
+MSL_SHADERS := $(filter-out $(VULKAN_ONLY) $(addprefix matvec_,$(WTYPES)) $(addprefix matmul_,$(WTYPES)),$(SHADERS)) \
+  $(METAL_MATVEC) $(METAL_MATMUL)
+MSL_FILES = $(MSL_SHADERS:%=$(METAL_DIR)/%.metal)
 SPV_ENV := vulkan1.2
 MSL_VER := 20400
 SHADER_C := swift/Sources/CShaders/generated
@@ -81,7 +105,7 @@ SHADER_ENV := SPV_ENV=$(SPV_ENV) MSL_VER=$(MSL_VER) SHADER_C=$(SHADER_C) SHADER_
 SHADER_BUILD := $(IN_ROOT) env $(SHADER_ENV) sh shaders/build.sh
 upper = $(subst b,B,$(subst f,F,$(subst k,K,$(subst q,Q,$(1)))))
 
-shaders: $(SHADERS:%=$(SHADER_C)/%.c) $(SHADER_C)/registry.c $(MSL_SHADERS:%=$(METAL_DIR)/%.metal)
+shaders: $(SHADERS:%=$(SHADER_C)/%.c) $(SHADER_C)/registry.c $(MSL_FILES) $(METAL_DIR)/.checked
 
 # $(1) name, $(2) source, $(3) glslc flags
 define shader_rules
@@ -96,6 +120,15 @@ $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matv
 $(eval $(call shader_rules,attention_coop,shaders/attention_coop.comp,))
 $(foreach k,$(PLAIN_KERNELS),$(eval $(call shader_rules,$(k),shaders/$(k).comp,)))
 $(foreach k,$(Q8_KERNELS),$(eval $(call shader_rules,$(k)_q8,shaders/$(k).comp,-DQ8)))
+# $(1) name, $(2) source, $(3) glslc flags, $(4) constants 1, 2, ... baked into the MSL
+define msl_shape_rule
+$(METAL_DIR)/$(1).metal: $(2) shaders/build.sh
+	$(IN_ROOT) env $(SHADER_ENV) MSL_CONSTANTS="$(4)" sh shaders/build.sh msl $(1) $(2) $(3)
+endef
+$(foreach t,$(WTYPES),$(foreach c,$(METAL_MATVEC_NCOLS),$(eval $(call msl_shape_rule,matvec_$(t)_s$(c)x$(METAL_MATVEC_ROWS),\
+  shaders/matvec.comp,-DWTYPE_$(call upper,$(t)),$(c) $(METAL_MATVEC_ROWS)))))
+$(foreach t,$(WTYPES),$(eval $(call msl_shape_rule,matmul_$(t)_s$(METAL_MATMUL_BM)x$(METAL_MATMUL_BN),\
+  shaders/matmul.comp,-DWTYPE_$(call upper,$(t)),$(METAL_MATMUL_BM) $(METAL_MATMUL_BN))))
 -include $(wildcard $(SHADER_GEN)/*.d)
 
 # the list of shaders, rewritten only when it changes, so the registry follows it
@@ -106,11 +139,17 @@ $(SHADER_GEN)/names.txt: FORCE
 $(SHADER_C)/registry.c: $(SHADER_GEN)/names.txt shaders/build.sh
 	env $(SHADER_ENV) sh shaders/build.sh registry $(SHADERS)
 
-# macOS: every kernel in one library (each MSL kernel function is named after its shader)
+# Every Metal kernel checked before it is compiled (here too, on Linux): named after its file,
+# threadgroup memory within Apple GPUs' 32 KiB, only constant 0 a function constant.
+$(METAL_DIR)/.checked: $(MSL_FILES) scripts/msl-check.ts | deps
+	$(IN_ROOT) $(BUN) scripts/msl-check.ts $(MSL_FILES)
+	@touch $@
+
+# macOS: every kernel in one library (each MSL kernel function is named after its file)
 METALLIB := $(METAL_DIR)/velo.metallib
 metallib: $(METALLIB)
-$(METALLIB): $(MSL_SHADERS:%=$(METAL_DIR)/%.air)
-	xcrun -sdk macosx metallib -o $@ $^
+$(METALLIB): $(MSL_SHADERS:%=$(METAL_DIR)/%.air) $(METAL_DIR)/.checked
+	xcrun -sdk macosx metallib -o $@ $(filter %.air,$^)
 $(METAL_DIR)/%.air: $(METAL_DIR)/%.metal
 	xcrun -sdk macosx metal -std=macos-metal2.4 -fno-fast-math -c -o $@ $<
 

@@ -5,6 +5,13 @@ import PackageDescription
 // Build through the Makefile: it passes -static-stdlib and the export list on Linux.
 let package = Package(
     name: "Velo",
+    // Without this SwiftPM targets macOS 10.13, below what the code calls: the Metal backend's
+    // makeComputeCommandEncoder(dispatchType:) and maxBufferLength (macOS 10.14),
+    // MTLCommandBuffer.gpuStartTime/gpuEndTime (10.15), String.contains(_:) on a string without
+    // Foundation (_StringProcessing, 13) and ContinuousClock in the tests (13); the metallib is
+    // MSL 2.4 (12). 14 is the oldest macOS the workflow builds on (.github/workflows/macos.yml).
+    // Linux ignores it.
+    platforms: [.macOS(.v14)],
     products: [
         .library(name: "Velo", type: .dynamic, targets: ["VeloCore"]),
     ],

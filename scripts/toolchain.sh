@@ -11,7 +11,15 @@
 # ../shared, the caller's directory, $HOME, /tmp and the usual data folders are visible at
 # the same paths, so file arguments work unchanged.
 set -euo pipefail
-HERE=$(dirname "$(realpath -e "${BASH_SOURCE[0]}")")
+# This script's folder, symlinks resolved, without `realpath -e` (GNU only: macOS's realpath has
+# no -e, and the Makefile runs `toolchain.sh needed` on every make, on a Mac too).
+src=${BASH_SOURCE[0]}
+while [ -L "$src" ]; do
+  dir=$(CDPATH= cd -P "$(dirname "$src")" && pwd)
+  src=$(readlink "$src")
+  case $src in /*) ;; *) src=$dir/$src ;; esac
+done
+HERE=$(CDPATH= cd -P "$(dirname "$src")" && pwd)
 REPO=$(dirname "$HERE")
 ROOT=${VELO_ROOT:-/var/cache/velo/trixie}
 

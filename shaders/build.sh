@@ -4,7 +4,9 @@
 #   build.sh spirv NAME SRC [GLSLC FLAGS...]   optimized SPIR-V, validated, as a C array in
 #                                              $SHADER_C/NAME.c (+ a make dependency file)
 #   build.sh msl NAME SRC [GLSLC FLAGS...]     Metal source gen/metal/NAME.metal, kernel NAME,
-#                                              from an unoptimized (-g) build that keeps names
+#                                              from an unoptimized (-g) build that keeps names;
+#                                              MSL_CONSTANTS="V1 V2 ..." bakes specialization
+#                                              constants 1, 2, ... into it (see below)
 #   build.sh registry NAME...                  $SHADER_C/registry.c: the name -> SPIR-V table
 #                                              (rewritten only when the list changes)
 set -eu
@@ -39,6 +41,24 @@ msl)
         -o "$GEN/$name.g.spv" "$src"
     spirv-cross --msl --msl-version "$MSL_VER" --msl-decoration-binding \
         --rename-entry-point main "$name" comp "$GEN/$name.g.spv" --output "$METAL/$name.metal.tmp"
+    # Constants that size shared arrays cannot be Metal function constants: spirv-cross emits
+    # them as `#ifndef SPIRV_CROSS_CONSTANT_ID_<id>` / `#define ... <default>` macros, which
+    # setConstantValue never reaches. MSL_CONSTANTS defines constants 1, 2, ... ahead of them
+    # (one Metal function per shape, named by the caller); each must be such a macro.
+    if [ -n "${MSL_CONSTANTS:-}" ]; then
+        id=1 defines=""
+        for v in $MSL_CONSTANTS; do
+            grep -q "^#ifndef SPIRV_CROSS_CONSTANT_ID_$id\$" "$METAL/$name.metal.tmp" || {
+                echo "build.sh: $name: constant $id of $src is not a spirv-cross macro (it sizes no array), so MSL_CONSTANTS cannot bake it" >&2
+                rm -f "$METAL/$name.metal.tmp"; exit 1; }
+            defines="$defines#define SPIRV_CROSS_CONSTANT_ID_$id ${v}u
+"
+            id=$((id + 1))
+        done
+        { printf '// %s: constants 1.. baked in (MSL_CONSTANTS="%s")\n%s' "$name" "$MSL_CONSTANTS" "$defines"
+          cat "$METAL/$name.metal.tmp"; } > "$METAL/$name.metal.tmp2"
+        mv "$METAL/$name.metal.tmp2" "$METAL/$name.metal.tmp"
+    fi
     mv "$METAL/$name.metal.tmp" "$METAL/$name.metal"
     ;;
 registry)

@@ -1,4 +1,5 @@
 #include "cvulkan.h"
+#if VELO_HAVE_VULKAN
 #include <dlfcn.h>
 #include <stdio.h>
 
@@ -67,3 +68,7 @@ int velo_vk_load_device(VkDevice device) {
 #undef VK_DEVICE
     return missing ? -1 : 0;
 }
+#else
+/* no Vulkan headers (macOS): nothing to load; an empty translation unit is not ISO C */
+typedef int velo_vk_unavailable;
+#endif

@@ -368,7 +368,14 @@ final class GPUKernelTests: XCTestCase {
             let x = random(m * xStride, scale: 50)
             let y = try upload([UInt8](repeating: 0xFF, count: m * kp * 2))
             try run(GPUKernels.toF16, [try upload(x), y], [UInt32(k), UInt32(m), UInt32(xStride), UInt32(kp)], GPUKernels.toF16Groups(k: k, m: m))
-            let got = try readBytes(y, m * kp * 2).withUnsafeBytes { raw in (0..<(m * kp)).map { Float(raw.load(fromByteOffset: 2 * $0, as: Float16.self)) } }
+            // float16 through CKernels: Swift has no Float16 on x86-64 macOS (Intel Macs)
+            let got = try readBytes(y, m * kp * 2).withUnsafeBytes { raw in
+                (0..<(m * kp)).map { i -> Float in
+                    var h = raw.load(fromByteOffset: 2 * i, as: UInt16.self), f: Float = 0
+                    ck_f16_to_f32(&h, &f, 1)
+                    return f
+                }
+            }
             let want = (0..<(m * kp)).map { i -> Double in i % kp < k ? Double(x[(i / kp) * xStride + i % kp]) : 0 }
             assertClose(got, want, tolerance: want.map { abs($0) / 1024 }, "to_f16 K=\(k)")
         }

@@ -5,6 +5,20 @@
  * function pointer of the API's own name (NULL until loaded). */
 #ifndef CVULKAN_H
 #define CVULKAN_H
+/* Only Linux builds use this module (VeloCore depends on it there alone, Package.swift), but
+ * `swift build` compiles every target of the package, so macOS compiles it too, where the
+ * Vulkan headers are normally not installed: there the module is empty (VELO_HAVE_VULKAN 0).
+ * Linux keeps needing them (a missing header stays a clear error). */
+#if defined(__APPLE__) && defined(__has_include)
+#if !__has_include(<vulkan/vulkan.h>)
+#define VELO_HAVE_VULKAN 0
+#endif
+#endif
+#ifndef VELO_HAVE_VULKAN
+#define VELO_HAVE_VULKAN 1
+#endif
+
+#if VELO_HAVE_VULKAN
 #define VK_NO_PROTOTYPES 1
 #include <vulkan/vulkan.h>
 
@@ -31,4 +45,5 @@ const char *velo_vk_error(void);
 #ifdef __cplusplus
 }
 #endif
+#endif /* VELO_HAVE_VULKAN */
 #endif

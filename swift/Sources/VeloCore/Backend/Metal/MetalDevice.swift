@@ -75,18 +75,54 @@ final class MetalDevice: GPUDevice {
         dst.copyMemory(from: src.contents! + offset, byteCount: bytes)
     }
 
+    /// The metallib function of a kernel and its constants. Only constant 0 (threads per group)
+    /// is a Metal function constant: the others size threadgroup arrays, which spirv-cross
+    /// emits as preprocessor macros (SPIRV_CROSS_CONSTANT_ID_n) that `setConstantValue` never
+    /// reaches, so the Makefile builds one function per shape the host uses, named
+    /// `<kernel>_s<constant 1>x<constant 2>…` (matvec_q4_0_s1x4, matmul_q4_0_s64x64);
+    /// shaders/README.md, "Metal".
+    static func functionName(_ kernel: String, constants: [UInt32]) -> String {
+        constants.count <= 1 ? kernel : kernel + "_s" + constants.dropFirst().map { String($0) }.joined(separator: "x")
+    }
+
+    /// Kernels whose dispatch does not depend on their thread count (one workgroup per row, any
+    /// workgroup size; shaders/README.md): they may run with fewer threads than asked when a
+    /// pipeline allows fewer (the 1024 the host asks for the norms).
+    static let anyThreadCount: Set<String> = ["rms_norm", "add_rms_norm"]
+
     func pipeline(_ kernel: String, buffers: Int, constants: [UInt32]) throws -> GPUPipeline {
         let key = PipelineKey(name: kernel, buffers: buffers, constants: constants)
         if let p = pipelines[key] { return p }
-        let values = MTLFunctionConstantValues()
-        for (i, c) in constants.enumerated() {
-            var v = c
-            values.setConstantValue(&v, type: .uint, index: i)
+        guard let asked = constants.first, asked > 0 else {
+            throw VeloError(.internalError, "\(kernel): no thread count (constant 0), which Metal needs at dispatch")
         }
-        let function = try library.makeFunction(name: kernel, constantValues: values)
-        let state = try device.makeComputePipelineState(function: function)
-        let local = Int(constants.first ?? 0)
-        let p = MetalPipeline(state: state, buffers: buffers, threads: local > 0 ? local : state.threadExecutionWidth, name: kernel)
+        let fname = Self.functionName(kernel, constants: constants)
+        guard library.functionNames.contains(fname) else {
+            throw VeloError(.unsupported, "velo.metallib has no \(fname) (\(kernel) with constants \(constants.dropFirst().map { String($0) }.joined(separator: ", "))): "
+                + "the Metal build has one function per shape the host uses (Makefile, METAL_MATVEC_* and METAL_MATMUL_*); rebuild it with `make metallib`, or drop VELO_GPU_MATVEC")
+        }
+        func make(threads: Int) throws -> MTLComputePipelineState {
+            let values = MTLFunctionConstantValues()
+            var v = UInt32(threads)
+            values.setConstantValue(&v, type: .uint, index: 0)
+            return try device.makeComputePipelineState(function: try library.makeFunction(name: fname, constantValues: values))
+        }
+        var threads = Int(asked)
+        var state = try make(threads: threads)
+        // A pipeline may allow fewer threads per group than the device (registers, threadgroup
+        // memory); dispatching more fails. Not exercised here: no Mac has run this yet.
+        if threads > state.maxTotalThreadsPerThreadgroup {
+            let limit = state.maxTotalThreadsPerThreadgroup
+            guard Self.anyThreadCount.contains(kernel) else {
+                throw VeloError(.unsupported, "\(name): \(fname) takes at most \(limit) threads per threadgroup, and its dispatch assumes \(threads)")
+            }
+            threads = 1 << (Int.bitWidth - 1 - limit.leadingZeroBitCount) // the largest power of two within the limit
+            state = try make(threads: threads)
+            guard threads <= state.maxTotalThreadsPerThreadgroup else {
+                throw VeloError(.unsupported, "\(name): \(fname) takes at most \(state.maxTotalThreadsPerThreadgroup) threads per threadgroup, fewer than \(threads)")
+            }
+        }
+        let p = MetalPipeline(state: state, buffers: buffers, threads: threads, name: fname)
         pipelines[key] = p
         return p
     }
