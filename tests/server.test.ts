@@ -138,7 +138,7 @@ describe("errors fail closed with OpenAI-shaped bodies", () => {
     const unknown = await post("/v1/chat/completions", chat({ temprature: 0.5 }));
     expect(unknown.status).toBe(400);
     expect(unknown.body.error.message).toMatch(/unrecognized request argument.*temprature/);
-    const n = await post("/v1/chat/completions", chat({ n: 2 }));
+    const n = await post("/v1/chat/completions", chat({ n: 17 }));
     expect(n.status).toBe(400);
     expect(n.body.error.param).toBe("n");
     const noMessages = await post("/v1/chat/completions", JSON.stringify({ model: MODEL, messages: [] }));

@@ -1,5 +1,6 @@
 import chalk from "chalk";
 import { Command } from "commander";
+import { existsSync, readFileSync } from "node:fs";
 import { VeloServer } from "../../src/server/server";
 import { addBackendOptions, addCommandHelpEnv, addSpeculationOptions, opt, parseIntArg, requireModelPath, type SpeculationFlags } from "../options";
 import { action, CliError, spinner } from "../ui";
@@ -18,6 +19,7 @@ interface ServeFlags extends SpeculationFlags {
   alias?: string;
   prefixCache: boolean;
   prefixCacheFile?: string;
+  chatTemplateFile?: string;
 }
 
 export function serveCommand(): Command {
@@ -34,7 +36,8 @@ export function serveCommand(): Command {
     .addOption(opt("--max-queue <n>", "requests that may wait beyond the batch before 503").default(64).argParser(parseIntArg("--max-queue", 0, 1 << 20)))
     .addOption(opt("--alias <id>", "model id clients use (default: the file name)"))
     .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"))
-    .addOption(opt("--prefix-cache-file <path>", "load this saved prefix at start; POST /prefix-cache/save writes it"));
+    .addOption(opt("--prefix-cache-file <path>", "load this saved prefix at start; POST /prefix-cache/save writes it"))
+    .addOption(opt("--chat-template-file <path>", "a Jinja chat template to use instead of the model's own (tool calling follows its syntax)"));
   addSpeculationOptions(cmd);
   addBackendOptions(cmd);
   cmd.action(
@@ -42,7 +45,13 @@ export function serveCommand(): Command {
       requireModelPath(modelPath);
       if (f.draft) requireModelPath(f.draft);
       if (f.spec === "draft" && !f.draft) throw new CliError("--spec draft needs --draft MODEL", 2);
+      let chatTemplate: string | undefined;
+      if (f.chatTemplateFile !== undefined) {
+        if (!existsSync(f.chatTemplateFile)) throw new CliError(`chat template file not found: ${f.chatTemplateFile}`);
+        chatTemplate = readFileSync(f.chatTemplateFile, "utf8");
+      }
       const server = new VeloServer({
+        chatTemplate,
         modelPath, draftPath: f.draft, modelId: f.alias, host: f.host, prefixCacheFile: f.prefixCacheFile, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
         engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, ctxSize: f.contextLen ?? 4096, kvMemoryMb: f.kvMemory, prefixCache: f.prefixCache,
           speculation: f.spec ?? (f.draft ? "draft" : "off"), draftMax: f.draftMax, draftAdaptive: f.specAdapt,

@@ -5,8 +5,12 @@ import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { existsSync } from "node:fs";
 import type { z } from "zod";
 import { type ChatMessage, ChatTemplate } from "../chat/template";
+import { alwaysParsed, type Tool, toolCallRoot, type ToolFamily } from "../chat/tools";
 import { Engine, type EngineOptions, type Finish, type GenerateRequest, type Generation } from "../engine/engine";
+import { ErrorCode, VeloError } from "../engine/errors";
 import { Model } from "../engine/model";
+import { jsonObjectGrammar, jsonSchemaToGrammar, SchemaConverter, SchemaError } from "../grammar/json-schema";
+import { type ChatLogprob, type ChoiceDelta, ChoiceState, FanIn, type LegacyLogprobs, mergeLegacy, type Piece } from "./choices";
 import { ApiError, badRequest, notFound, toApiError } from "./errors";
 import { Metrics } from "./metrics";
 import {
@@ -29,6 +33,8 @@ export interface ServerOptions {
   prefixCacheFile?: string;
   /** Sampling defaults (llama.cpp's) for fields a request leaves out. */
   defaults?: Partial<GenerateRequest>;
+  /** A Jinja chat template to use instead of the model's own (its text). */
+  chatTemplate?: string;
 }
 
 type Handler = (req: Request, ctx: VeloServer) => Promise<Response> | Response;
@@ -53,6 +59,26 @@ const routes: Route[] = [
 
 const SAMPLING_DEFAULTS: Partial<GenerateRequest> = { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05 };
 
+/** An output format asked for: GBNF, a JSON Schema, or any JSON object. */
+type Format =
+  | { kind: "gbnf"; gbnf: string; param: string }
+  | { kind: "schema"; schema: unknown; param: string }
+  | { kind: "object"; param: string };
+
+/** What to run for a completion request and how to report it. */
+interface Plan {
+  kind: "chat" | "text";
+  tokens: number[];
+  maxTokens: number | undefined;
+  grammar: string | undefined;
+  /** The request field the grammar came from (for errors). */
+  grammarParam: string | null;
+  /** Alternatives per token (0-20); null: no logprobs. */
+  logprobs: number | null;
+  /** Parse tool calls of this family out of the output. */
+  tools: { family: ToolFamily; names: string[] } | null;
+}
+
 export class VeloServer {
   state: "loading" | "ready" | "failed" = "loading";
   loadError: string | null = null;
@@ -66,6 +92,7 @@ export class VeloServer {
   server: Server<unknown> | null = null;
   prefixTokensLoaded = 0;
   readonly #apiKeyHash: Buffer | null;
+  readonly #pieces = new Map<number, Piece>();
 
   constructor(readonly options: ServerOptions) {
     this.modelId = options.modelId ?? options.modelPath.split("/").at(-1)!.replace(/\.gguf$/i, "");
@@ -88,7 +115,8 @@ export class VeloServer {
       this.model = Model.open(this.options.modelPath);
       const info = this.model.info();
       const piece = (id: number | null | undefined) => (id == null ? "" : new TextDecoder().decode(this.model.pieceBytes(id)));
-      this.template = ChatTemplate.forModel(info.metadata, { bosToken: piece(info.tokenizer?.bos), eosToken: piece(info.tokenizer?.eos) });
+      const ctx = { bosToken: piece(info.tokenizer?.bos), eosToken: piece(info.tokenizer?.eos) };
+      this.template = this.options.chatTemplate !== undefined ? new ChatTemplate(this.options.chatTemplate, ctx) : ChatTemplate.forModel(info.metadata, ctx);
       if (this.options.draftPath) this.draft = Model.open(this.options.draftPath);
       this.engine = Engine.create(this.model, { ...this.options.engine }, this.draft);
       const file = this.options.prefixCacheFile;
@@ -200,19 +228,73 @@ export class VeloServer {
   async chat(req: Request): Promise<Response> {
     const body = await parseBody(req, chatRequest);
     this.checkCommon(body);
-    const messages: ChatMessage[] = body.messages.map((m) => ({
-      role: m.role === "developer" ? "system" : m.role,
-      content: typeof m.content === "string" ? m.content : (m.content ?? []).map((p) => p.text).join(""),
-    }));
+    if (body.top_logprobs != null && body.logprobs !== true) throw badRequest("top_logprobs needs logprobs: true", "top_logprobs");
+    const messages: ChatMessage[] = body.messages.map((m) => {
+      const out: ChatMessage = {
+        role: m.role === "developer" ? "system" : m.role,
+        content: m.content == null ? null : typeof m.content === "string" ? m.content : m.content.map((p) => p.text).join(""),
+      };
+      if (m.name !== undefined) out.name = m.name;
+      if (m.tool_calls?.length) out.tool_calls = m.tool_calls;
+      if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
+      return out;
+    });
+
+    // tools: rendered into the prompt unless tool_choice is none; a call is forced by a grammar
+    // for required or a named function
+    const tools: Tool[] = (body.tools ?? []).map((t) => ({ type: "function", function: { ...t.function, description: t.function.description ?? undefined, parameters: t.function.parameters ?? undefined } }));
+    const choice = body.tool_choice ?? (tools.length ? "auto" : "none");
+    if (body.tool_choice && body.tool_choice !== "none" && !tools.length) throw badRequest("tool_choice needs tools", "tool_choice");
+    let forced: Tool[] | null = null;
+    if (typeof choice === "object") {
+      const t = tools.find((x) => x.function.name === choice.function.name);
+      if (!t) throw badRequest(`tool_choice names '${choice.function.name}', which is not among the tools`, "tool_choice");
+      forced = [t];
+    } else if (choice === "required") {
+      forced = tools;
+    }
+    const useTools = tools.length > 0 && choice !== "none";
+    const family = this.template.family;
+
     let prompt: string;
     try {
-      prompt = this.template.render(messages);
+      prompt = this.template.render(messages, true, { tools: useTools ? tools : undefined });
     } catch (e) {
       throw badRequest((e as Error).message, "messages");
     }
     const tokens = this.promptTokens(prompt, "messages");
-    const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined;
-    return this.respond(req, body, tokens, maxTokens, "chat");
+
+    const format = this.formatConstraint(body);
+    let grammar: string | undefined;
+    if (forced || (useTools && format)) {
+      if (format?.kind === "gbnf") throw badRequest("a GBNF grammar cannot be combined with tools; use tool_choice none", format.param);
+      if (forced && format) throw badRequest(`${format.param} cannot be combined with tool_choice ${typeof choice === "string" ? choice : "naming a function"}`, format.param);
+      const c = new SchemaConverter();
+      try {
+        // a named function is called once; parallel_tool_calls false allows one call
+        const parallel = (forced === null || forced === tools) && body.parallel_tool_calls !== false;
+        const calls = toolCallRoot(c, family, forced ?? tools, parallel);
+        // tool_choice auto with a response format: a call or an answer in that format
+        const root = format ? `${calls} | ${format.kind === "schema" ? c.convert(format.schema, "answer") : c.anyObject()}` : calls;
+        grammar = c.rules.toString(root);
+      } catch (e) {
+        if (e instanceof SchemaError) throw badRequest(`invalid tool parameters: ${e.message}`, "tools", "invalid_json_schema");
+        throw e;
+      }
+    } else if (format) {
+      grammar = this.formatGrammar(format);
+    }
+
+    const parse = useTools || alwaysParsed(family);
+    return this.respond(req, body, {
+      kind: "chat",
+      tokens,
+      maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
+      grammar,
+      grammarParam: forced ? "tools" : (format?.param ?? null),
+      logprobs: body.logprobs ? (body.top_logprobs ?? 0) : null,
+      tools: parse ? { family, names: useTools ? tools.map((t) => t.function.name) : [] } : null,
+    });
   }
 
   async completions(req: Request): Promise<Response> {
@@ -227,12 +309,51 @@ export class VeloServer {
       if (tokens.some((t) => t >= vocab)) throw badRequest(`prompt tokens must be below the vocabulary size ${vocab}`, "prompt");
       this.checkLength(tokens.length, "prompt");
     }
-    return this.respond(req, body, tokens, body.max_tokens ?? 16, "text");
+    const format = this.formatConstraint(body);
+    return this.respond(req, body, {
+      kind: "text",
+      tokens,
+      maxTokens: body.max_tokens ?? 16,
+      grammar: format ? this.formatGrammar(format) : undefined,
+      grammarParam: format?.param ?? null,
+      logprobs: body.logprobs ?? null,
+      tools: null,
+    });
   }
 
-  checkCommon(body: { model: string; n?: number | null }): void {
+  checkCommon(body: ChatRequest | CompletionRequest): void {
     if (body.model !== this.modelId) throw notFound(`the model '${body.model}' does not exist; this server serves '${this.modelId}'`, "model_not_found");
-    if ((body.n ?? 1) !== 1) throw badRequest("n > 1 is not supported yet", "n");
+    if (body.logit_bias) {
+      const vocab = this.model.info().tokenizer?.vocab_size ?? 0;
+      const bad = Object.keys(body.logit_bias).find((k) => Number(k) >= vocab);
+      if (bad !== undefined) throw badRequest(`logit_bias: token ${bad} is outside the vocabulary (${vocab} tokens)`, "logit_bias");
+    }
+  }
+
+  /** The output format a request asks for: OpenAI's response_format, llama.cpp's grammar or json_schema (one of them). */
+  formatConstraint(body: ChatRequest | CompletionRequest): Format | null {
+    const given: Format[] = [];
+    if (body.grammar != null) given.push({ kind: "gbnf", gbnf: body.grammar, param: "grammar" });
+    if (body.json_schema != null) given.push({ kind: "schema", schema: body.json_schema, param: "json_schema" });
+    const rf = body.response_format;
+    if (rf && rf.type === "json_object") given.push(rf.schema ? { kind: "schema", schema: rf.schema, param: "response_format" } : { kind: "object", param: "response_format" });
+    if (rf && rf.type === "json_schema") {
+      const s = rf.json_schema.schema;
+      given.push(s == null ? { kind: "object", param: "response_format" } : { kind: "schema", schema: s, param: "response_format" });
+    }
+    if (given.length > 1) throw badRequest(`give only one of grammar, json_schema and response_format (got ${given.map((g) => g.param).join(" and ")})`, given[1]!.param);
+    return given[0] ?? null;
+  }
+
+  formatGrammar(f: Format): string {
+    if (f.kind === "gbnf") return f.gbnf;
+    if (f.kind === "object") return jsonObjectGrammar();
+    try {
+      return jsonSchemaToGrammar(f.schema);
+    } catch (e) {
+      if (e instanceof SchemaError) throw badRequest(`invalid JSON Schema: ${e.message}`, f.param === "response_format" ? "response_format.json_schema.schema" : f.param, "invalid_json_schema");
+      throw e;
+    }
   }
 
   promptTokens(text: string, param: string): number[] {
@@ -252,90 +373,193 @@ export class VeloServer {
     }
   }
 
-  submit(body: ChatRequest | CompletionRequest, tokens: number[], maxTokens: number | undefined): Generation {
+  /** Room for `n` more requests in the batch and the queue, else 503. */
+  checkCapacity(n: number): void {
     const limit = this.options.engine?.maxBatchSize ?? 1;
     const queue = this.options.maxQueue ?? 64;
-    if (this.engine.inFlight >= limit + queue) {
+    if (this.engine.inFlight + n > limit + queue) {
       throw new ApiError(503, `the server is busy (${this.engine.inFlight} requests in flight); retry shortly`, "server_error", null, "server_busy", { "Retry-After": "1" });
     }
+  }
+
+  /** Starts choice `index` of a request (seeds differ between choices). */
+  submit(body: ChatRequest | CompletionRequest, plan: Plan, index: number): Generation {
     const d = { ...SAMPLING_DEFAULTS, ...this.options.defaults };
-    const gen = this.engine.submit({
-      promptTokens: tokens,
-      maxTokens: maxTokens ?? 1 << 24,
-      temperature: body.temperature ?? d.temperature,
-      topK: body.top_k ?? d.topK,
-      topP: body.top_p ?? d.topP,
-      minP: body.min_p ?? d.minP,
-      repeatPenalty: body.repeat_penalty ?? undefined,
-      presencePenalty: body.presence_penalty ?? undefined,
-      frequencyPenalty: body.frequency_penalty ?? undefined,
-      seed: body.seed ?? Math.floor(Math.random() * 2 ** 32),
-      stop: body.stop == null ? undefined : typeof body.stop === "string" ? [body.stop] : body.stop,
-    });
-    this.metrics.promptTokens += tokens.length;
+    let gen: Generation;
+    try {
+      gen = this.engine.submit({
+        promptTokens: plan.tokens,
+        maxTokens: plan.maxTokens ?? 1 << 24,
+        temperature: body.temperature ?? d.temperature,
+        topK: body.top_k ?? d.topK,
+        topP: body.top_p ?? d.topP,
+        minP: body.min_p ?? d.minP,
+        repeatPenalty: body.repeat_penalty ?? undefined,
+        presencePenalty: body.presence_penalty ?? undefined,
+        frequencyPenalty: body.frequency_penalty ?? undefined,
+        seed: body.seed != null ? body.seed + index : Math.floor(Math.random() * 2 ** 32),
+        stop: body.stop == null ? undefined : typeof body.stop === "string" ? [body.stop] : body.stop,
+        grammar: plan.grammar,
+        logprobs: plan.logprobs ?? undefined,
+        logitBias: body.logit_bias ?? undefined,
+      });
+    } catch (e) {
+      // the engine checks what it is given: a grammar that does not compile is the client's error
+      if (e instanceof VeloError && e.code === ErrorCode.invalidArgument) {
+        const param = /^grammar/.test(e.message) ? plan.grammarParam : /^logit_bias/.test(e.message) ? "logit_bias" : null;
+        throw badRequest(e.message, param, param === plan.grammarParam && param ? "invalid_grammar" : null);
+      }
+      throw e;
+    }
+    this.metrics.promptTokens += plan.tokens.length;
     return gen;
   }
 
-  async respond(req: Request, body: ChatRequest | CompletionRequest, tokens: number[], maxTokens: number | undefined, kind: "chat" | "text"): Promise<Response> {
-    const gen = this.submit(body, tokens, maxTokens);
-    // a client that goes away cancels its request and frees its pages
-    req.signal.addEventListener("abort", () => gen.cancel(), { once: true });
-    const id = `${kind === "chat" ? "chatcmpl" : "cmpl"}-${randomBytes(12).toString("hex")}`;
-    const created = Math.floor(Date.now() / 1000);
-    const base = { id, object: kind === "chat" ? "chat.completion" : "text_completion", created, model: this.modelId };
-    if (body.stream) return this.stream(gen, base, kind, body.stream_options?.include_usage === true);
-
-    let text = "";
-    let last = 0;
-    for await (const chunk of gen) {
-      text += chunk.text;
-      last = this.observeTokens(chunk.tokens.length, last);
+  async respond(req: Request, body: ChatRequest | CompletionRequest, plan: Plan): Promise<Response> {
+    const n = body.n ?? 1;
+    this.checkCapacity(n);
+    const gens: Generation[] = [];
+    let aborted = false;
+    const fan = new FanIn(n);
+    // the first choice now (its errors are this request's); the others once its prompt is in
+    // the prefix cache, so that they reuse its KV pages instead of computing the prompt again
+    let primed!: () => void;
+    const ready = new Promise<void>((r) => (primed = r));
+    const first = this.submit(body, plan, 0);
+    gens.push(first);
+    fan.add(0, first, primed);
+    if (n > 1) {
+      void ready.then(() => {
+        for (let i = 1; i < n; i++) {
+          if (aborted) {
+            fan.fail(i, "cancelled");
+            continue;
+          }
+          try {
+            const g = this.submit(body, plan, i);
+            gens.push(g);
+            fan.add(i, g);
+          } catch (e) {
+            fan.fail(i, (e as Error).message);
+          }
+        }
+      });
     }
-    const finish = await gen.finished;
-    this.observeFinish(finish);
-    if (finish.reason === "error") throw new ApiError(500, finish.message ?? "generation failed", "server_error", null, "generation_failed");
-    const reason = finishReason(finish);
-    const choice =
-      kind === "chat"
-        ? { index: 0, message: { role: "assistant", content: text, refusal: null }, logprobs: null, finish_reason: reason }
-        : { index: 0, text, logprobs: null, finish_reason: reason };
-    return Response.json({ ...base, choices: [choice], usage: usage(finish) });
+    // a client that goes away cancels its request and frees its pages
+    req.signal.addEventListener("abort", () => {
+      aborted = true;
+      for (const g of gens) g.cancel();
+    }, { once: true });
+
+    const piece = (id: number) => this.piece(id);
+    const states = Array.from({ length: n }, () => new ChoiceState({ logprobs: plan.logprobs, tools: plan.tools, piece }));
+    const id = `${plan.kind === "chat" ? "chatcmpl" : "cmpl"}-${randomBytes(12).toString("hex")}`;
+    const created = Math.floor(Date.now() / 1000);
+    const base = { id, object: plan.kind === "chat" ? "chat.completion" : "text_completion", created, model: this.modelId };
+    if (body.stream) return this.stream(fan, states, gens, base, plan.kind, body.stream_options?.include_usage === true);
+
+    const lasts = new Array<number>(n).fill(0);
+    for await (const e of fan) {
+      const s = states[e.index]!;
+      if ("chunk" in e) {
+        lasts[e.index] = this.observeTokens(e.chunk.tokens.length, lasts[e.index]!);
+        s.push(e.chunk);
+      } else {
+        this.observeFinish(e.finish);
+        s.end(e.finish);
+      }
+    }
+    const failed = states.find((s) => s.finish!.reason === "error");
+    if (failed) throw new ApiError(500, failed.finish!.message ?? "generation failed", "server_error", null, "generation_failed");
+    const choices = states.map((s, index) => {
+      const reason = finishReason(s.finish!, s.toolCalls.length > 0);
+      if (plan.kind === "text") {
+        return { index, text: s.text, logprobs: plan.logprobs === null ? null : s.legacy, finish_reason: reason };
+      }
+      const calls = s.toolCalls;
+      const message = calls.length
+        ? { role: "assistant", content: s.content || null, tool_calls: calls, refusal: null }
+        : { role: "assistant", content: s.content, refusal: null };
+      return { index, message, logprobs: plan.logprobs === null ? null : { content: s.chatLogprobs, refusal: null }, finish_reason: reason };
+    });
+    return Response.json({ ...base, choices, usage: usage(states.map((s) => s.finish!)) });
   }
 
-  stream(gen: Generation, base: { id: string; object: string; created: number; model: string }, kind: "chat" | "text", includeUsage: boolean): Response {
+  stream(fan: FanIn, states: ChoiceState[], gens: Generation[], base: { id: string; object: string; created: number; model: string }, kind: "chat" | "text", includeUsage: boolean): Response {
     const enc = new TextEncoder();
     const object = kind === "chat" ? "chat.completion.chunk" : "text_completion";
-    const frame = (data: unknown) => enc.encode(`data: ${JSON.stringify(data)}\n\n`);
-    const choice = (text: string | null, reason: string | null) =>
-      kind === "chat"
-        ? { index: 0, delta: text === null ? {} : { content: text }, logprobs: null, finish_reason: reason }
-        : { index: 0, text: text ?? "", logprobs: null, finish_reason: reason };
+    const frame = (choices: unknown[], extra: object = {}) => enc.encode(`data: ${JSON.stringify({ ...base, object, choices, ...extra })}\n\n`);
+    const wantLogprobs = states[0]!.opts.logprobs !== null;
+    const cancelAll = () => {
+      for (const g of gens) g.cancel();
+    };
     const stream = new ReadableStream<Uint8Array>({
       start: async (controller) => {
         // comments keep proxies and clients from timing out during a long prefill
         const keepAlive = setInterval(() => controller.enqueue(enc.encode(": keep-alive\n\n")), 5000);
-        let last = 0;
+        const lasts = new Array<number>(states.length).fill(0);
+        // logprobs of tokens whose text has not been sent yet go with the next frame of their choice
+        const pendingChat: ChatLogprob[][] = states.map(() => []);
+        const pendingLegacy: LegacyLogprobs[][] = states.map(() => []);
+        const logprobsOf = (i: number) => {
+          if (!wantLogprobs) return null;
+          if (kind === "chat") {
+            const content = pendingChat[i]!.splice(0);
+            return content.length ? { content, refusal: null } : null;
+          }
+          return mergeLegacy(pendingLegacy[i]!.splice(0));
+        };
+        const send = (i: number, d: ChoiceDelta, reason: string | null) => {
+          pendingChat[i]!.push(...d.chat);
+          if (d.legacy) pendingLegacy[i]!.push(d.legacy);
+          if (kind === "text") {
+            if (d.content || reason || (d.legacy && pendingLegacy[i]!.length)) controller.enqueue(frame([{ index: i, text: d.content, logprobs: logprobsOf(i), finish_reason: reason }]));
+            return;
+          }
+          if (d.content) controller.enqueue(frame([{ index: i, delta: { content: d.content }, logprobs: logprobsOf(i), finish_reason: null }]));
+          // one tool-call delta per frame, as OpenAI sends them
+          for (const t of d.toolCalls) {
+            if (t.id) {
+              controller.enqueue(frame([{ index: i, delta: { tool_calls: [{ index: t.index, id: t.id, type: "function", function: { name: t.function.name, arguments: "" } }] }, logprobs: logprobsOf(i), finish_reason: null }]));
+              if (!t.function.arguments) continue;
+            }
+            controller.enqueue(frame([{ index: i, delta: { tool_calls: [{ index: t.index, function: { arguments: t.function.arguments } }] }, logprobs: logprobsOf(i), finish_reason: null }]));
+          }
+          const rest = logprobsOf(i);
+          if (rest && !reason) controller.enqueue(frame([{ index: i, delta: {}, logprobs: rest, finish_reason: null }]));
+          if (reason) controller.enqueue(frame([{ index: i, delta: {}, logprobs: rest, finish_reason: reason }]));
+        };
         try {
           if (kind === "chat") {
-            controller.enqueue(frame({ ...base, object, choices: [{ index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] }));
+            for (let i = 0; i < states.length; i++) controller.enqueue(frame([{ index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]));
           }
-          for await (const chunk of gen) {
+          let error: string | null = null;
+          let cancelled = false;
+          for await (const e of fan) {
             clearInterval(keepAlive);
-            last = this.observeTokens(chunk.tokens.length, last);
-            if (chunk.text) controller.enqueue(frame({ ...base, object, choices: [choice(chunk.text, null)] }));
+            const s = states[e.index]!;
+            if ("chunk" in e) {
+              lasts[e.index] = this.observeTokens(e.chunk.tokens.length, lasts[e.index]!);
+              const d = s.push(e.chunk);
+              // text-less tokens wait for the next frame (their logprobs are kept)
+              send(e.index, d, null);
+              continue;
+            }
+            this.observeFinish(e.finish);
+            const d = s.end(e.finish);
+            if (e.finish.reason === "cancelled") cancelled = true;
+            else if (e.finish.reason === "error") error ??= e.finish.message ?? "generation failed";
+            else send(e.index, d, finishReason(e.finish, s.toolCalls.length > 0));
           }
-          const finish = await gen.finished;
-          this.observeFinish(finish);
-          if (finish.reason === "cancelled") return; // the client is gone
-          if (finish.reason === "error") {
-            controller.enqueue(frame({ error: { message: finish.message, type: "server_error", param: null, code: "generation_failed" } }));
-          } else {
-            controller.enqueue(frame({ ...base, object, choices: [choice(null, finishReason(finish))], ...(includeUsage ? { usage: null } : {}) }));
-            if (includeUsage) controller.enqueue(frame({ ...base, object, choices: [], usage: usage(finish) }));
+          if (cancelled) return; // the client is gone
+          if (error) {
+            controller.enqueue(enc.encode(`data: ${JSON.stringify({ error: { message: error, type: "server_error", param: null, code: "generation_failed" } })}\n\n`));
+          } else if (includeUsage) {
+            controller.enqueue(frame([], { usage: usage(states.map((s) => s.finish!)) }));
           }
           controller.enqueue(enc.encode("data: [DONE]\n\n"));
         } catch {
-          gen.cancel();
+          cancelAll();
         } finally {
           clearInterval(keepAlive);
           try {
@@ -345,9 +569,20 @@ export class VeloServer {
           }
         }
       },
-      cancel: () => gen.cancel(),
+      cancel: () => cancelAll(),
     });
     return new Response(stream, { headers: { "Content-Type": "text/event-stream", "Cache-Control": "no-cache", Connection: "keep-alive" } });
+  }
+
+  /** A token's text and bytes (cached: logprobs name up to 21 tokens per generated token). */
+  piece(id: number): Piece {
+    let p = this.#pieces.get(id);
+    if (!p) {
+      const bytes = Array.from(this.model.pieceBytes(id));
+      p = { text: new TextDecoder().decode(new Uint8Array(bytes)), bytes };
+      this.#pieces.set(id, p);
+    }
+    return p;
   }
 
   observeTokens(n: number, last: number): number {
@@ -364,17 +599,20 @@ export class VeloServer {
   }
 }
 
-function finishReason(f: Finish): "stop" | "length" {
-  return f.reason === "length" ? "length" : "stop";
+function finishReason(f: Finish, toolCalls = false): "stop" | "length" | "tool_calls" {
+  if (f.reason === "length") return "length";
+  return toolCalls ? "tool_calls" : "stop";
 }
 
-function usage(f: Finish) {
-  const u = f.usage;
+/** Usage of all choices: the prompt once (as the first choice saw it), every choice's completion. */
+function usage(finishes: Finish[]) {
+  const first = finishes[0]!.usage;
+  const completion = finishes.reduce((n, f) => n + f.usage.completion_tokens, 0);
   return {
-    prompt_tokens: u.prompt_tokens,
-    completion_tokens: u.completion_tokens,
-    total_tokens: u.prompt_tokens + u.completion_tokens,
-    prompt_tokens_details: { cached_tokens: u.cached_tokens },
+    prompt_tokens: first.prompt_tokens,
+    completion_tokens: completion,
+    total_tokens: first.prompt_tokens + completion,
+    prompt_tokens_details: { cached_tokens: first.cached_tokens },
   };
 }
 
