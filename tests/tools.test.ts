@@ -226,3 +226,165 @@ describe("forcing grammars", () => {
     expect(() => toolCallGrammar("hermes", [notObject], false)).toThrow(/must be an object schema/);
   });
 });
+
+// ---- end to end ----
+
+type Message = OpenAI.ChatCompletionMessageParam;
+const ask: Message[] = [{ role: "user", content: "What is the weather in Paris, and what is 2 + 3?" }];
+const MODEL = "tiny-random-llama3-bpe";
+
+/** Reads a streamed chat completion as a client does, checking OpenAI's delta shapes. */
+async function readStream(stream: AsyncIterable<OpenAI.ChatCompletionChunk>) {
+  let content = "";
+  let finish: string | null = null;
+  const calls: { id: string; name: string; arguments: string }[] = [];
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      content += c.delta.content ?? "";
+      finish = c.finish_reason ?? finish;
+      for (const t of c.delta.tool_calls ?? []) {
+        if (t.id) {
+          // the first delta of a call: index, id, type, name, empty arguments
+          expect(t.type).toBe("function");
+          expect(t.function?.arguments).toBe("");
+          expect(calls[t.index]).toBeUndefined();
+          calls[t.index] = { id: t.id, name: t.function!.name!, arguments: "" };
+        } else {
+          expect(t.function?.name).toBeUndefined();
+          calls[t.index]!.arguments += t.function?.arguments ?? "";
+        }
+      }
+    }
+  }
+  return { content, finish, calls };
+}
+
+// one shared template per family, run on a random-weight Llama 3 model
+const families: [string, string][] = [
+  ["llama3 (Llama 3.2, the model's own)", ""],
+  ["llama3 (Llama 3.1)", "meta-llama-Llama-3.1-8B-Instruct.jinja"],
+  ["hermes (Hermes 3)", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja"],
+  ["hermes (Qwen 2.5)", "Qwen-Qwen2.5-7B-Instruct.jinja"],
+  ["mistral (Nemo)", "mistralai-Mistral-Nemo-Instruct-2407.jinja"],
+  ["functionary v3.1", "meetkai-functionary-medium-v3.1.jinja"],
+  ["functionary v3.2", "meetkai-functionary-medium-v3.2.jinja"],
+  ["firefunction v2", "fireworks-ai-llama-3-firefunction-v2.jinja"],
+  ["command-r7b", "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja"],
+  ["command-r-plus", "CohereForAI-c4ai-command-r-plus-tool_use.jinja"],
+  ["generic (Phi 3.5)", "microsoft-Phi-3.5-mini-instruct.jinja"],
+];
+
+describe("tool round trips with the openai client, per template family", () => {
+  for (const [label, file] of families) {
+    test(label, async () => {
+      const args = [sharedModel(`${MODEL}.gguf`), "--context-len", "4096", "--max-batch-size", "4"];
+      if (file) args.push("--chat-template-file", join(modelsDir, "templates", file));
+      const s = await startServer(args);
+      try {
+        const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "x", maxRetries: 0 });
+        const params = { model: MODEL, messages: ask, tools, tool_choice: "required" as const, parallel_tool_calls: false, temperature: 1, max_tokens: 400 };
+        for (const seed of [1, 2, 3]) {
+          const r = await openai.chat.completions.create({ ...params, seed });
+          const choice = r.choices[0]!;
+          expect(choice.finish_reason).toBe("tool_calls");
+          expect(choice.message.content).toBeNull();
+          const calls = choice.message.tool_calls!.map((c) => (c.type === "function" ? c : null)!);
+          expect(calls.length).toBe(1);
+          expect(calls[0]!.id).toMatch(file.includes("Mistral") ? /^[A-Za-z0-9]{9}$/ : /^call_/);
+          expectValidCalls(calls.map((c) => c.function));
+
+          // the same seed streamed: the deltas reassemble to the same call
+          const st = await readStream(await openai.chat.completions.create({ ...params, seed, stream: true }));
+          expect(st.finish).toBe("tool_calls");
+          expect(st.content).toBe("");
+          expect(st.calls.map((c) => ({ name: c.name, arguments: c.arguments }))).toEqual(calls.map((c) => c.function));
+
+          // the call and its result go back through the template
+          const next = await openai.chat.completions.create({
+            model: MODEL,
+            messages: [...ask, choice.message as Message, { role: "tool", tool_call_id: calls[0]!.id, content: '{"result": "sunny, 21 degrees"}' }],
+            tools,
+            tool_choice: "auto",
+            max_tokens: 8,
+            seed,
+          });
+          expect(next.choices[0]!.finish_reason).toMatch(/^(stop|length|tool_calls)$/);
+          for (const c of next.choices[0]!.message.tool_calls ?? []) expect(names).toContain(c.type === "function" ? c.function.name : "");
+        }
+
+        // a named function: that one, once
+        const named = await openai.chat.completions.create({ ...params, parallel_tool_calls: true, tool_choice: { type: "function", function: { name: "add" } }, seed: 9 });
+        expect(named.choices[0]!.message.tool_calls!.map((c) => (c.type === "function" ? c.function.name : ""))).toEqual(["add"]);
+        expectValidCalls(named.choices[0]!.message.tool_calls!.map((c) => (c.type === "function" ? c.function : { name: "", arguments: "" })));
+
+        // tool_choice none: plain text, no calls parsed
+        const none = await openai.chat.completions.create({ model: MODEL, messages: ask, tools, tool_choice: "none", max_tokens: 12, seed: 1 });
+        expect(none.choices[0]!.message.tool_calls).toBeUndefined();
+        expect(typeof none.choices[0]!.message.content).toBe("string");
+      } finally {
+        s.proc.kill();
+      }
+    }, 240_000);
+  }
+});
+
+describe("parallel calls and the tools API's errors", () => {
+  let s: Running;
+  let openai: OpenAI;
+  beforeAll(async () => {
+    s = await startServer([sharedModel(`${MODEL}.gguf`), "--context-len", "4096", "--max-batch-size", "4", "--chat-template-file", join(modelsDir, "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")]);
+    openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "x", maxRetries: 0 });
+  });
+  afterAll(() => s?.proc.kill());
+
+  test("parallel calls, streamed and not, agree; every finished call is valid", async () => {
+    for (const seed of [4, 5]) {
+      const params = { model: MODEL, messages: ask, tools, tool_choice: "required" as const, temperature: 1, max_tokens: 300, seed };
+      const r = await openai.chat.completions.create(params);
+      const calls = r.choices[0]!.message.tool_calls!.map((c) => (c.type === "function" ? c.function : { name: "", arguments: "" }));
+      expect(calls.length).toBeGreaterThan(0);
+      // a call cut short by max_tokens can only be the last one
+      const finished = r.choices[0]!.finish_reason === "length" ? calls.slice(0, -1) : calls;
+      if (finished.length) expectValidCalls(finished);
+      const st = await readStream(await openai.chat.completions.create({ ...params, stream: true }));
+      expect(st.calls.map((c) => ({ name: c.name, arguments: c.arguments }))).toEqual(calls);
+      expect(new Set(st.calls.map((c) => c.id)).size).toBe(st.calls.length);
+    }
+  }, 120_000);
+
+  test("tool_choice auto on a random model: whatever it writes is answered well-formed", async () => {
+    for (const seed of [1, 2]) {
+      const r = await openai.chat.completions.create({ model: MODEL, messages: ask, tools, temperature: 1, max_tokens: 24, seed });
+      const m = r.choices[0]!.message;
+      expect(typeof m.content === "string" || (m.tool_calls?.length ?? 0) > 0).toBe(true);
+    }
+  }, 60_000);
+
+  test("tool_choice auto with a response format: a call or an answer in that format", async () => {
+    const schema = { type: "object", properties: { answer: { type: "integer", minimum: 0, maximum: 9 } }, required: ["answer"], additionalProperties: false };
+    for (const seed of [1, 2, 3, 4]) {
+      const r = await openai.chat.completions.create({ model: MODEL, messages: ask, tools, parallel_tool_calls: false, response_format: { type: "json_schema", json_schema: { name: "a", schema } }, temperature: 1, max_tokens: 300, seed });
+      const m = r.choices[0]!.message;
+      if (m.tool_calls?.length) expectValidCalls(m.tool_calls.map((c) => (c.type === "function" ? c.function : { name: "", arguments: "" })));
+      else expect(ajv.validate(schema, JSON.parse(m.content!))).toBe(true);
+    }
+  }, 120_000);
+
+  test("bad tool requests are 400s with the reason", async () => {
+    const err = (p: object) => openai.chat.completions.create({ model: MODEL, messages: ask, max_tokens: 4, ...p } as OpenAI.ChatCompletionCreateParamsNonStreaming).then(() => null, (e) => e);
+    let e = await err({ tool_choice: "required" });
+    expect(e).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(e.message).toMatch(/tool_choice needs tools/);
+    e = await err({ tools, tool_choice: { type: "function", function: { name: "nope" } } });
+    expect(e.message).toMatch(/'nope', which is not among the tools/);
+    e = await err({ tools: [{ type: "function", function: { name: "bad name!" } }] });
+    expect(e).toBeInstanceOf(OpenAI.BadRequestError);
+    e = await err({ tools: [{ type: "function", function: { name: "search", parameters: { type: "object", properties: { q: { type: "string", pattern: "^x" } } } } }], tool_choice: "required" });
+    expect(e.message).toMatch(/tool 'search': 'pattern'/);
+    expect(e.param).toBe("tools");
+    e = await err({ messages: [...ask, { role: "tool", content: "x" }] });
+    expect(e.message).toMatch(/tool_call_id/);
+    e = await err({ tools, tool_choice: "required", grammar: 'root ::= "x"' });
+    expect(e.message).toMatch(/cannot be combined with tools/);
+  }, 60_000);
+});

@@ -116,13 +116,22 @@ export class ChatTemplate {
       bos_token: this.context.bosToken ?? "",
       eos_token: this.context.eosToken ?? "",
     };
-    if (tools) {
-      ctx.tools = tools;
-      // FireFunction v2 reads these two (llama.cpp passes them too)
-      ctx.functions = JSON.stringify(tools.map((t) => t.function), null, 2);
-      ctx.datetime = new Date().toUTCString().slice(5, 16);
+    const withTools = (list: Tool[]) => {
+      // FireFunction v2 reads functions and datetime (llama.cpp passes them too)
+      const functions = list.length ? JSON.stringify(list.map((t) => t.function), null, 2) : "";
+      return this.#template.render({ ...ctx, tools: list, functions, datetime: new Date().toUTCString().slice(5, 16) });
+    };
+    if (tools) return withTools(tools);
+    try {
+      return this.#template.render(ctx);
+    } catch (e) {
+      // tool-use templates (Hermes, Functionary, Command-R) need a tools list even when empty
+      try {
+        return withTools([]);
+      } catch {
+        throw e;
+      }
     }
-    return this.#template.render(ctx);
   }
 
   /**
