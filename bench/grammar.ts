@@ -29,8 +29,9 @@ const path = positionals[0] ?? `${shared}/models/tiny-random-llama3-bpe.gguf`;
 const n = Number(values["n-gen"]), reps = Number(values.repetitions);
 
 // A typical API response schema (a list of records with strings, integers, an enum and a
-// boolean), written as the GBNF a JSON-schema converter produces for it.
-const GRAMMAR = String.raw`root ::= "{" ws "\"results\"" ws ":" ws "[" ws (item (ws "," ws item)*)? ws "]" ws "}"
+// boolean), written as the GBNF a JSON-schema converter produces for it; at least four
+// records, so that a random-weight model writes the whole n tokens inside the structure.
+const GRAMMAR = String.raw`root ::= "{" ws "\"results\"" ws ":" ws "[" ws item (ws "," ws item){3,} ws "]" ws "}"
 item ::= "{" ws "\"id\"" ws ":" ws integer ws "," ws "\"title\"" ws ":" ws string ws "," ws "\"status\"" ws ":" ws status ws "," ws "\"done\"" ws ":" ws ("true" | "false") ws "}"
 status ::= "\"open\"" | "\"closed\"" | "\"pending\""
 integer ::= "-"? ([0-9] | [1-9] [0-9]{1,15})

@@ -556,6 +556,12 @@ final class Scheduler {
     }
 
     private var grammarStats = GrammarStats()
+    /// The end-of-generation tokens as mask bits (allowed when a grammar is complete).
+    private lazy var endMask: [UInt64] = {
+        var bits = [UInt64](repeating: 0, count: (model.config.vocabSize + 63) / 64)
+        for t in 0..<model.config.vocabSize where tokenizer.isEndOfGeneration(Int32(t)) { bits[t >> 6] |= 1 << UInt64(t & 63) }
+        return bits
+    }()
     /// The vocabulary as a trie, for grammar masks (built on the first constrained request).
     private lazy var tokenTrie = TokenTrie(tokenizer: tokenizer)
 
@@ -571,7 +577,7 @@ final class Scheduler {
         func allowed(_ t: Int32) -> Bool {
             if tokenizer.isEndOfGeneration(t) { return m.isComplete }
             let b = trie.bytes[Int(t)]
-            return !b.isEmpty && !m.after(b).isEmpty
+            return !b.isEmpty && m.allows(b)
         }
         if !fullMask {
             let t = s.sampler.choose(logits, vocab: vocab)
@@ -582,13 +588,31 @@ final class Scheduler {
         }
         let bits = m.mask(trie, &grammarStats)
         let complete = m.isComplete
-        var any = false
-        for i in 0..<vocab {
-            if bits[i >> 6] >> UInt64(i & 63) & 1 != 0 || (complete && tokenizer.isEndOfGeneration(Int32(i))) {
-                any = any || logits[i] > -Float.infinity
-            } else {
-                logits[i] = -Float.infinity
+        if !fullMask {
+            // few allowed tokens: choose among them alone, without touching the other logits
+            var ids: [Int32] = []
+            for w in 0..<bits.count {
+                var a = complete ? bits[w] | endMask[w] : bits[w]
+                while a != 0 {
+                    ids.append(Int32(w << 6 | a.trailingZeroBitCount))
+                    a &= a - 1
+                }
+                if ids.count > vocab / 8 { break }
             }
+            if ids.isEmpty { return nil }
+            if ids.count <= vocab / 8 {
+                var compact = ids.map { logits[Int($0)] }
+                let k = compact.withUnsafeMutableBufferPointer { s.sampler.choose($0.baseAddress!, vocab: ids.count) }
+                return ids[Int(k)]
+            }
+        }
+        var any = false
+        for w in 0..<bits.count {
+            let allowed = complete ? bits[w] | endMask[w] : bits[w]
+            if allowed != 0 { any = true }
+            if allowed == ~0 { continue }
+            let base = w << 6
+            for j in 0..<min(64, vocab - base) where allowed >> UInt64(j) & 1 == 0 { logits[base + j] = -Float.infinity }
         }
         return any ? s.sampler.choose(logits, vocab: vocab) : nil
     }

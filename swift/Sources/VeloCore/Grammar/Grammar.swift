@@ -21,6 +21,13 @@ public final class Grammar: @unchecked Sendable {
     let root: Int32
     /// Token masks already computed, by matcher state (`GrammarMatcher.mask`); engine thread only.
     var maskCache: [[[Int32]]: [UInt64]] = [:]
+    /// A lazily built DFA over matcher states (sets of stacks), shared by every walk and match
+    /// of this grammar: state ids, and per state the state after each byte (-2: not yet known,
+    /// -1: dead). Cleared when it grows past `maxStates`. Engine thread only.
+    var stateIDs: [[[Int32]]: Int32] = [:]
+    var states: [[[Int32]]] = []
+    var transitions: [[Int32]] = []
+    static let maxStates = 1 << 14
 
     init(elements: [Element], alternatives: [[Int32]], byteSets: [(UInt64, UInt64, UInt64, UInt64)], root: Int32) {
         self.elements = elements

@@ -40,8 +40,9 @@ final class GrammarMatcher {
         }
     }
 
+    /// Without duplicates, in a canonical order (states compare and hash as arrays).
     private static func unique(_ stacks: [[Int32]]) -> [[Int32]] {
-        stacks.count < 2 ? stacks : Array(Set(stacks))
+        stacks.count < 2 ? stacks : Set(stacks).sorted { $0.lexicographicallyPrecedes($1) }
     }
 
     /// The stacks after one more byte (empty: the byte is not allowed).
@@ -58,19 +59,30 @@ final class GrammarMatcher {
         return Self.unique(out)
     }
 
+    /// Whether `bytes` may come next (through the grammar's DFA: repeated checks are lookups).
+    func allows(_ bytes: [UInt8]) -> Bool {
+        var id = stateID(stacks)
+        for b in bytes {
+            id = transition(id, b)
+            if id < 0 { return false }
+        }
+        return true
+    }
+
     /// The stacks after `bytes` (empty: not allowed), without moving.
     func after(_ bytes: [UInt8]) -> [[Int32]] {
-        var st = stacks
+        var id = stateID(stacks)
         for b in bytes {
-            st = step(st, b)
-            if st.isEmpty { break }
+            id = transition(id, b)
+            if id < 0 { return [] }
         }
-        return st
+        return grammar.states[Int(id)]
     }
 
     /// Moves past a token's bytes; false (and no move) when the grammar does not allow them.
     @discardableResult
     func accept(_ bytes: [UInt8]) -> Bool {
+        trimDFA()
         let st = after(bytes)
         guard !st.isEmpty else { return false }
         stacks = st
@@ -78,32 +90,116 @@ final class GrammarMatcher {
     }
 
     /// Bit t set: token t's bytes are allowed next (end-of-generation tokens aside: see
-    /// `isComplete`). Computed by walking the vocabulary's trie with the stacks, pruned where
-    /// no stack survives; kept per state in the grammar, since states repeat (every string
-    /// of a JSON document, every element of an array).
+    /// `isComplete`). Computed by walking the vocabulary's trie with the stacks, pruned where no
+    /// stack survives, and skipping whole subtrees whose bytes all leave the state unchanged
+    /// (inside a JSON string, nearly every token): their tokens are allowed wholesale. Kept per
+    /// state in the grammar, since states repeat (every string of a document, every element of
+    /// an array).
     func mask(_ trie: TokenTrie) -> [UInt64] {
         var stats = GrammarStats()
         return mask(trie, &stats)
     }
 
     func mask(_ trie: TokenTrie, _ stats: inout GrammarStats) -> [UInt64] {
-        let key = stacks.sorted { $0.lexicographicallyPrecedes($1) }
-        if let m = grammar.maskCache[key] { return m }
+        if let m = grammar.maskCache[stacks] { return m }
         let t0 = nowNanos()
         defer { stats.masksComputed += 1; stats.maskNanos += nowNanos() - t0 }
-        var bits = [UInt64](repeating: 0, count: (trie.vocabSize + 63) / 64)
-        walk(trie, node: 0, stacks, &bits)
+        trimDFA()
+        var walk = MaskWalk(matcher: self, trie: trie)
+        walk.run(node: 0, stateID(stacks))
+        let bits = trie.idMask(walk.sorted)
         if grammar.maskCache.count >= 512 { grammar.maskCache.removeAll(keepingCapacity: true) }
-        grammar.maskCache[key] = bits
+        grammar.maskCache[stacks] = bits
         return bits
     }
+}
 
-    private func walk(_ trie: TokenTrie, node: Int32, _ st: [[Int32]], _ bits: inout [UInt64]) {
+extension GrammarMatcher {
+    /// The id of a state in the grammar's DFA (added when new).
+    func stateID(_ st: [[Int32]]) -> Int32 {
+        if let id = grammar.stateIDs[st] { return id }
+        let id = Int32(grammar.states.count)
+        grammar.stateIDs[st] = id
+        grammar.states.append(st)
+        grammar.transitions.append([Int32](repeating: -2, count: 256))
+        return id
+    }
+
+    /// The DFA's step: the state after `byte` (-1: dead).
+    func transition(_ id: Int32, _ byte: UInt8) -> Int32 {
+        let t = grammar.transitions[Int(id)][Int(byte)]
+        if t != -2 { return t }
+        let next = step(grammar.states[Int(id)], byte)
+        let n = next.isEmpty ? -1 : stateID(next)
+        grammar.transitions[Int(id)][Int(byte)] = n
+        return n
+    }
+
+    /// Forgets the DFA when it has grown past its bound (only between walks: ids stay valid
+    /// within one).
+    func trimDFA() {
+        guard grammar.states.count >= Grammar.maxStates else { return }
+        grammar.stateIDs.removeAll(keepingCapacity: true)
+        grammar.states.removeAll(keepingCapacity: true)
+        grammar.transitions.removeAll(keepingCapacity: true)
+    }
+}
+
+/// One trie walk of `GrammarMatcher.mask`: the allowed tokens as bits in the trie's sorted order
+/// (where a subtree is a range), and what is known of each state's loop bytes (those it steps
+/// to itself on): tested lazily, so a state that is no loop costs one step to find out.
+private struct MaskWalk {
+    let matcher: GrammarMatcher
+    let trie: TokenTrie
+    var sorted: [UInt64]
+    var loops: [Int32: (yes: TokenTrie.ByteSet, no: TokenTrie.ByteSet)] = [:]
+
+    init(matcher: GrammarMatcher, trie: TokenTrie) {
+        self.matcher = matcher
+        self.trie = trie
+        sorted = [UInt64](repeating: 0, count: (trie.sortedCount + 63) / 64)
+    }
+
+    /// Every byte of `bytes` steps state `st` to itself.
+    mutating func closed(_ st: Int32, under bytes: TokenTrie.ByteSet) -> Bool {
+        var known = loops[st] ?? (TokenTrie.ByteSet(), TokenTrie.ByteSet())
+        defer { loops[st] = known }
+        if !bytes.isDisjoint(with: known.no) { return false }
+        for b in bytes.subtracting(known.yes).elements {
+            if matcher.transition(st, b) == st {
+                known.yes.insert(b)
+            } else {
+                known.no.insert(b)
+                return false
+            }
+        }
+        return true
+    }
+
+    mutating func run(node: Int32, _ st: Int32) {
         for c in trie.children(node) {
-            let next = step(st, trie.byte[Int(c)])
-            if next.isEmpty { continue }
-            for t in trie.tokens(c) { bits[Int(t) >> 6] |= 1 << UInt64(t & 63) }
-            walk(trie, node: c, next, &bits)
+            let next = matcher.transition(st, trie.byte[Int(c)])
+            if next < 0 { continue }
+            if let below = trie.subtreeBytes(c), closed(next, under: below) {
+                setRange(trie.range(c))
+                continue
+            }
+            setRange(trie.ownRange(c))
+            run(node: c, next)
+        }
+    }
+
+    mutating func setRange(_ r: Range<Int32>) {
+        var i = Int(r.lowerBound)
+        let end = Int(r.upperBound)
+        while i < end {
+            if i & 63 == 0 && end - i >= 64 {
+                sorted[i >> 6] = ~0
+                i += 64
+            } else {
+                sorted[i >> 6] |= 1 << UInt64(i & 63)
+                i += 1
+            }
         }
     }
 }
@@ -125,20 +221,63 @@ struct GrammarStats {
     }
 }
 
-/// The vocabulary's token byte strings as a trie (built once per tokenizer): node 0 is the
-/// root; each node's children are consecutive, and each node lists the tokens ending there.
+/// The vocabulary's token byte strings as a trie (built once per tokenizer). Tokens are
+/// numbered in sorted byte order, so each node's subtree is a range of those numbers, with the
+/// tokens ending at the node first. Node 0 is the root; a node's children are consecutive.
 /// Control tokens and tokens with no bytes are left out (a grammar never produces them).
 final class TokenTrie: @unchecked Sendable {
+    /// A set of byte values.
+    struct ByteSet: Equatable {
+        var w: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        static func == (a: ByteSet, b: ByteSet) -> Bool { a.w == b.w }
+        mutating func insert(_ b: UInt8) {
+            let bit = UInt64(1) << UInt64(b & 63)
+            switch b >> 6 {
+            case 0: w.0 |= bit
+            case 1: w.1 |= bit
+            case 2: w.2 |= bit
+            default: w.3 |= bit
+            }
+        }
+        mutating func formUnion(_ o: ByteSet) { w = (w.0 | o.w.0, w.1 | o.w.1, w.2 | o.w.2, w.3 | o.w.3) }
+        func isSubset(of o: ByteSet) -> Bool { subtracting(o) == ByteSet() }
+        func isDisjoint(with o: ByteSet) -> Bool {
+            w.0 & o.w.0 == 0 && w.1 & o.w.1 == 0 && w.2 & o.w.2 == 0 && w.3 & o.w.3 == 0
+        }
+        func subtracting(_ o: ByteSet) -> ByteSet {
+            ByteSet(w: (w.0 & ~o.w.0, w.1 & ~o.w.1, w.2 & ~o.w.2, w.3 & ~o.w.3))
+        }
+        var elements: [UInt8] {
+            var out: [UInt8] = []
+            for (k, word) in [w.0, w.1, w.2, w.3].enumerated() {
+                var x = word
+                while x != 0 {
+                    out.append(UInt8(k << 6 | x.trailingZeroBitCount))
+                    x &= x - 1
+                }
+            }
+            return out
+        }
+    }
+
     let vocabSize: Int
-    /// Per node: its byte (root: 0), first child and child count, first token and count.
+    /// Each token's bytes (empty for those left out).
+    let bytes: [[UInt8]]
+    /// Token ids in sorted byte order.
+    private let order: [Int32]
+    var sortedCount: Int { order.count }
+    /// Per node: its byte (root: 0), its children, its subtree's range of `order` and how many
+    /// tokens end at it.
     let byte: [UInt8]
     private let childStart: [Int32]
     private let childCount: [Int32]
-    private let tokenStart: [Int32]
-    private let tokenCount: [Int32]
-    private let tokenList: [Int32]
-    /// Each token's bytes (empty for those left out).
-    let bytes: [[UInt8]]
+    private let lo: [Int32]
+    private let hi: [Int32]
+    private let own: [Int32]
+    /// For nodes with subtrees of `skipMin` tokens or more: the bytes that follow the node's own
+    /// in its subtree's tokens (smaller subtrees are cheaper to walk than to test).
+    private let below: [Int32: ByteSet]
+    private static let skipMin = 8
 
     init(tokenizer: Tokenizer) {
         vocabSize = tokenizer.vocabSize
@@ -147,47 +286,78 @@ final class TokenTrie: @unchecked Sendable {
             bytes[id] = (try? tokenizer.piece(Int32(id))) ?? []
         }
         self.bytes = bytes
-        // sort tokens by bytes; a node per distinct prefix, built breadth-first so that each
-        // node's children are consecutive
-        let order = (0..<vocabSize).filter { !bytes[$0].isEmpty }.sorted { bytes[$0].lexicographicallyPrecedes(bytes[$1]) }
+        let order = (0..<vocabSize).filter { !bytes[$0].isEmpty }.sorted { bytes[$0].lexicographicallyPrecedes(bytes[$1]) }.map { Int32($0) }
+        self.order = order
         var byte: [UInt8] = [0], childStart: [Int32] = [0], childCount: [Int32] = [0]
-        var tokenStart: [Int32] = [0], tokenCount: [Int32] = [0], tokenList: [Int32] = []
-        // level by level: ranges of `order` sharing a prefix of `depth` bytes, and their node
-        var groups: [(node: Int32, lo: Int, hi: Int)] = [(0, 0, order.count)]
+        var lo: [Int32] = [0], hi: [Int32] = [Int32(order.count)], own: [Int32] = [0]
+        // level by level: ranges of `order` sharing `depth` bytes, and their node
+        var groups: [Int32] = [0]
         var depth = 0
         while !groups.isEmpty {
-            var next: [(node: Int32, lo: Int, hi: Int)] = []
+            var next: [Int32] = []
             for g in groups {
-                var i = g.lo
-                // tokens that end at this node come first in sorted order
-                tokenStart[Int(g.node)] = Int32(tokenList.count)
-                while i < g.hi && bytes[order[i]].count == depth { tokenList.append(Int32(order[i])); i += 1 }
-                tokenCount[Int(g.node)] = Int32(tokenList.count) - tokenStart[Int(g.node)]
-                childStart[Int(g.node)] = Int32(byte.count)
-                while i < g.hi {
-                    let b = bytes[order[i]][depth]
+                let end = Int(hi[Int(g)])
+                var i = Int(lo[Int(g)])
+                while i < end && bytes[Int(order[i])].count == depth { i += 1 }
+                own[Int(g)] = Int32(i) - lo[Int(g)]
+                childStart[Int(g)] = Int32(byte.count)
+                while i < end {
+                    let b = bytes[Int(order[i])][depth]
                     var j = i
-                    while j < g.hi && bytes[order[j]][depth] == b { j += 1 }
-                    let node = Int32(byte.count)
-                    byte.append(b); childStart.append(0); childCount.append(0); tokenStart.append(0); tokenCount.append(0)
-                    next.append((node, i, j))
+                    while j < end && bytes[Int(order[j])][depth] == b { j += 1 }
+                    next.append(Int32(byte.count))
+                    byte.append(b); childStart.append(0); childCount.append(0)
+                    lo.append(Int32(i)); hi.append(Int32(j)); own.append(0)
                     i = j
                 }
-                childCount[Int(g.node)] = Int32(byte.count) - childStart[Int(g.node)]
+                childCount[Int(g)] = Int32(byte.count) - childStart[Int(g)]
             }
             groups = next
             depth += 1
         }
+        // the bytes below each large node: its tokens' bytes past the node's depth
+        var below: [Int32: ByteSet] = [:]
+        var depthOf = [Int32](repeating: 0, count: byte.count)
+        for n in 0..<byte.count {
+            for c in childStart[n]..<(childStart[n] + childCount[n]) { depthOf[Int(c)] = depthOf[n] + 1 }
+            guard hi[n] - lo[n] >= Self.skipMin else { continue }
+            var set = ByteSet()
+            for k in Int(lo[n])..<Int(hi[n]) {
+                for b in bytes[Int(order[k])][Int(depthOf[n])...] { set.insert(b) }
+            }
+            below[Int32(n)] = set
+        }
         self.byte = byte
         self.childStart = childStart
         self.childCount = childCount
-        self.tokenStart = tokenStart
-        self.tokenCount = tokenCount
-        self.tokenList = tokenList
+        self.lo = lo
+        self.hi = hi
+        self.own = own
+        self.below = below
     }
 
     func children(_ n: Int32) -> Range<Int32> { childStart[Int(n)]..<(childStart[Int(n)] + childCount[Int(n)]) }
-    func tokens(_ n: Int32) -> ArraySlice<Int32> {
-        tokenList[Int(tokenStart[Int(n)])..<Int(tokenStart[Int(n)] + tokenCount[Int(n)])]
+    /// The subtree's tokens, as positions in sorted order.
+    func range(_ n: Int32) -> Range<Int32> { lo[Int(n)]..<hi[Int(n)] }
+    /// The tokens ending at the node.
+    func ownRange(_ n: Int32) -> Range<Int32> { lo[Int(n)]..<(lo[Int(n)] + own[Int(n)]) }
+    /// The bytes below a large node (nil: walk it).
+    func subtreeBytes(_ n: Int32) -> ByteSet? {
+        hi[Int(n)] - lo[Int(n)] >= Self.skipMin ? below[n] : nil
+    }
+
+    /// Bits over sorted positions → bits over token ids.
+    func idMask(_ sorted: [UInt64]) -> [UInt64] {
+        var bits = [UInt64](repeating: 0, count: (vocabSize + 63) / 64)
+        for (w, word) in sorted.enumerated() where word != 0 {
+            var x = word
+            while x != 0 {
+                let p = w << 6 | x.trailingZeroBitCount
+                x &= x - 1
+                let id = Int(order[p])
+                bits[id >> 6] |= 1 << UInt64(id & 63)
+            }
+        }
+        return bits
     }
 }
