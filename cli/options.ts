@@ -1,7 +1,8 @@
 // Option groups shared by commands. Every option can also come from a VELO_* environment
 // variable (named after the long flag: --ctx-size → VELO_CTX_SIZE).
 import { type Command, Option } from "commander";
-import { existsSync, statSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { jsonSchemaToGrammar, SchemaError } from "../src/grammar/json-schema";
 import { CliError } from "./ui";
 
 export function envName(flag: string): string {
@@ -135,4 +136,45 @@ export function samplingRequest(f: SamplingFlags) {
     frequencyPenalty: f.frequencyPenalty,
     seed: f.seed ?? Math.floor(Math.random() * 2 ** 32),
   };
+}
+
+/** Constrained output: a JSON Schema or a GBNF grammar (generate). */
+export function addGrammarOptions(cmd: Command): Command {
+  return cmd
+    .addOption(opt("--json-schema <schema>", "constrain the output to JSON valid under this JSON Schema (a file, or the schema itself)").conflicts("grammar"))
+    .addOption(opt("--grammar <file>", "constrain the output to this GBNF grammar (llama.cpp's format, root rule 'root')"));
+}
+
+export interface GrammarFlags {
+  jsonSchema?: string;
+  grammar?: string;
+}
+
+/** The GBNF the flags ask for, if any. */
+export function grammarFromFlags(f: GrammarFlags): string | undefined {
+  if (f.grammar !== undefined) {
+    if (!existsSync(f.grammar)) throw new CliError(`grammar file not found: ${f.grammar}`);
+    return readFileSync(f.grammar, "utf8");
+  }
+  if (f.jsonSchema === undefined) return undefined;
+  const arg = f.jsonSchema.trim();
+  let text: string;
+  if (/^[{[]/.test(arg) || arg === "true") {
+    text = arg;
+  } else {
+    if (!existsSync(arg)) throw new CliError(`--json-schema: no such file, and not JSON: ${arg}`, 2);
+    text = readFileSync(arg, "utf8");
+  }
+  let schema: unknown;
+  try {
+    schema = JSON.parse(text);
+  } catch (e) {
+    throw new CliError(`--json-schema: not valid JSON: ${(e as Error).message}`, 2);
+  }
+  try {
+    return jsonSchemaToGrammar(schema);
+  } catch (e) {
+    if (e instanceof SchemaError) throw new CliError(`--json-schema: ${e.message}`, 2);
+    throw e;
+  }
 }

@@ -1,13 +1,14 @@
 import { chalkStderr } from "chalk";
 import { Command } from "commander";
 import { loadEngine } from "../load";
+import { ErrorCode, VeloError } from "../../src/engine/errors";
 import {
-  addCommandHelpEnv, addEngineOptions, addSamplingOptions, addSpeculationOptions, type EngineFlags, opt, parseIntArg, readTextInput,
-  type SamplingFlags, samplingRequest,
+  addCommandHelpEnv, addEngineOptions, addGrammarOptions, addSamplingOptions, addSpeculationOptions, type EngineFlags, type GrammarFlags, grammarFromFlags,
+  opt, parseIntArg, readTextInput, type SamplingFlags, samplingRequest,
 } from "../options";
 import { action, CliError } from "../ui";
 
-interface GenerateFlags extends EngineFlags, SamplingFlags {
+interface GenerateFlags extends EngineFlags, SamplingFlags, GrammarFlags {
   file?: string;
   nPredict: number;
   stop?: string[];
@@ -32,20 +33,30 @@ export function generateCommand(): Command {
   addEngineOptions(cmd);
   addSpeculationOptions(cmd);
   addSamplingOptions(cmd);
+  addGrammarOptions(cmd);
   cmd.action(
     action(async (modelPath: string, promptArg: string | undefined, flags: GenerateFlags) => {
+      const grammar = grammarFromFlags(flags);
       const prompt = await readTextInput(promptArg, flags.file, "prompt");
       const loaded = loadEngine(modelPath, flags);
       const { model, engine, loadMs } = loaded;
       try {
         const promptTokens = model.tokenize(prompt, { addSpecial: flags.bos, parseSpecial: flags.parseSpecial === true });
-        const gen = engine.submit({
-          promptTokens,
-          maxTokens: flags.nPredict,
-          stop: flags.stop,
-          ignoreEos: flags.ignoreEos,
-          ...samplingRequest(flags),
-        });
+        let gen;
+        try {
+          gen = engine.submit({
+            promptTokens,
+            maxTokens: flags.nPredict,
+            stop: flags.stop,
+            ignoreEos: flags.ignoreEos,
+            grammar,
+            ...samplingRequest(flags),
+          });
+        } catch (e) {
+          // a grammar that does not compile is a usage error
+          if (e instanceof VeloError && e.code === ErrorCode.invalidArgument) throw new CliError(e.message, 2);
+          throw e;
+        }
         // Ctrl-C stops the generation (what was produced is kept), not the process.
         const onInt = () => gen.cancel();
         process.on("SIGINT", onInt);
