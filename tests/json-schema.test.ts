@@ -250,6 +250,55 @@ describe("JSON Schema → GBNF: samples of the grammar validate", () => {
   });
 });
 
+describe("pattern: regular expressions", () => {
+  // [pattern, strings that match, strings that do not]
+  const patterns: [string, string[], string[]][] = [
+    ["^[a-z]+$", ["a", "hello"], ["", "Hello", "a1"]],
+    ["^\\d{3}-\\d{4}$", ["555-1234"], ["5551234", "55-1234", "555-12345"]],
+    ["^(cat|dog)s?$", ["cat", "dogs"], ["cats!", "bird", ""]],
+    ["^[A-Z][a-z]*( [A-Z][a-z]*)*$", ["Ada", "Ada Lovelace"], ["ada", "Ada  Lovelace", "Ada "]],
+    ["^\\w+@\\w+\\.(com|org)$", ["a@b.com", "x_1@y2.org"], ["a@b.net", "@b.com"]],
+    ["^[^\"\\\\]{2,4}$", ["ab", "a b"], ["a", "abcde", 'a"b']],
+    ["^(?:0x)?[0-9a-fA-F]{1,8}$", ["0xFF", "dead"], ["0x", "xyz"]],
+    ["^\\s*\\S+\\s*$", ["  word ", "x"], ["two words", ""]],
+    ["^.{0,3}$", ["", "a\"\\", "日本"], ["abcd", "a\nb"]],
+    ["^(?<year>\\d{4})-(0[1-9]|1[0-2])$", ["2024-01", "1999-12"], ["2024-13", "24-01"]],
+    ["^[\\u0041-\\u0043\\t]+$", ["ABC", "A\tB"], ["D", " "]],
+    ["ab+c", ["abc", "xxabbbcyy"], ["ac", "a b c"]],
+    ["^start|end$", ["start here", "the end"], ["no", "ends"]],
+    ["^a\\.b\\/c\\?$", ["a.b/c?"], ["axb/c?"]],
+    ["^$", [""], ["a"]],
+  ];
+  for (const [pattern, yes, no] of patterns) {
+    test(pattern, () => {
+      const schema = { type: "string", pattern };
+      checkSamples(schema, 150);
+      const g = new Gbnf(jsonSchemaToGrammar(schema));
+      const re = new RegExp(pattern, "u");
+      for (const v of yes) {
+        expect(re.test(v)).toBe(true);
+        expect({ v, in: g.matches(JSON.stringify(v)) }).toEqual({ v, in: true });
+      }
+      for (const v of no) {
+        expect(re.test(v)).toBe(false);
+        expect({ v, in: g.matches(JSON.stringify(v)) }).toEqual({ v, in: false });
+      }
+    });
+  }
+
+  test("unsupported regular expressions are errors naming the construct", () => {
+    const fails = (pattern: string, message: RegExp) => expect(() => jsonSchemaToGrammar({ type: "string", pattern })).toThrow(message);
+    fails("^(?=a)b$", /lookahead/);
+    fails("^(a)\\1$", /backreferences/);
+    fails("\\bword\\b", /word boundaries/);
+    fails("^\\p{L}+$", /property escapes/);
+    fails("a^b", /only supported at the start and end/);
+    fails("^a{5000}$", /above the limit/);
+    fails("^[b-a]$", /not a valid regular expression/);
+    expect(() => jsonSchemaToGrammar({ type: "string", pattern: "^a+$", maxLength: 3 })).toThrow(/together with 'maxLength'/);
+  });
+});
+
 describe("JSON Schema → GBNF fails closed", () => {
   const fails = (schema: unknown, message: RegExp) => {
     let err: unknown;
@@ -265,7 +314,7 @@ describe("JSON Schema → GBNF fails closed", () => {
   };
 
   test("unsupported keywords that change the language are named", () => {
-    fails({ type: "string", pattern: "^a+$" }, /'pattern'.*at #\/pattern/);
+    fails({ type: "string", pattern: "^(?!a)" }, /pattern: lookahead.*at #\/pattern/);
     fails({ not: { type: "null" } }, /'not'/);
     fails({ type: "object", if: { required: ["a"] }, then: { required: ["b"] } }, /'if'\/'then'/);
     fails({ type: "array", uniqueItems: true }, /uniqueItems/);
@@ -274,7 +323,7 @@ describe("JSON Schema → GBNF fails closed", () => {
     fails({ type: "integer", multipleOf: 3 }, /multipleOf/);
     fails({ type: "number", minimum: 0.5 }, /not integers/);
     fails({ type: "string", format: "uri" }, /format 'uri' is not supported/);
-    fails({ type: "object", properties: { a: { type: "string", pattern: "x" } } }, /#\/properties\/a\/pattern/);
+    fails({ type: "object", properties: { a: { type: "string", pattern: "(?<=x)" } } }, /#\/properties\/a\/pattern/);
     fails({ type: "object", minProperties: 2 }, /minProperties/);
   });
 

@@ -1,4 +1,5 @@
 // JSON Schema → GBNF, for constrained decoding (response_format json_schema, tool arguments).
+// `pattern` goes through ./regex.ts.
 //
 // The grammar's language is a subset of the JSON documents the schema accepts: every output it
 // lets through validates. It fails closed: a keyword that would change which documents are valid
@@ -8,6 +9,7 @@
 // or a newline and at most 20 spaces or tabs), so a model cannot stall in it; numbers have at
 // most 16 digits before and after the point.
 import { charClass, GrammarLimitError, type GrammarLimits, literal, RuleSet } from "./gbnf";
+import { patternToGbnf, RegexError } from "./regex";
 
 export type JsonSchema = boolean | { [key: string]: unknown };
 
@@ -610,7 +612,25 @@ export class SchemaConverter {
   // ---- strings ----
 
   #stringSchema(s: Obj, path: string, hint: string): string {
-    if ("pattern" in s) throw new SchemaError("'pattern' (regular expressions) is not supported", `${path}/pattern`);
+    if ("pattern" in s) {
+      const p = s.pattern;
+      if (typeof p !== "string") throw new SchemaError("pattern must be a string", `${path}/pattern`);
+      const others = ["format", "minLength", "maxLength"].filter((k) => k in s);
+      if (others.length) throw new SchemaError(`'pattern' together with '${others[0]}' is not supported`, path);
+      try {
+        new RegExp(p, "u");
+      } catch (e) {
+        throw new SchemaError(`pattern is not a valid regular expression: ${(e as Error).message}`, `${path}/pattern`);
+      }
+      let body: string;
+      try {
+        body = patternToGbnf(p, this.#char(), { maxRepeat: this.limits.maxRepeat, countRepeat: (n) => this.#countRepeat(n, `${path}/pattern`) });
+      } catch (e) {
+        if (e instanceof RegexError) throw new SchemaError(`pattern: ${e.message}`, `${path}/pattern`);
+        throw e;
+      }
+      return this.rules.add(hint, `"\\"" ${body} "\\""`);
+    }
     if ("format" in s) {
       const f = s.format;
       if (typeof f !== "string") throw new SchemaError("format must be a string", `${path}/format`);
