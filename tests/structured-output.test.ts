@@ -67,7 +67,8 @@ describe("json_schema: valid output over many seeds", () => {
   test("stories260K, 32 seeds (n = 4 per request), temperature 1", async () => {
     const texts: string[] = [];
     await Promise.all(Array.from({ length: 8 }, async (_, k) => {
-      const r = await openai.chat.completions.create({ model: MODEL, messages, response_format: jsonSchemaFormat, n: 4, seed: 100 + k * 4, temperature: 1, top_k: 0, max_tokens: 400 });
+      const params = { model: MODEL, messages, response_format: jsonSchemaFormat, n: 4, seed: 100 + k * 4, temperature: 1, top_k: 0, max_tokens: 400 };
+      const r = await openai.chat.completions.create(params as OpenAI.ChatCompletionCreateParamsNonStreaming);
       expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2, 3]);
       for (const c of r.choices) {
         expect(c.finish_reason).toBe("stop");

@@ -1,8 +1,21 @@
 // A typed client for Velo's HTTP API. Streams are async iterators of parsed SSE events.
 
+export interface ToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };
+}
+
 export interface ChatMessageParam {
-  role: "system" | "user" | "assistant";
-  content: string;
+  role: "system" | "user" | "assistant" | "tool";
+  content: string | null;
+  tool_calls?: ToolCall[];
+  tool_call_id?: string;
+}
+
+export interface Tool {
+  type: "function";
+  function: { name: string; description?: string; parameters?: Record<string, unknown>; strict?: boolean };
 }
 
 export interface SamplingParams {
@@ -15,6 +28,20 @@ export interface SamplingParams {
   stop?: string | string[];
   presence_penalty?: number;
   frequency_penalty?: number;
+  /** {"token id": -100..100} */
+  logit_bias?: Record<string, number>;
+  n?: number;
+  response_format?: { type: "text" } | { type: "json_object" } | { type: "json_schema"; json_schema: { name: string; schema?: unknown; strict?: boolean } };
+  /** GBNF (llama.cpp's field). */
+  grammar?: string;
+  /** A JSON Schema (llama.cpp's field). */
+  json_schema?: unknown;
+  /** Chat: true; completions: the number of alternatives (0-20). */
+  logprobs?: boolean | number;
+  top_logprobs?: number;
+  tools?: Tool[];
+  tool_choice?: "none" | "auto" | "required" | { type: "function"; function: { name: string } };
+  parallel_tool_calls?: boolean;
 }
 
 export interface Usage {
@@ -29,7 +56,7 @@ export interface ChatCompletion {
   object: "chat.completion";
   created: number;
   model: string;
-  choices: { index: number; message: { role: "assistant"; content: string }; finish_reason: "stop" | "length" }[];
+  choices: { index: number; message: { role: "assistant"; content: string | null; tool_calls?: ToolCall[] }; finish_reason: "stop" | "length" | "tool_calls"; logprobs: unknown }[];
   usage: Usage;
 }
 
@@ -38,14 +65,18 @@ export interface ChatCompletionChunk {
   object: "chat.completion.chunk";
   created: number;
   model: string;
-  choices: { index: number; delta: { role?: string; content?: string }; finish_reason: "stop" | "length" | null }[];
+  choices: {
+    index: number;
+    delta: { role?: string; content?: string; tool_calls?: { index: number; id?: string; type?: "function"; function: { name?: string; arguments: string } }[] };
+    finish_reason: "stop" | "length" | "tool_calls" | null;
+  }[];
   usage?: Usage | null;
 }
 
 export interface Completion {
   id: string;
   object: "text_completion";
-  choices: { index: number; text: string; finish_reason: "stop" | "length" }[];
+  choices: { index: number; text: string; finish_reason: "stop" | "length"; logprobs: unknown }[];
   usage: Usage;
 }
 

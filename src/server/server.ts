@@ -242,7 +242,13 @@ export class VeloServer {
 
     // tools: rendered into the prompt unless tool_choice is none; a call is forced by a grammar
     // for required or a named function
-    const tools: Tool[] = (body.tools ?? []).map((t) => ({ type: "function", function: { ...t.function, description: t.function.description ?? undefined, parameters: t.function.parameters ?? undefined } }));
+    const tools: Tool[] = (body.tools ?? []).map((t) => {
+      // only the keys given (templates print what they find)
+      const f: Tool["function"] = { name: t.function.name };
+      if (t.function.description != null) f.description = t.function.description;
+      if (t.function.parameters != null) f.parameters = t.function.parameters;
+      return { type: "function", function: f };
+    });
     const choice = body.tool_choice ?? (tools.length ? "auto" : "none");
     if (body.tool_choice && body.tool_choice !== "none" && !tools.length) throw badRequest("tool_choice needs tools", "tool_choice");
     let forced: Tool[] | null = null;
