@@ -58,7 +58,7 @@ describe("chat logprobs", () => {
       expect(e.top_logprobs[0]!.token).toBe(e.token);
       expect(e.top_logprobs[0]!.logprob).toBeCloseTo(e.logprob, 6);
     }
-  });
+  }, 60_000);
 
   test("sampled with top_logprobs 20: normalised, consistent; 0 gives just the chosen token", async () => {
     // top_k and min_p are Velo's (and llama.cpp's) extensions: off, to sample from everything
@@ -69,7 +69,7 @@ describe("chat logprobs", () => {
     for (const e of z.choices[0]!.logprobs!.content!) expect(e.top_logprobs).toEqual([]);
     const none = await openai.chat.completions.create({ model: MODEL, messages, max_tokens: 4, temperature: 0 });
     expect(none.choices[0]!.logprobs).toBeNull();
-  });
+  }, 60_000);
 
   test("under a grammar the alternatives are the allowed tokens, and their probabilities sum to 1", async () => {
     const r = await postJson(`${server.url}/v1/chat/completions`, { model: MODEL, messages, grammar: "root ::= [0-9]{6}", max_tokens: 10, temperature: 1, seed: 2, logprobs: true, top_logprobs: 20 });
@@ -83,7 +83,7 @@ describe("chat logprobs", () => {
       const mass = e.top_logprobs.reduce((s, t) => s + Math.exp(t.logprob), 0);
       expect(mass).toBeCloseTo(1, 3);
     }
-  });
+  }, 60_000);
 
   test("streamed logprobs reassemble to the non-streamed ones", async () => {
     const params = { model: MODEL, messages, max_tokens: 30, temperature: 1, seed: 11, logprobs: true, top_logprobs: 3 };
@@ -98,7 +98,7 @@ describe("chat logprobs", () => {
     }
     expect(text).toBe(plain.choices[0]!.message.content!);
     expect(entries).toEqual(plain.choices[0]!.logprobs!.content!);
-  });
+  }, 60_000);
 });
 
 describe("completions logprobs (legacy shape)", () => {
@@ -120,7 +120,7 @@ describe("completions logprobs (legacy shape)", () => {
       expect(top[t]).toBeCloseTo(lp.token_logprobs![i]!, 6);
       expect(Object.values(top).reduce((s, x) => s + Math.exp(x), 0)).toBeLessThanOrEqual(1 + 1e-5);
     });
-  });
+  }, 60_000);
 
   test("streamed: each frame carries its tokens' logprobs", async () => {
     const params = { model: MODEL, prompt: "The dog", max_tokens: 16, temperature: 1, seed: 5, logprobs: 2 };
@@ -136,7 +136,7 @@ describe("completions logprobs (legacy shape)", () => {
     }
     expect(tokens).toEqual(plain.choices[0]!.logprobs!.tokens!);
     expect(offsets).toEqual(plain.choices[0]!.logprobs!.text_offset!);
-  });
+  }, 60_000);
 });
 
 describe("logit_bias", () => {
@@ -150,7 +150,7 @@ describe("logit_bias", () => {
     const forced = await openai.completions.create({ model: MODEL, prompt: "Once upon a time", max_tokens: 6, temperature: 1, seed: 1, logprobs: 1, logit_bias: { [id]: 100 } });
     expect(forced.choices[0]!.logprobs!.tokens).toEqual(Array(6).fill(first));
     for (const lp of forced.choices[0]!.logprobs!.token_logprobs!) expect(lp).toBeGreaterThan(-1e-3);
-  });
+  }, 60_000);
 
   test("bad biases are 400s", async () => {
     for (const logit_bias of [{ "99999": 1 }, { "5": 101 }, { abc: 1 }]) {
@@ -158,7 +158,7 @@ describe("logit_bias", () => {
       expect(r.status).toBe(400);
       expect(r.body.error.param).toMatch(/^logit_bias/);
     }
-  });
+  }, 60_000);
 });
 
 describe("n > 1", () => {
@@ -175,7 +175,7 @@ describe("n > 1", () => {
     // greedy choices are all the same
     const g = await openai.chat.completions.create({ model: MODEL, messages, max_tokens: 12, temperature: 0, n: 3 });
     expect(new Set(g.choices.map((c) => c.message.content)).size).toBe(1);
-  });
+  }, 60_000);
 
   test("streamed: every choice's frames carry its index and each choice finishes", async () => {
     const texts = ["", "", ""];
@@ -189,7 +189,7 @@ describe("n > 1", () => {
     expect(finished).toEqual([true, true, true]);
     const plain = await openai.chat.completions.create({ model: MODEL, messages, max_tokens: 10, temperature: 1, seed: 9, n: 3 });
     expect(texts).toEqual(plain.choices.map((c) => c.message.content!));
-  });
+  }, 60_000);
 });
 
 describe("validation", () => {
@@ -205,5 +205,5 @@ describe("validation", () => {
     expect(r.status).toBe(400);
     r = await chat({ n: 0 });
     expect(r.status).toBe(400);
-  });
+  }, 60_000);
 });
