@@ -66,7 +66,7 @@ test-neon:
 
 # ---- GPU kernels: shaders/*.comp -> SPIR-V (C arrays in the CShaders target) and MSL ----
 # Weight kernels are built once per weight type (-DWTYPE_<TYPE>), named <kernel>_<type>.
-WTYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k
+WTYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k q2_k q3_k iq4_nl iq4_xs
 WEIGHT_KERNELS := get_rows matvec matmul matmul_coop
 PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attention_tiled attention_combine swiglu swiglu_pairs add add_bias softcap quantize_q8 to_f16 sum_splits
 # matvec with 8-bit activations and integer dot products, for the types it supports
@@ -103,7 +103,7 @@ SHADER_GEN := gen/shaders
 METAL_DIR := gen/metal
 SHADER_ENV := SPV_ENV=$(SPV_ENV) MSL_VER=$(MSL_VER) SHADER_C=$(SHADER_C) SHADER_GEN=$(SHADER_GEN) METAL_DIR=$(METAL_DIR)
 SHADER_BUILD := $(IN_ROOT) env $(SHADER_ENV) sh shaders/build.sh
-upper = $(subst b,B,$(subst f,F,$(subst k,K,$(subst q,Q,$(1)))))
+upper = $(subst b,B,$(subst f,F,$(subst k,K,$(subst q,Q,$(subst i,I,$(subst n,N,$(subst l,L,$(subst x,X,$(subst s,S,$(1))))))))))
 
 shaders: $(SHADERS:%=$(SHADER_C)/%.c) $(SHADER_C)/registry.c $(MSL_FILES) $(METAL_DIR)/.checked
 

@@ -274,6 +274,112 @@ uint unit_pos(uint u, uint g) {
     return (u >> 4) * 256u + (v >> 3) * 128u + (v & 7u) * 4u + g * 32u;
 }
 
+#elif defined(WTYPE_Q2_K)
+// struct { u8 scales[16]; u8 qs[64]; f16 d, dmin; }: 16 sub-blocks of 16 values. Value
+// v = 128h + 32s + 16k + l (l < 16) is bits 2s, 2s+1 of qs[32h + 16k + l]; sub-block v/16 has the
+// 4-bit scale sc (low nibble of scales[v/16]) and min m (high nibble): x = (d sc) q - (dmin m).
+// Unit v (0..15) of a block is sub-block v (h = v/8, s = v/2 % 4, k = v%2); group g is its
+// values 4g..4g+3.
+#define QK 256u
+#define BLOCK_WORDS 42u
+#define UNITS_PER_BLOCK 16u
+struct Unit { float dl; float ml; uvec4 q; };
+Unit unit_load(uint rw, uint u, uint K) {
+    uint v = u & 15u, b = rw + (u >> 4) * BLOCK_WORDS;
+    uint o = b + 8u + 16u * (v >> 3) + 8u * (v & 1u), sh = 2u * ((v >> 1) & 3u);
+    uint sc = wbyte(b, v);
+    Unit s;
+    s.dl = wf16(b + 40u) * ufloat(sc & 0xFu);
+    s.ml = wf16(b + 41u) * ufloat(sc >> 4);
+    s.q = (uvec4(wload32(o), wload32(o + 2u), wload32(o + 4u), wload32(o + 6u)) >> sh) & 0x03030303u;
+    return s;
+}
+vec4 unit_vec(Unit s, uint g) {
+    DQP vec4 r = s.dl * ufloat4(bytes4(s.q[g]), 0.0) - s.ml;
+    return r;
+}
+uint unit_pos(uint u, uint g) { return (u >> 4) * 256u + (u & 15u) * 16u + g * 4u; }
+
+#elif defined(WTYPE_Q3_K)
+// struct { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; }: 16 sub-blocks of 16 values. Value
+// v = 128h + 32s + 16k + l has its low 2 bits where Q2_K has them (qs[32h + 16k + l] >> 2s) and a
+// high bit, bit v/32 (= 4h + s) of hmask[v % 32]; x = d (sc - 32) (q - 4) with q = low | high << 2
+// and sc the 6-bit scale j = v/16: low 4 bits from scales[j] (j < 8, low nibble) or scales[j-8]
+// (high nibble), top 2 bits at 2(j/4) of scales[8 + j%4] (ck_q3k_scale). Units as Q2_K's.
+#define QK 256u
+#define BLOCK_WORDS 55u
+#define UNITS_PER_BLOCK 16u
+struct Unit { float dl; uvec4 q; };
+Unit unit_load(uint rw, uint u, uint K) {
+    uint v = u & 15u, b = rw + (u >> 4) * BLOCK_WORDS;
+    uint h = v >> 3, sh = (v >> 1) & 3u, k = v & 1u;
+    uint o = b + 16u + 16u * h + 8u * k, oh = b + 8u * k;
+    uint lo = v < 8u ? wbyte(b, 96u + v) & 0xFu : wbyte(b, 88u + v) >> 4;
+    uint hi = (wbyte(b, 104u + (v & 3u)) >> (2u * (v >> 2))) & 3u;
+    Unit s;
+    s.dl = wf16(b + 54u) * (ufloat(lo | (hi << 4)) - 32.0);
+    uvec4 ql = uvec4(wload32(o), wload32(o + 2u), wload32(o + 4u), wload32(o + 6u));
+    uvec4 qh = uvec4(wload32(oh), wload32(oh + 2u), wload32(oh + 4u), wload32(oh + 6u));
+    s.q = ((ql >> (2u * sh)) & 0x03030303u) | (((qh >> (4u * h + sh)) & 0x01010101u) << 2);
+    return s;
+}
+vec4 unit_vec(Unit s, uint g) {
+    DQP vec4 r = s.dl * ufloat4(bytes4(s.q[g]), 4.0);
+    return r;
+}
+uint unit_pos(uint u, uint g) { return (u >> 4) * 256u + (u & 15u) * 16u + g * 4u; }
+
+#elif defined(WTYPE_IQ4_NL) || defined(WTYPE_IQ4_XS)
+// IQ4: a nibble indexes the 16 non-linear levels (ggml's kvalues_iq4nl).
+const float KVALUES_IQ4NL[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+                                          1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+vec4 iq4_levels(uvec4 i) {
+    return vec4(KVALUES_IQ4NL[i.x], KVALUES_IQ4NL[i.y], KVALUES_IQ4NL[i.z], KVALUES_IQ4NL[i.w]);
+}
+#if defined(WTYPE_IQ4_NL)
+// struct { f16 d; u8 qs[16]; }: Q4_0's layout, x = d kvalues[nibble]
+#define QK 32u
+#define BLOCK_WORDS 9u
+#define UNITS_PER_BLOCK 2u
+struct Unit { float d; uint q0; uint q1; };
+Unit unit_load(uint rw, uint u, uint K) {
+    uint b = rw + (u >> 1) * BLOCK_WORDS, o = b + 1u + (u & 1u) * 4u;
+    Unit s;
+    s.d = wf16(b);
+    s.q0 = wload32(o);
+    s.q1 = wload32(o + 2u);
+    return s;
+}
+uint unit_pos(uint u, uint g) { return (u >> 1) * 32u + (u & 1u) * 8u + (g & 1u) * 4u + (g >> 1) * 16u; }
+#else
+// struct { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; }: 8 sub-blocks of 32, each laid out
+// as an IQ4_NL block (qs[16 ib ..]); sub-block ib has the 6-bit scale ls (low nibble ib%2 of
+// scales_l[ib/2], top 2 bits at 2 ib of scales_h): x = (d (ls - 32)) kvalues[nibble]. Unit v
+// (0..15) of a block: sub-block v/2, bytes 8 (v%2) .. +7 of its 16.
+#define QK 256u
+#define BLOCK_WORDS 68u
+#define UNITS_PER_BLOCK 16u
+struct Unit { float d; uint q0; uint q1; };
+Unit unit_load(uint rw, uint u, uint K) {
+    uint v = u & 15u, ib = v >> 1, b = rw + (u >> 4) * BLOCK_WORDS, o = b + 4u + 8u * ib + 4u * (v & 1u);
+    uint ls = ((wbyte(b, 4u + (ib >> 1)) >> (4u * (ib & 1u))) & 0xFu) | (((wload(b + 1u) >> (2u * ib)) & 3u) << 4);
+    Unit s;
+    s.d = wf16(b) * (ufloat(ls) - 32.0);
+    s.q0 = wload32(o);
+    s.q1 = wload32(o + 2u);
+    return s;
+}
+uint unit_pos(uint u, uint g) {
+    uint v = u & 15u;
+    return (u >> 4) * 256u + (v >> 1) * 32u + (v & 1u) * 8u + (g & 1u) * 4u + (g >> 1) * 16u;
+}
+#endif
+vec4 unit_vec(Unit s, uint g) {
+    uint q = (g & 1u) == 0u ? s.q0 : s.q1;
+    DQP vec4 r = s.d * iq4_levels(g < 2u ? nib_lo(q) : nib_hi(q));
+    return r;
+}
+
 #elif defined(WTYPE_F32) || defined(WTYPE_F16) || defined(WTYPE_BF16)
 // Plain floats: a unit is values 4u .. 4u+3, the ones at or past K read as 0.
 #define UNIT_TAIL 1

@@ -44,11 +44,17 @@ export const TYPES: Record<string, { main: GGMLTypeName; big?: GGMLTypeName; fil
   q4_k: { main: "Q4_K", big: "Q6_K", fileType: 15 }, // Q4_K_M-like
   q5_k: { main: "Q5_K", big: "Q6_K", fileType: 17 }, // Q5_K_M-like
   q6_k: { main: "Q6_K", fileType: 18 },
+  q2_k: { main: "Q2_K", big: "Q3_K", fileType: 10 }, // Q2_K-like: ffn_down in Q3_K (llama.cpp's output.weight would be Q6_K)
+  q3_k: { main: "Q3_K", big: "Q6_K", fileType: 12 }, // Q3_K_M-like (llama.cpp's ffn_down would be Q4_K/Q5_K)
+  iq4_nl: { main: "IQ4_NL", fileType: 25 },
+  iq4_xs: { main: "IQ4_XS", fileType: 30 },
 };
 
 // What llama.cpp's quantizer uses when a row is not a multiple of the K-quant block (256),
 // e.g. the tiny shape's 288-wide rows.
-const FALLBACK: Partial<Record<GGMLTypeName, GGMLTypeName>> = { Q4_K: "Q5_0", Q5_K: "Q5_1", Q6_K: "Q8_0" };
+const FALLBACK: Partial<Record<GGMLTypeName, GGMLTypeName>> = {
+  Q4_K: "Q5_0", Q5_K: "Q5_1", Q6_K: "Q8_0", Q2_K: "IQ4_NL", Q3_K: "IQ4_NL", IQ4_XS: "IQ4_NL",
+};
 
 function typeForRow(type: GGMLTypeName, rowLength: number, name: string): GGMLTypeName {
   if (rowLength % blockLayout[type][0] === 0) return type;
@@ -136,6 +142,16 @@ function q6kScales(b: Uint8Array, o: number) {
   for (let j = 192; j < 208; j++) b[o + j] = ((b[o + j]! & 0x3f) + 0xe0) & 0xff;
 }
 
+// Q2_K: each sub-block's 4-bit min equal to its 4-bit scale (both nibbles of scales[j] alike), so
+// with dmin = 1.5·d the weights d·sc·q − dmin·m = d·sc·(q − 1.5) are centered.
+function pairedQ2KScales(b: Uint8Array, o: number) {
+  for (let j = 0; j < 16; j++) b[o + j] = (b[o + j]! & 0x0f) * 0x11;
+}
+
+// IQ4_NL / IQ4_XS: a nibble picks one of 16 non-linear levels (ggml's kvalues_iq4nl).
+const IQ4_LEVELS = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+const iq4Rms = Math.sqrt(IQ4_LEVELS.reduce((s, v) => s + v * v, 0) / 16);
+
 const kScaleRms = rmsOf(0, 63);
 const QUANT: Partial<Record<GGMLTypeName, QuantPlan>> = {
   Q4_0: { d: 0, rms: rmsOf(-8, 7) },
@@ -146,6 +162,13 @@ const QUANT: Partial<Record<GGMLTypeName, QuantPlan>> = {
   Q4_K: { d: 0, rms: kScaleRms * Math.sqrt((16 * 16 - 1) / 12), min: { at: 2, factor: 7.5 }, scales: pairedKScales },
   Q5_K: { d: 0, rms: kScaleRms * Math.sqrt((32 * 32 - 1) / 12), min: { at: 2, factor: 15.5 }, scales: pairedKScales },
   Q6_K: { d: 208, rms: rmsOf(-32, 31) * rmsOf(-32, 31), scales: q6kScales },
+  // scales[16] qs[64] d dmin: 4-bit scale × 2-bit quant
+  Q2_K: { d: 80, rms: rmsOf(0, 15) * Math.sqrt((4 * 4 - 1) / 12), min: { at: 82, factor: 1.5 }, scales: pairedQ2KScales },
+  // hmask[32] qs[64] scales[12] d: (6-bit scale − 32) × (3-bit quant − 4), random bits as they come
+  Q3_K: { d: 108, rms: rmsOf(-32, 31) * rmsOf(-4, 3) },
+  IQ4_NL: { d: 0, rms: iq4Rms },
+  // d scales_h scales_l[4] qs[128]: (6-bit scale − 32) × level
+  IQ4_XS: { d: 0, rms: rmsOf(-32, 31) * iq4Rms },
 };
 
 const f16Bits = (values: number[]) => new Uint16Array(Float16Array.from(values).buffer);

@@ -29,6 +29,18 @@ typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QKK / 2]; } bl
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QKK / 8]; uint8_t qs[QKK / 2]; } blk_q5_K;
 /* 16 sub-blocks of 16 with int8 scales; q = 6 bits - 32. */
 typedef struct { uint8_t ql[QKK / 2]; uint8_t qh[QKK / 4]; int8_t scales[QKK / 16]; uint16_t d; } blk_q6_K;
+/* 16 sub-blocks of 16, each with a 4-bit scale (low nibble of scales[j]) and a 4-bit min (high
+ * nibble); q = 2 bits: x = d*sc*q - dmin*m. Value 128h + 32s + l (l < 32) is bits 2s..2s+1 of
+ * qs[32h + l]. */
+typedef struct { uint8_t scales[QKK / 16]; uint8_t qs[QKK / 4]; uint16_t d, dmin; } blk_q2_K;
+/* 16 sub-blocks of 16 with 6-bit scales stored plus 32; q = 2 low bits (laid out as Q2_K's)
+ * and a high bit, bit v/32 of hmask[v % 32]: x = d*(sc-32)*(q - (high ? 0 : 4)). */
+typedef struct { uint8_t hmask[QKK / 8]; uint8_t qs[QKK / 4]; uint8_t scales[12]; uint16_t d; } blk_q3_K;
+/* Q4_0's layout, but a nibble indexes the non-linear table ck_kvalues_iq4nl: x = d*kvalues[q]. */
+typedef struct { uint16_t d; uint8_t qs[QK / 2]; } blk_iq4_nl;
+/* 8 sub-blocks of 32, each laid out as an IQ4_NL block, with 6-bit scales stored plus 32 (low
+ * nibbles in scales_l, high 2 bits in scales_h): x = d*(ls-32)*kvalues[q]. */
+typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[QKK / 64]; uint8_t qs[QKK / 2]; } blk_iq4_xs;
 /* Activations for the K types: f32 scale, and sums of each group of 16 quants. */
 typedef struct { float d; int8_t qs[QKK]; int16_t bsums[QKK / 16]; } blk_q8_K;
 
@@ -42,6 +54,26 @@ _Static_assert(sizeof(blk_q4_K) == 144, "q4_K");
 _Static_assert(sizeof(blk_q5_K) == 176, "q5_K");
 _Static_assert(sizeof(blk_q6_K) == 210, "q6_K");
 _Static_assert(sizeof(blk_q8_K) == 292, "q8_K");
+_Static_assert(sizeof(blk_q2_K) == 84, "q2_K");
+_Static_assert(sizeof(blk_q3_K) == 110, "q3_K");
+_Static_assert(sizeof(blk_iq4_nl) == 18, "iq4_nl");
+_Static_assert(sizeof(blk_iq4_xs) == 136, "iq4_xs");
+
+/* The 16 levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
+static const int8_t ck_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* Scale j (0..15) of a Q3_K super-block, minus 32: the low 4 bits are the low nibble of s[j]
+ * (j < 8) or the high nibble of s[j-8], the top 2 bits are bits 2(j/4).. of s[8 + j%4]. */
+static inline int ck_q3k_scale(const uint8_t *s, int j) {
+    const int lo = j < 8 ? s[j] & 0xf : s[j - 8] >> 4;
+    const int hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* Scale of sub-block ib (0..7) of an IQ4_XS super-block, minus 32. */
+static inline int ck_iq4xs_scale(const uint8_t *scales_l, uint16_t scales_h, int ib) {
+    return (((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) | ((scales_h >> (2 * ib)) & 3) << 4) - 32;
+}
 
 /* Bytes per block of a 32-element weight type. */
 static inline size_t ck_q32_bytes(int type) {

@@ -20,6 +20,10 @@ static const type_info k_types[CK_NTYPES] = {
     [CK_TYPE_Q5_K] = {QKK, sizeof(blk_q5_K), CK_TYPE_Q8_K},
     [CK_TYPE_Q6_K] = {QKK, sizeof(blk_q6_K), CK_TYPE_Q8_K},
     [CK_TYPE_Q8_K] = {QKK, sizeof(blk_q8_K), -1},
+    [CK_TYPE_Q2_K] = {QKK, sizeof(blk_q2_K), CK_TYPE_Q8_K},
+    [CK_TYPE_Q3_K] = {QKK, sizeof(blk_q3_K), CK_TYPE_Q8_K},
+    [CK_TYPE_IQ4_NL] = {QK, sizeof(blk_iq4_nl), CK_TYPE_Q8_0},
+    [CK_TYPE_IQ4_XS] = {QKK, sizeof(blk_iq4_xs), CK_TYPE_Q8_K},
 };
 
 static const type_info *info(int type) {

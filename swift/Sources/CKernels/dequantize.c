@@ -124,6 +124,69 @@ static void dq_q6_K(const void *vx, float *y, int64_t n) {
     }
 }
 
+static void dq_q2_K(const void *vx, float *y, int64_t n) {
+    const blk_q2_K *x = vx;
+    for (int64_t i = 0; i < n / QKK; i++) {
+        const float d = ck_h2f(x[i].d), dmin = ck_h2f(x[i].dmin);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *q = x[i].qs + 32 * h;
+            for (int s = 0; s < 4; s++) {
+                for (int half = 0; half < 2; half++, y += 16) {
+                    const uint8_t sc = x[i].scales[8 * h + 2 * s + half];
+                    const float dl = d * (float)(sc & 0xf), ml = dmin * (float)(sc >> 4);
+                    for (int l = 0; l < 16; l++) y[l] = dl * (float)((q[16 * half + l] >> (2 * s)) & 3) - ml;
+                }
+            }
+        }
+    }
+}
+
+static void dq_q3_K(const void *vx, float *y, int64_t n) {
+    const blk_q3_K *x = vx;
+    for (int64_t i = 0; i < n / QKK; i++) {
+        const float d = ck_h2f(x[i].d);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *q = x[i].qs + 32 * h;
+            for (int s = 0; s < 4; s++) {
+                const int bit = 4 * h + s; /* hmask bit of values 128h + 32s .. +31 */
+                for (int half = 0; half < 2; half++, y += 16) {
+                    const float dl = d * (float)ck_q3k_scale(x[i].scales, 8 * h + 2 * s + half);
+                    for (int l = 16 * half; l < 16 * half + 16; l++) {
+                        const int v = ((q[l] >> (2 * s)) & 3) - (((x[i].hmask[l] >> bit) & 1) ? 0 : 4);
+                        y[l - 16 * half] = dl * (float)v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void dq_iq4_nl(const void *vx, float *y, int64_t n) {
+    const blk_iq4_nl *x = vx;
+    for (int64_t i = 0; i < n / QK; i++, y += QK) {
+        const float d = ck_h2f(x[i].d);
+        for (int j = 0; j < QK / 2; j++) {
+            y[j] = d * (float)ck_kvalues_iq4nl[x[i].qs[j] & 0xf];
+            y[j + QK / 2] = d * (float)ck_kvalues_iq4nl[x[i].qs[j] >> 4];
+        }
+    }
+}
+
+static void dq_iq4_xs(const void *vx, float *y, int64_t n) {
+    const blk_iq4_xs *x = vx;
+    for (int64_t i = 0; i < n / QKK; i++) {
+        const float d = ck_h2f(x[i].d);
+        for (int ib = 0; ib < QKK / 32; ib++, y += 32) {
+            const float dl = d * (float)ck_iq4xs_scale(x[i].scales_l, x[i].scales_h, ib);
+            const uint8_t *q = x[i].qs + 16 * ib;
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * (float)ck_kvalues_iq4nl[q[j] & 0xf];
+                y[j + 16] = dl * (float)ck_kvalues_iq4nl[q[j] >> 4];
+            }
+        }
+    }
+}
+
 static void dq_q8_K(const void *vx, float *y, int64_t n) {
     const blk_q8_K *x = vx;
     for (int64_t i = 0; i < n / QKK; i++, y += QKK)
@@ -143,7 +206,8 @@ static const dq_fn dq_table[CK_NTYPES] = {
     [CK_TYPE_Q4_0] = dq_q4_0, [CK_TYPE_Q4_1] = dq_q4_1, [CK_TYPE_Q5_0] = dq_q5_0,
     [CK_TYPE_Q5_1] = dq_q5_1, [CK_TYPE_Q8_0] = dq_q8_0, [CK_TYPE_Q8_1] = dq_q8_1,
     [CK_TYPE_Q4_K] = dq_q4_K, [CK_TYPE_Q5_K] = dq_q5_K, [CK_TYPE_Q6_K] = dq_q6_K,
-    [CK_TYPE_Q8_K] = dq_q8_K,
+    [CK_TYPE_Q8_K] = dq_q8_K,  [CK_TYPE_Q2_K] = dq_q2_K, [CK_TYPE_Q3_K] = dq_q3_K,
+    [CK_TYPE_IQ4_NL] = dq_iq4_nl, [CK_TYPE_IQ4_XS] = dq_iq4_xs,
 };
 
 void ck_dequantize_row(int type, const void *x, float *y, int64_t n) {

@@ -5,7 +5,8 @@
  * int16 pairs) and vpmaddwd (-> int32), as in llama.cpp: 4-/5-bit weights are the unsigned
  * operand and their offset is removed with a precomputed -8*d*sum(a) / -16*d*sum(a); Q8_0
  * weights use |w| and sign(a, w). Activation quants must lie in [-127, 127], which is what
- * the quantizers produce.
+ * the quantizers produce. Q2_K, Q3_K, IQ4_NL and IQ4_XS have kernels here only: the AVX-512
+ * table keeps these (the IQ4 levels come from a vpshufb table lookup).
  */
 #include "ck_internal.h"
 #include "ck_tiles.h"
@@ -235,6 +236,132 @@ T2 INL void tile_k(int type, int R, int C, int64_t nb, const uint8_t *w, size_t 
         for (int j = 0; j < C; j++) y[j * ldy + i] = hsum(acc[i][j]);
 }
 
+/* ============ Q2_K, Q3_K, IQ4_XS (Q8_K activations) and IQ4_NL (Q8_0) ============ */
+
+/* Sums of products of signed bytes x and activations y, pairwise into int16: vpmaddubsw
+ * on |x| and sign(y, x) (|x| <= 127 here: the IQ4 levels, Q8 quants). */
+T2 INL __m256i mul_add_i8(__m256i x, __m256i y) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+/* Bytes k (8 times) then k+1 (8 times) of v, widened to int16 (signed or not). */
+T2 INL __m256i pick_pair16(__m128i v, int k, int is_signed) {
+    const char a = (char)k, b = (char)(k + 1);
+    const __m128i p = _mm_shuffle_epi8(v, _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b));
+    return is_signed ? _mm256_cvtepi8_epi16(p) : _mm256_cvtepu8_epi16(p);
+}
+
+T2 INL size_t lowbit_bytes(int type) {
+    return type == CK_TYPE_Q2_K ? sizeof(blk_q2_K) : type == CK_TYPE_Q3_K ? sizeof(blk_q3_K)
+         : type == CK_TYPE_IQ4_NL ? sizeof(blk_iq4_nl) : sizeof(blk_iq4_xs);
+}
+
+/* Integer sums per super-block (per block for IQ4_NL) as in dot_scalar.c, then one float
+ * multiply-add per lane. Q3_K's quants are taken +4 (unsigned for vpmaddubsw) and 4 * scale *
+ * the activations' group sums subtracted; Q2_K's mins go through the group sums too. */
+T2 INL void tile_lowbit(int type, int R, int C, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
+                        size_t as, int pf, float *y, int64_t ldy) {
+    const size_t wb = lowbit_bytes(type);
+    const __m256i m1 = _mm256_set1_epi8(1), m3 = _mm256_set1_epi8(3);
+    const __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ck_kvalues_iq4nl));
+    __m256 acc[4][4];
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        for (int i = 0; i < R; i++) {
+            const uint8_t *pw = w + i * ws + b * wb;
+            if (pf)
+                for (size_t o = 0; o < wb; o += 64) _mm_prefetch((const char *)(pw + PF_TILES * R * ws + o), _MM_HINT_T0);
+            if (type == CK_TYPE_IQ4_NL) {
+                const blk_iq4_nl *x = (const blk_iq4_nl *)pw;
+                const __m256i q = _mm256_shuffle_epi8(levels, nibbles(x->qs));
+                const float dw = h2f(x->d);
+                for (int j = 0; j < C; j++) {
+                    const blk_q8_0 *ya = (const blk_q8_0 *)(a + j * as) + b;
+                    const __m256i p = _mm256_madd_epi16(mul_add_i8(q, _mm256_loadu_si256((const __m256i *)ya->qs)), _mm256_set1_epi16(1));
+                    acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(ya->d) * dw), acc[i][j]);
+                }
+                continue;
+            }
+            __m256i s[4];
+            for (int j = 0; j < C; j++) s[j] = _mm256_setzero_si256();
+            float d;
+            if (type == CK_TYPE_IQ4_XS) {
+                const blk_iq4_xs *x = (const blk_iq4_xs *)pw;
+                for (int ib = 0; ib < QKK / 32; ib++) {
+                    const __m256i q = _mm256_shuffle_epi8(levels, nibbles(x->qs + 16 * ib));
+                    const __m256i sc = _mm256_set1_epi16((short)ck_iq4xs_scale(x->scales_l, x->scales_h, ib));
+                    for (int j = 0; j < C; j++) {
+                        const blk_q8_K *ya = (const blk_q8_K *)(a + j * as) + b;
+                        const __m256i a8 = _mm256_loadu_si256((const __m256i *)(ya->qs + 32 * ib));
+                        s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(mul_add_i8(q, a8), sc));
+                    }
+                }
+                d = h2f(x->d);
+            } else {
+                /* Q2_K / Q3_K: qs[32h + l] holds values 128h + 32s + l in bits 2s, 2s+1 */
+                const int q3 = type == CK_TYPE_Q3_K;
+                const uint8_t *qs = q3 ? ((const blk_q3_K *)pw)->qs : ((const blk_q2_K *)pw)->qs;
+                __m128i sc8;
+                __m256i hm = _mm256_setzero_si256();
+                if (q3) {
+                    const blk_q3_K *x = (const blk_q3_K *)pw;
+                    /* the 16 scales as ggml unpacks them: low nibbles of bytes 0-7, then their high
+                     * nibbles, each with 2 bits of bytes 8-11 on top; minus 32 */
+                    const uint32_t a0 = ck_ld32(x->scales), a1 = ck_ld32(x->scales + 4), t = ck_ld32(x->scales + 8);
+                    const uint32_t k2 = 0x0f0f0f0fu, k1 = 0x03030303u;
+                    sc8 = _mm_sub_epi8(_mm_setr_epi32((int)((a0 & k2) | ((t & k1) << 4)), (int)((a1 & k2) | (((t >> 2) & k1) << 4)),
+                                                      (int)(((a0 >> 4) & k2) | (((t >> 4) & k1) << 4)),
+                                                      (int)(((a1 >> 4) & k2) | (((t >> 6) & k1) << 4))),
+                                       _mm_set1_epi8(32));
+                    hm = _mm256_loadu_si256((const __m256i *)x->hmask);
+                    d = h2f(x->d);
+                } else {
+                    sc8 = _mm_and_si128(_mm_loadu_si128((const __m128i *)((const blk_q2_K *)pw)->scales), _mm_set1_epi8(0x0f));
+                    d = h2f(((const blk_q2_K *)pw)->d);
+                }
+                for (int h = 0; h < 2; h++) {
+                    const __m256i qv = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+                    for (int g = 0; g < 4; g++) {
+                        __m256i q = _mm256_and_si256(_mm256_srli_epi16(qv, 2 * g), m3);
+                        if (q3) q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + g), m1), 2));
+                        const __m256i sc = pick_pair16(sc8, 8 * h + 2 * g, q3);
+                        for (int j = 0; j < C; j++) {
+                            const blk_q8_K *ya = (const blk_q8_K *)(a + j * as) + b;
+                            const __m256i a8 = _mm256_loadu_si256((const __m256i *)(ya->qs + 128 * h + 32 * g));
+                            s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(_mm256_maddubs_epi16(q, a8), sc));
+                        }
+                    }
+                }
+                if (q3) {
+                    const __m256i corr = _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc8), 2); /* 4 * scale */
+                    for (int j = 0; j < C; j++) {
+                        const blk_q8_K *ya = (const blk_q8_K *)(a + j * as) + b;
+                        s[j] = _mm256_sub_epi32(s[j], _mm256_madd_epi16(corr, _mm256_loadu_si256((const __m256i *)ya->bsums)));
+                    }
+                } else {
+                    const blk_q2_K *x = (const blk_q2_K *)pw;
+                    const __m256i mins = _mm256_cvtepu8_epi16(
+                        _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)x->scales), 4), _mm_set1_epi8(0x0f)));
+                    const __m256 dmin = _mm256_set1_ps(h2f(x->dmin));
+                    for (int j = 0; j < C; j++) {
+                        const blk_q8_K *ya = (const blk_q8_K *)(a + j * as) + b;
+                        const __m256i ms = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)ya->bsums));
+                        acc[i][j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dmin, _mm256_set1_ps(ya->d)), acc[i][j]);
+                    }
+                }
+            }
+            const __m256 dv = _mm256_set1_ps(d);
+            for (int j = 0; j < C; j++) {
+                const blk_q8_K *ya = (const blk_q8_K *)(a + j * as) + b;
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j]), _mm256_mul_ps(dv, _mm256_set1_ps(ya->d)), acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) y[j * ldy + i] = hsum(acc[i][j]);
+}
+
 /* ======================= F32 / F16 / BF16 weights, F32 activations ======================= */
 
 T2 INL __m256 load_wf(int type, const uint8_t *p, int64_t k) {
@@ -283,6 +410,10 @@ DEFINE_MATMUL_PACKED(T2, mm_q8_0, tile_q32, CK_TYPE_Q8_0, 2, QK, pack_act, PACKE
 DEFINE_MATMUL(T2, mm_q4_K, tile_k, CK_TYPE_Q4_K, 2, n / QKK)
 DEFINE_MATMUL(T2, mm_q5_K, tile_k, CK_TYPE_Q5_K, 2, n / QKK)
 DEFINE_MATMUL(T2, mm_q6_K, tile_k, CK_TYPE_Q6_K, 2, n / QKK)
+DEFINE_MATMUL(T2, mm_q2_K, tile_lowbit, CK_TYPE_Q2_K, 2, n / QKK)
+DEFINE_MATMUL(T2, mm_q3_K, tile_lowbit, CK_TYPE_Q3_K, 2, n / QKK)
+DEFINE_MATMUL(T2, mm_iq4_xs, tile_lowbit, CK_TYPE_IQ4_XS, 2, n / QKK)
+DEFINE_MATMUL(T2, mm_iq4_nl, tile_lowbit, CK_TYPE_IQ4_NL, 2, n / QK)
 DEFINE_MATMUL(T2, mm_f32, tile_f, CK_TYPE_F32, 2, n)
 DEFINE_MATMUL(T2, mm_f16, tile_f, CK_TYPE_F16, 2, n)
 DEFINE_MATMUL(T2, mm_bf16, tile_f, CK_TYPE_BF16, 2, n)
@@ -291,6 +422,7 @@ const ck_matmul_fn ck_matmul_avx2[CK_NTYPES] = {
     [CK_TYPE_F32] = mm_f32,   [CK_TYPE_F16] = mm_f16,   [CK_TYPE_BF16] = mm_bf16,
     [CK_TYPE_Q4_0] = mm_q4_0, [CK_TYPE_Q4_1] = mm_q4_1, [CK_TYPE_Q5_0] = mm_q5_0,
     [CK_TYPE_Q5_1] = mm_q5_1, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_Q4_K] = mm_q4_K,
-    [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K,
+    [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K, [CK_TYPE_Q2_K] = mm_q2_K,
+    [CK_TYPE_Q3_K] = mm_q3_K, [CK_TYPE_IQ4_NL] = mm_iq4_nl, [CK_TYPE_IQ4_XS] = mm_iq4_xs,
 };
 #endif

@@ -148,6 +148,90 @@ static float dot_q6_K(int64_t n, const void *vw, const void *va) {
     return sum;
 }
 
+/* Q2_K: the integer sums of each sub-block of 16 times its 4-bit scale, and the mins against
+ * the activations' group sums; then ggml's dall*isum - dmin*summs per super-block. */
+static float dot_q2_K(int64_t n, const void *vw, const void *va) {
+    const blk_q2_K *w = vw;
+    const blk_q8_K *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QKK; i++) {
+        int isum = 0, msum = 0;
+        for (int j = 0; j < 16; j++) msum += a[i].bsums[j] * (w[i].scales[j] >> 4);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *q = w[i].qs + 32 * h;
+            for (int s = 0; s < 4; s++) {
+                const int8_t *y = a[i].qs + 128 * h + 32 * s;
+                int s0 = 0, s1 = 0;
+                for (int l = 0; l < 16; l++) {
+                    s0 += ((q[l] >> (2 * s)) & 3) * y[l];
+                    s1 += ((q[l + 16] >> (2 * s)) & 3) * y[l + 16];
+                }
+                isum += s0 * (w[i].scales[8 * h + 2 * s] & 0xf) + s1 * (w[i].scales[8 * h + 2 * s + 1] & 0xf);
+            }
+        }
+        const float dall = a[i].d * ck_h2f(w[i].d), dmin = a[i].d * ck_h2f(w[i].dmin);
+        sum += dall * (float)isum - dmin * (float)msum;
+    }
+    return sum;
+}
+
+static float dot_q3_K(int64_t n, const void *vw, const void *va) {
+    const blk_q3_K *w = vw;
+    const blk_q8_K *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QKK; i++) {
+        int isum = 0;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *q = w[i].qs + 32 * h;
+            for (int s = 0; s < 4; s++) {
+                const int8_t *y = a[i].qs + 128 * h + 32 * s;
+                const int bit = 4 * h + s;
+                int s0 = 0, s1 = 0;
+                for (int l = 0; l < 16; l++) {
+                    const int q0 = ((q[l] >> (2 * s)) & 3) - (((w[i].hmask[l] >> bit) & 1) ? 0 : 4);
+                    const int q1 = ((q[l + 16] >> (2 * s)) & 3) - (((w[i].hmask[l + 16] >> bit) & 1) ? 0 : 4);
+                    s0 += q0 * y[l];
+                    s1 += q1 * y[l + 16];
+                }
+                isum += s0 * ck_q3k_scale(w[i].scales, 8 * h + 2 * s) + s1 * ck_q3k_scale(w[i].scales, 8 * h + 2 * s + 1);
+            }
+        }
+        sum += ck_h2f(w[i].d) * a[i].d * (float)isum;
+    }
+    return sum;
+}
+
+static float dot_iq4_nl(int64_t n, const void *vw, const void *va) {
+    const blk_iq4_nl *w = vw;
+    const blk_q8_0 *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK; i++) {
+        int s = 0;
+        for (int j = 0; j < QK / 2; j++)
+            s += ck_kvalues_iq4nl[w[i].qs[j] & 0xf] * a[i].qs[j] + ck_kvalues_iq4nl[w[i].qs[j] >> 4] * a[i].qs[j + QK / 2];
+        sum += (ck_h2f(a[i].d) * ck_h2f(w[i].d)) * (float)s;
+    }
+    return sum;
+}
+
+static float dot_iq4_xs(int64_t n, const void *vw, const void *va) {
+    const blk_iq4_xs *w = vw;
+    const blk_q8_K *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QKK; i++) {
+        int isum = 0;
+        for (int ib = 0; ib < QKK / 32; ib++) {
+            const uint8_t *q = w[i].qs + 16 * ib;
+            const int8_t *y = a[i].qs + 32 * ib;
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += ck_kvalues_iq4nl[q[j] & 0xf] * y[j] + ck_kvalues_iq4nl[q[j] >> 4] * y[j + 16];
+            isum += s * ck_iq4xs_scale(w[i].scales_l, w[i].scales_h, ib);
+        }
+        sum += ck_h2f(w[i].d) * a[i].d * (float)isum;
+    }
+    return sum;
+}
+
 static float dot_f32(int64_t n, const void *vw, const void *va) {
     const float *w = vw, *a = va;
     float sum = 0.0f;
@@ -187,6 +271,10 @@ SCALAR_MATMUL(q8_0)
 SCALAR_MATMUL(q4_K)
 SCALAR_MATMUL(q5_K)
 SCALAR_MATMUL(q6_K)
+SCALAR_MATMUL(q2_K)
+SCALAR_MATMUL(q3_K)
+SCALAR_MATMUL(iq4_nl)
+SCALAR_MATMUL(iq4_xs)
 SCALAR_MATMUL(f32)
 SCALAR_MATMUL(f16)
 SCALAR_MATMUL(bf16)
@@ -195,5 +283,6 @@ const ck_matmul_fn ck_matmul_scalar[CK_NTYPES] = {
     [CK_TYPE_F32] = mm_f32,   [CK_TYPE_F16] = mm_f16,   [CK_TYPE_BF16] = mm_bf16,
     [CK_TYPE_Q4_0] = mm_q4_0, [CK_TYPE_Q4_1] = mm_q4_1, [CK_TYPE_Q5_0] = mm_q5_0,
     [CK_TYPE_Q5_1] = mm_q5_1, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_Q4_K] = mm_q4_K,
-    [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K,
+    [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K, [CK_TYPE_Q2_K] = mm_q2_K,
+    [CK_TYPE_Q3_K] = mm_q3_K, [CK_TYPE_IQ4_NL] = mm_iq4_nl, [CK_TYPE_IQ4_XS] = mm_iq4_xs,
 };

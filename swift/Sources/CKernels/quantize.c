@@ -273,6 +273,157 @@ static void quantize_q6_K(const float *x, void *vy, int64_t n) {
     }
 }
 
+/* 2-bit quants L (0..3) of 256 values into ggml's qs layout (Q2_K, Q3_K): value 128h + 32s + l
+ * is bits 2s..2s+1 of qs[32h + l]. */
+static void pack_2bit(uint8_t *qs, const uint8_t *L) {
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *Lh = L + 128 * h;
+            qs[32 * h + l] = (uint8_t)(Lh[l] | Lh[l + 32] << 2 | Lh[l + 64] << 4 | Lh[l + 96] << 6);
+        }
+}
+
+/* Q2_K: min/max per sub-block of 16 (3 steps), 4-bit scales and mins under d and dmin. */
+static void quantize_q2_K(const float *x, void *vy, int64_t n) {
+    blk_q2_K *y = vy;
+    uint8_t L[QKK];
+    for (int64_t i = 0; i < n / QKK; i++, x += QKK) {
+        float sc[16], mn[16], max_sc = 0.0f, max_mn = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            float lo = x[16 * j], hi = x[16 * j];
+            for (int l = 1; l < 16; l++) {
+                lo = fminf(lo, x[16 * j + l]);
+                hi = fmaxf(hi, x[16 * j + l]);
+            }
+            if (lo > 0.0f) lo = 0.0f;
+            sc[j] = (hi - lo) / 3.0f;
+            mn[j] = -lo;
+            max_sc = fmaxf(max_sc, sc[j]);
+            max_mn = fmaxf(max_mn, mn[j]);
+        }
+        const float inv_sc = max_sc > 0.0f ? 15.0f / max_sc : 0.0f;
+        const float inv_mn = max_mn > 0.0f ? 15.0f / max_mn : 0.0f;
+        for (int j = 0; j < 16; j++) {
+            const int a = ck_nearest_int(inv_sc * sc[j]), b = ck_nearest_int(inv_mn * mn[j]);
+            y[i].scales[j] = (uint8_t)((a < 15 ? a : 15) | (b < 15 ? b : 15) << 4);
+        }
+        y[i].d = ck_f2h(max_sc / 15.0f);
+        y[i].dmin = ck_f2h(max_mn / 15.0f);
+        const float d = ck_h2f(y[i].d), dmin = ck_h2f(y[i].dmin);
+        for (int j = 0; j < 16; j++) {
+            const float ds = d * (float)(y[i].scales[j] & 0xf), dm = dmin * (float)(y[i].scales[j] >> 4);
+            for (int l = 0; l < 16; l++) {
+                const int q = ds != 0.0f ? ck_nearest_int((x[16 * j + l] + dm) / ds) : 0;
+                L[16 * j + l] = (uint8_t)(q < 0 ? 0 : q > 3 ? 3 : q);
+            }
+        }
+        pack_2bit(y[i].qs, L);
+    }
+}
+
+/* Q3_K: per sub-block of 16 the value of largest magnitude becomes -4 steps (as Q6_K's fit),
+ * scales to 6 bits under d; then ggml's packing of scales, high bits and low bits. */
+static void quantize_q3_K(const float *x, void *vy, int64_t n) {
+    blk_q3_K *y = vy;
+    uint8_t L[QKK];
+    for (int64_t i = 0; i < n / QKK; i++, x += QKK) {
+        float sc[16], max_sc = 0.0f, amax_sc = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            float amax = 0.0f, max = 0.0f;
+            for (int l = 0; l < 16; l++) {
+                if (fabsf(x[16 * j + l]) > amax) { amax = fabsf(x[16 * j + l]); max = x[16 * j + l]; }
+            }
+            sc[j] = max / -4.0f;
+            if (fabsf(sc[j]) > amax_sc) { amax_sc = fabsf(sc[j]); max_sc = sc[j]; }
+        }
+        memset(&y[i], 0, sizeof y[i]);
+        if (amax_sc == 0.0f) continue; /* d = 0 */
+        const float iscale = -32.0f / max_sc;
+        for (int j = 0; j < 16; j++) {
+            int l = ck_nearest_int(iscale * sc[j]);
+            l = (l < -32 ? -32 : l > 31 ? 31 : l) + 32;
+            if (j < 8) y[i].scales[j] = (uint8_t)(l & 0xf);
+            else y[i].scales[j - 8] |= (uint8_t)((l & 0xf) << 4);
+            y[i].scales[8 + j % 4] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+        }
+        y[i].d = ck_f2h(1.0f / iscale);
+        const float d = ck_h2f(y[i].d);
+        for (int j = 0; j < 16; j++) {
+            const float ds = d * (float)ck_q3k_scale(y[i].scales, j);
+            for (int l = 0; l < 16; l++) {
+                const int q = ds != 0.0f ? ck_nearest_int(x[16 * j + l] / ds) : 0;
+                L[16 * j + l] = (uint8_t)((q < -4 ? -4 : q > 3 ? 3 : q) + 4);
+            }
+        }
+        for (int v = 0; v < QKK; v++) {
+            if (L[v] > 3) {
+                y[i].hmask[v % 32] |= (uint8_t)(1 << (v / 32));
+                L[v] -= 4;
+            }
+        }
+        pack_2bit(y[i].qs, L);
+    }
+}
+
+/* Index of the IQ4_NL level nearest v (ties to the lower level). */
+static int iq4_index(float v) {
+    int idx = 0;
+    for (int step = 8; step > 0; step >>= 1) {
+        const int j = idx + step;
+        if (v + v > (float)(ck_kvalues_iq4nl[j - 1] + ck_kvalues_iq4nl[j])) idx = j;
+    }
+    return idx;
+}
+
+/* 32 values to nibbles of the levels nearest x/d (Q4_0's order). */
+static void iq4_nibbles(const float *x, float d, uint8_t *qs) {
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(iq4_index(x[j] * id) | iq4_index(x[j + 16] * id) << 4);
+}
+
+/* The value of largest magnitude of 32 (its sign kept). */
+static float signed_amax32(const float *x) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+    }
+    return max;
+}
+
+/* IQ4_NL: the value of largest magnitude becomes the level -127. */
+static void quantize_iq4_nl(const float *x, void *vy, int64_t n) {
+    blk_iq4_nl *y = vy;
+    for (int64_t i = 0; i < n / QK; i++, x += QK) {
+        y[i].d = ck_f2h(signed_amax32(x) / -127.0f);
+        iq4_nibbles(x, ck_h2f(y[i].d), y[i].qs);
+    }
+}
+
+/* IQ4_XS: IQ4_NL's fit per sub-block of 32, its scale rounded to 6 bits under d. */
+static void quantize_iq4_xs(const float *x, void *vy, int64_t n) {
+    blk_iq4_xs *y = vy;
+    for (int64_t i = 0; i < n / QKK; i++, x += QKK) {
+        float sc[8], max_sc = 0.0f, amax_sc = 0.0f;
+        for (int ib = 0; ib < 8; ib++) {
+            sc[ib] = signed_amax32(x + 32 * ib) / -127.0f;
+            if (fabsf(sc[ib]) > amax_sc) { amax_sc = fabsf(sc[ib]); max_sc = sc[ib]; }
+        }
+        y[i].d = ck_f2h(max_sc / -32.0f);
+        const float d = ck_h2f(y[i].d), id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint16_t sh = 0;
+        memset(y[i].scales_l, 0, sizeof y[i].scales_l);
+        for (int ib = 0; ib < 8; ib++) {
+            int l = ck_nearest_int(id * sc[ib]);
+            l = (l < -32 ? -32 : l > 31 ? 31 : l) + 32;
+            y[i].scales_l[ib / 2] |= (uint8_t)((l & 0xf) << (4 * (ib % 2)));
+            sh |= (uint16_t)((l >> 4) << (2 * ib));
+        }
+        y[i].scales_h = sh;
+        for (int ib = 0; ib < 8; ib++)
+            iq4_nibbles(x + 32 * ib, d * (float)ck_iq4xs_scale(y[i].scales_l, sh, ib), y[i].qs + 16 * ib);
+    }
+}
+
 const ck_quant_fn ck_quant_scalar[CK_NTYPES] = {
     [CK_TYPE_F32] = quantize_f32,
     [CK_TYPE_F16] = quantize_f16,
@@ -287,6 +438,10 @@ const ck_quant_fn ck_quant_scalar[CK_NTYPES] = {
     [CK_TYPE_Q5_K] = quantize_q5_K,
     [CK_TYPE_Q6_K] = quantize_q6_K,
     [CK_TYPE_Q8_K] = ck_quantize_q8_K_ref,
+    [CK_TYPE_Q2_K] = quantize_q2_K,
+    [CK_TYPE_Q3_K] = quantize_q3_K,
+    [CK_TYPE_IQ4_NL] = quantize_iq4_nl,
+    [CK_TYPE_IQ4_XS] = quantize_iq4_xs,
 };
 
 /* ---------------- AVX2 activation quantizers (same bytes as the scalar ones) ---------------- */

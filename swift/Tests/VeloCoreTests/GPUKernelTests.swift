@@ -130,7 +130,7 @@ final class GPUKernelTests: XCTestCase {
         if d.isSoftware && !GPUKernels.dotDisabled { XCTAssertTrue(GPUKernels.integerDot(d), "no integer dot products on \(d.name)") }
         #endif
         for type in GPUKernels.weightTypes {
-            let k = [GGMLType.q4_K, .q5_K, .q6_K].contains(type) ? 512 : 96
+            let k = type.blockSize == 256 ? 512 : 96
             for (n, ms) in [(5, [1, 3, 8, 9, 17]), (37, [2, 16, 70])] {
                 let w = weights(type, rows: n, cols: k)
                 let wb = try upload(w.bytes)
@@ -235,7 +235,7 @@ final class GPUKernelTests: XCTestCase {
 
     func testGetRowsEveryType() throws {
         for type in GPUKernels.weightTypes {
-            let k = [GGMLType.q4_K, .q5_K, .q6_K].contains(type) ? 256 : 64
+            let k = type.blockSize == 256 ? 256 : 64 // whole blocks of every type
             let w = weights(type, rows: 11, cols: k)
             let tokens: [Int32] = [3, 0, 10, 3, 7]
             let out = try upload([Float](repeating: .nan, count: tokens.count * k))

@@ -161,8 +161,8 @@ final class KernelTests: XCTestCase {
             XCTAssertEqual(ck_row_size(t, Int64(bs * 8)), 8 * bb, KType.name(t))
         }
         for t in KType.weights { XCTAssertEqual(ck_vec_dot_type(t), KType.dotType(t), KType.name(t)) }
-        XCTAssertEqual(ck_type_supported(10), 0) // Q2_K
-        XCTAssertEqual(ck_row_size(10, 256), 0)
+        XCTAssertEqual(ck_type_supported(16), 0) // IQ2_XXS
+        XCTAssertEqual(ck_row_size(16, 256), 0)
     }
 
     func testDequantizeMatchesReference() {

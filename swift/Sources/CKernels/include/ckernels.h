@@ -25,10 +25,14 @@ enum {
     CK_TYPE_Q5_1 = 7,
     CK_TYPE_Q8_0 = 8,
     CK_TYPE_Q8_1 = 9,
+    CK_TYPE_Q2_K = 10,
+    CK_TYPE_Q3_K = 11,
     CK_TYPE_Q4_K = 12,
     CK_TYPE_Q5_K = 13,
     CK_TYPE_Q6_K = 14,
     CK_TYPE_Q8_K = 15,
+    CK_TYPE_IQ4_NL = 20,
+    CK_TYPE_IQ4_XS = 23,
     CK_TYPE_BF16 = 30,
 };
 
@@ -49,7 +53,8 @@ void ck_set_isa_limit(int level);
 const char *ck_isa_name(void);
 
 int ck_type_supported(int type);
-/* Activation format a weight type multiplies with (Q8_0, Q8_1, Q8_K or F32); -1 if unsupported. */
+/* Activation format a weight type multiplies with (Q8_0, Q8_1, Q8_K or F32, as llama.cpp's CPU
+ * backend: Q8_K for Q2_K/Q3_K/IQ4_XS, Q8_0 for IQ4_NL); -1 if unsupported. */
 int ck_vec_dot_type(int wtype);
 /* Bytes of a row of n elements (n a multiple of the block size); 0 for unsupported types. */
 size_t ck_row_size(int type, int64_t n);
@@ -57,7 +62,8 @@ size_t ck_row_size(int type, int64_t n);
 int64_t ck_block_size(int type);
 
 /* F32 -> type. Q8_0/Q8_1/Q8_K, Q4_0/Q4_1/Q5_0/Q5_1, F16, BF16 round exactly like ggml's
- * reference quantizers; Q4_K/Q5_K/Q6_K use a simple (non-searching) max-abs/min-max fit. */
+ * reference quantizers; Q2_K..Q6_K, IQ4_NL and IQ4_XS use a simple (non-searching)
+ * max-abs/min-max fit. */
 void ck_quantize_row(int type, const float *x, void *y, int64_t n);
 /* type -> F32, every supported type (including Q8_1 and Q8_K). */
 void ck_dequantize_row(int type, const void *x, float *y, int64_t n);

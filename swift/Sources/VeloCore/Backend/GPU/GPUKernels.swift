@@ -14,8 +14,10 @@ enum GPUKernels {
         let constants: [UInt32]
     }
 
-    /// Weight types with GPU kernels (every type the CPU computes with).
-    static let weightTypes: [GGMLType] = [.f32, .f16, .bf16, .q4_0, .q4_1, .q5_0, .q5_1, .q8_0, .q4_K, .q5_K, .q6_K]
+    /// Weight types with GPU kernels (every type the CPU computes with). Kernel names end in the
+    /// lowercased ggml name (`matvec_q2_k`, `get_rows_iq4_nl`), the Makefile's WTYPES.
+    static let weightTypes: [GGMLType] = [.f32, .f16, .bf16, .q4_0, .q4_1, .q5_0, .q5_1, .q8_0, .q4_K, .q5_K, .q6_K,
+                                          .q2_K, .q3_K, .iq4_nl, .iq4_xs]
 
     static func suffix(_ t: GGMLType) -> String { suffixes[t] ?? t.name.lowercased() }
     /// Made once: kernels are looked up for every dispatch of every step.
@@ -92,8 +94,9 @@ enum GPUKernels {
     static func useCoop(_ device: GPUDevice) -> Bool { device.cooperativeMatrix && !coopDisabled }
     /// Weight types whose tensor-core products were checked on a device with cooperative
     /// matrices (bench/gpu/coopmat-check.ts on the H100, against the GPU's float32 path;
-    /// lavapipe has none): Q4_0, Q8_0 and the Q4_K model (Q4_K with Q6_K). The others keep the
-    /// portable matmul_T until each is checked.
+    /// lavapipe has none): Q4_0, Q8_0 and the Q4_K model (Q4_K with Q6_K). The others (Q2_K,
+    /// Q3_K, IQ4_NL and IQ4_XS included: their matmul_coop_T variants are built but unchecked)
+    /// keep the portable matmul_T until each is checked.
     static let coopTypes: Set<GGMLType> = [.q4_0, .q8_0, .q4_K, .q6_K]
     static func useCoop(_ device: GPUDevice, _ t: GGMLType) -> Bool { useCoop(device) && coopTypes.contains(t) }
     static func matmulCoop(_ t: GGMLType) -> Kernel {
