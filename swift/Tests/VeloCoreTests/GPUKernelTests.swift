@@ -166,9 +166,22 @@ final class GPUKernelTests: XCTestCase {
         }
     }
 
+    /// The gated MLP's activations of the kernels' `act` codes (glu.glsl) in float64: 1 SiLU,
+    /// 2 tanh-approximated GELU (ggml_gelu's formula).
+    static func gluAct(_ g: Double, _ act: UInt32) -> Double {
+        if act != 2 { return g / (1 + exp(-g)) }
+        let inner: Double = 0.7978845608028654 * g * (1 + 0.044715 * g * g)
+        return 0.5 * g * (1 + tanh(inner))
+    }
+
+    /// GELU's float rounding beyond the relative: tanh in float is good to a few 1e-7 in
+    /// absolute terms (GPU drivers build it from exp), and for negative gates 1 + tanh(...)
+    /// cancels, so the result is off by up to 0.5·|g|·|u| times that (here 2^-20, ~1e-6).
+    static func geluSlack(_ g: Double, _ u: Double, _ act: UInt32) -> Double { act == 2 ? abs(g * u) * 0x1p-21 : 0 }
+
     /// The fused MLP input (GLU mode of matvec_T / matvec_dot_T on interleaved (gate, up) rows, and
     /// the prefill path: matmul_T into interleaved products, then swiglu_pairs) against
-    /// silu(g)·u in float64.
+    /// act(g)·u in float64, for both activations (SiLU, GELU).
     func testGatedUp() throws {
         let dot = GPUKernels.integerDot(try device())
         for type in [GGMLType.f32, .f16, .bf16, .q4_0, .q5_1, .q8_0, .q4_K, .q6_K] {
@@ -179,70 +192,85 @@ final class GPUKernelTests: XCTestCase {
                     let wb = try upload(w.bytes)
                     for m in [1, 3, 16, 40] {
                         let x = random(m * k)
-                        // products, their error bounds (float, 8-bit activations), then silu(g)·u
+                        // products and their error bounds (float, 8-bit activations)
                         let (prod, tol, tolDot) = products(w.values, x, n: n, k: k, m: m)
-                        func silu(_ g: Double) -> Double { g / (1 + exp(-g)) }
-                        var want = [Double](repeating: 0, count: m * pairs)
-                        func bound(_ t: [Double]) -> [Double] {
-                            (0..<(m * pairs)).map { o in
-                                let i = o / pairs, p = o % pairs
-                                let g = prod[i * n + 2 * p], u = prod[i * n + 2 * p + 1]
-                                let dg = t[i * n + 2 * p], du = t[i * n + 2 * p + 1]
-                                // |silu'| <= 1.1; the cross term and float rounding
-                                return 1.1 * dg * (abs(u) + du) + abs(silu(g)) * du + abs(silu(g) * u) * 1e-5 + 1e-6
-                            }
-                        }
-                        for o in want.indices {
-                            let i = o / pairs, p = o % pairs
-                            want[o] = silu(prod[i * n + 2 * p]) * prod[i * n + 2 * p + 1]
-                        }
-                        let what = "\(type.name) pairs=\(pairs) M=\(m) K=\(k)"
                         let xb = try upload(x)
-                        if m <= GPUKernels.matvecMaxRows {
-                            let params = [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(pairs), 1]
-                            let yb = try upload([Float](repeating: .nan, count: m * pairs))
-                            try run(GPUKernels.matvec(type, rows: m), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m))
-                            assertClose(try read(yb, m * pairs), want, tolerance: bound(tol), "matvec glu " + what)
-                            if dot, GPUKernels.dotTypes.contains(type) {
-                                let sizes = GPUKernels.q8Bytes(k: k, m: m)
-                                let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
-                                try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
-                                let yd = try upload([Float](repeating: .nan, count: m * pairs))
-                                try run(GPUKernels.matvecDot(type, rows: m), [wb, xq, xd, yd], params, GPUKernels.matvecGroups(n: n, m: m, dot: true))
-                                assertClose(try read(yd, m * pairs), want, tolerance: bound(tolDot), "matvec_dot glu " + what)
-                            }
-                        }
-                        // prefill: interleaved products, then swiglu_pairs
+                        // prefill: interleaved products (then swiglu_pairs for each activation)
                         let sb = try upload([Float](repeating: .nan, count: m * n))
                         try run(GPUKernels.matmul(type), [wb, xb, sb], [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(n), 0],
                                 GPUKernels.matmulGroups(n: n, m: m))
-                        let gb = try upload([Float](repeating: .nan, count: m * pairs))
-                        let count = m * pairs
-                        try run(GPUKernels.swigluPairs, [sb, gb], [UInt32(count)], ((count + 255) / 256, 1, 1))
-                        assertClose(try read(gb, count), want, tolerance: bound(tol), "matmul + swiglu_pairs " + what)
+                        for act: UInt32 in [1, 2] {
+                            func f(_ g: Double) -> Double { Self.gluAct(g, act) }
+                            let want = (0..<(m * pairs)).map { o -> Double in
+                                let i = o / pairs, p = o % pairs
+                                return f(prod[i * n + 2 * p]) * prod[i * n + 2 * p + 1]
+                            }
+                            func bound(_ t: [Double]) -> [Double] {
+                                (0..<(m * pairs)).map { o in
+                                    let i = o / pairs, p = o % pairs
+                                    let g = prod[i * n + 2 * p], u = prod[i * n + 2 * p + 1]
+                                    let dg = t[i * n + 2 * p], du = t[i * n + 2 * p + 1]
+                                    // |silu'| <= 1.1, |gelu'| <= 1.13; the cross term and float rounding
+                                    let cross: Double = 1.2 * dg * (abs(u) + du) + abs(f(g)) * du
+                                    return cross + abs(f(g) * u) * 1e-5 + 1e-6 + Self.geluSlack(g, u, act)
+                                }
+                            }
+                            let what = "\(type.name) act=\(act) pairs=\(pairs) M=\(m) K=\(k)"
+                            if m <= GPUKernels.matvecMaxRows {
+                                let params = [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(pairs), act]
+                                let yb = try upload([Float](repeating: .nan, count: m * pairs))
+                                try run(GPUKernels.matvec(type, rows: m), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m))
+                                assertClose(try read(yb, m * pairs), want, tolerance: bound(tol), "matvec glu " + what)
+                                if dot, GPUKernels.dotTypes.contains(type) {
+                                    let sizes = GPUKernels.q8Bytes(k: k, m: m)
+                                    let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
+                                    try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
+                                    let yd = try upload([Float](repeating: .nan, count: m * pairs))
+                                    try run(GPUKernels.matvecDot(type, rows: m), [wb, xq, xd, yd], params, GPUKernels.matvecGroups(n: n, m: m, dot: true))
+                                    assertClose(try read(yd, m * pairs), want, tolerance: bound(tolDot), "matvec_dot glu " + what)
+                                }
+                            }
+                            let gb = try upload([Float](repeating: .nan, count: m * pairs))
+                            let count = m * pairs
+                            try run(GPUKernels.swigluPairs, [sb, gb], [UInt32(count), act], ((count + 255) / 256, 1, 1))
+                            assertClose(try read(gb, count), want, tolerance: bound(tol), "matmul + swiglu_pairs " + what)
+                        }
                     }
                 }
             }
         }
-        // swiglu_pairs alone, with fewer groups than values (grid-stride)
+        // swiglu_pairs alone, with fewer groups than values (grid-stride), gates far into both
+        // tails; the two activations must differ on these values (or the check could not tell)
         let count = 3000
-        let s = random(2 * count, scale: 4)
-        let sb = try upload(s), gb = try upload([Float](repeating: .nan, count: count))
-        try run(GPUKernels.swigluPairs, [sb, gb], [UInt32(count)], (3, 1, 1))
-        let want = (0..<count).map { Double(s[2 * $0]) / (1 + exp(-Double(s[2 * $0]))) * Double(s[2 * $0 + 1]) }
-        assertClose(try read(gb, count), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "swiglu_pairs")
+        var s = random(2 * count, scale: 4)
+        for j in stride(from: 0, to: count, by: 97) { s[2 * j] *= 10 }
+        let sb = try upload(s)
+        var results: [[Float]] = []
+        for act: UInt32 in [1, 2] {
+            let gb = try upload([Float](repeating: .nan, count: count))
+            try run(GPUKernels.swigluPairs, [sb, gb], [UInt32(count), act], (3, 1, 1))
+            let want = (0..<count).map { Self.gluAct(Double(s[2 * $0]), act) * Double(s[2 * $0 + 1]) }
+            results.append(try read(gb, count))
+            let tol = (0..<count).map { i -> Double in abs(want[i]) * 1e-5 + 1e-6 + Self.geluSlack(Double(s[2 * i]), Double(s[2 * i + 1]), act) }
+            assertClose(results[results.count - 1], want, tolerance: tol, "swiglu_pairs act=\(act)")
+        }
+        XCTAssertGreaterThan(zip(results[0], results[1]).filter { abs($0 - $1) > 1e-2 }.count, count / 4, "swiglu_pairs: SiLU and GELU agree")
     }
 
+    /// Embedding rows, dequantized, times `scale` (1, Gemma's √dim, and a negative one).
     func testGetRowsEveryType() throws {
         for type in GPUKernels.weightTypes {
             let k = type.blockSize == 256 ? 256 : 64 // whole blocks of every type
             let w = weights(type, rows: 11, cols: k)
             let tokens: [Int32] = [3, 0, 10, 3, 7]
-            let out = try upload([Float](repeating: .nan, count: tokens.count * k))
-            try run(GPUKernels.getRows(type), [try upload(w.bytes), try upload(tokens), out],
-                    [UInt32(k), UInt32(w.rowBytes), UInt32(tokens.count)], (tokens.count, 1, 1))
-            let want = tokens.flatMap { t in (0..<k).map { Double(w.values[Int(t) * k + $0]) } }
-            assertClose(try read(out, tokens.count * k), want, tolerance: want.map { abs($0) * 1e-6 + 1e-7 }, "get_rows \(type.name)")
+            let wb = try upload(w.bytes), tb = try upload(tokens)
+            for scale: Float in [1, Float(k).squareRoot(), -0.37] {
+                let out = try upload([Float](repeating: .nan, count: tokens.count * k))
+                try run(GPUKernels.getRows(type), [wb, tb, out],
+                        [UInt32(k), UInt32(w.rowBytes), UInt32(tokens.count), scale.bitPattern], (tokens.count, 1, 1))
+                let want = tokens.flatMap { t in (0..<k).map { Double(w.values[Int(t) * k + $0]) * Double(scale) } }
+                assertClose(try read(out, tokens.count * k), want, tolerance: want.map { abs($0) * 1e-6 + 1e-7 }, "get_rows \(type.name) scale=\(scale)")
+            }
         }
     }
 
@@ -256,7 +284,7 @@ final class GPUKernelTests: XCTestCase {
                 let outRows = select ? rowsel.map(Int.init) : Array(0..<rows)
                 let out = try upload([Float](repeating: .nan, count: outRows.count * n))
                 try run(GPUKernels.rmsNorm, [try upload(x), try upload(w), out, try upload(rowsel.isEmpty ? [0] : rowsel)],
-                        [UInt32(n), UInt32(outRows.count), eps.bitPattern, select ? 1 : 0, UInt32(n)], (outRows.count, 1, 1))
+                        [UInt32(n), UInt32(outRows.count), eps.bitPattern, select ? 1 : 0, UInt32(n), 1, UInt32(n)], (outRows.count, 1, 1))
                 var want: [Double] = []
                 for r in outRows {
                     let ss = (0..<n).reduce(0.0) { $0 + Double(x[r * n + $1]) * Double(x[r * n + $1]) }
@@ -264,6 +292,45 @@ final class GPUKernelTests: XCTestCase {
                     want += (0..<n).map { Double(x[r * n + $0]) * scale * Double(w[$0]) }
                 }
                 assertClose(try read(out, outRows.count * n), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "rms_norm n=\(n) rowsel=\(select)")
+            }
+        }
+    }
+
+    /// Q/K head norms (heads > 1): each head of `n` values normalized on its own, rows of heads
+    /// `xStride` apart. In place on a view of a wider row (K inside a Q|K|V row, as GPUForward
+    /// runs it: the rest of the row must stay as it was), and into rows `yStride` apart.
+    func testRMSNormHeads() throws {
+        for (n, heads) in [(7, 3), (64, 8), (128, 2), (256, 4), (5000, 2)] {
+            let tokens = 3, eps: Float = 1e-6
+            let off = 64, xStride = off + heads * n + 37 // the view starts `off` floats into each row
+            let x = random(tokens * xStride, scale: 3), w = random(n)
+            var want = x.map(Double.init)
+            for t in 0..<tokens {
+                for h in 0..<heads {
+                    let b = t * xStride + off + h * n
+                    let ss = (0..<n).reduce(0.0) { $0 + Double(x[b + $1]) * Double(x[b + $1]) }
+                    let scale = 1 / (ss / Double(n) + Double(eps)).squareRoot()
+                    for j in 0..<n { want[b + j] = Double(x[b + j]) * scale * Double(w[j]) }
+                }
+            }
+            let wb = try upload(w), sel = try upload([Int32(0)])
+            let params = [UInt32(n), UInt32(tokens * heads), eps.bitPattern, 0, UInt32(xStride), UInt32(heads), UInt32(xStride)]
+            let buf = try upload(x)
+            let view = GPUBinding(buf, offset: off * 4)
+            try run(GPUKernels.rmsNorm, bindings: [view, GPUBinding(wb), view, GPUBinding(sel)], params, (tokens * heads, 1, 1))
+            assertClose(try read(buf, x.count), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "rms_norm heads=\(heads) n=\(n) in place")
+            // out of place, output rows yStride apart (the gaps stay NaN)
+            let yStride = heads * n + 5
+            let yb = try upload([Float](repeating: .nan, count: tokens * yStride))
+            try run(GPUKernels.rmsNorm, bindings: [GPUBinding(try upload(x), offset: off * 4), GPUBinding(wb), GPUBinding(yb), GPUBinding(sel)],
+                    [UInt32(n), UInt32(tokens * heads), eps.bitPattern, 0, UInt32(xStride), UInt32(heads), UInt32(yStride)], (tokens * heads, 1, 1))
+            let got = try read(yb, tokens * yStride)
+            for t in 0..<tokens {
+                let w0 = t * xStride + off
+                let wantRow = Array(want[w0..<(w0 + heads * n)])
+                assertClose(Array(got[(t * yStride)..<(t * yStride + heads * n)]), wantRow, tolerance: wantRow.map { abs($0) * 1e-5 + 1e-6 },
+                            "rms_norm heads=\(heads) n=\(n) token \(t) into rows of \(yStride)")
+                XCTAssert(got[(t * yStride + heads * n)..<((t + 1) * yStride)].allSatisfy(\.isNaN), "rms_norm heads=\(heads) n=\(n): wrote past token \(t)'s heads")
             }
         }
     }
@@ -300,63 +367,122 @@ final class GPUKernelTests: XCTestCase {
         }
     }
 
-    /// rope_store (the fused kernel) against rope on q and k, then kv_store.
+    // MARK: rope
+
+    /// Llama 3.1's per-pair frequencies: base^(-2i/dims), kept for short wavelengths (under
+    /// original/high turns), divided by `factor` for long ones (over original/low), a smooth
+    /// ramp between; `original` small so that short tables have pairs of all three kinds.
+    static func llama31Freqs(base: Double, dims: Int, original: Double = 2048, factor: Double = 8, low: Double = 1, high: Double = 4) -> [Float] {
+        (0..<dims / 2).map { i in
+            let f = pow(base, -2.0 * Double(i) / Double(dims)), wavelen = 2 * Double.pi / f
+            if wavelen < original / high { return Float(f) }
+            if wavelen > original / low { return Float(f / factor) }
+            let smooth = (original / wavelen - low) / (high - low)
+            return Float((1 - smooth) * f / factor + smooth * f)
+        }
+    }
+
+    /// The rotation in float64: pair i of each head (2i, 2i+1, or i, i + ropeDim/2 for neox)
+    /// turned by pos·freqs[i] (the float table's values exactly) and scaled by `magnitude`;
+    /// values past ropeDim unchanged. Rows `stride` apart, heads `hd` apart. Also the error
+    /// bound of each value, relative to the pair's size: cos/sin and the products (2e-5, with
+    /// margin), and the angle's, |θ|·2^-22 (shaders/README.md): the kernels reduce θ modulo 2π
+    /// with fma, exact only where fma rounds once, and Vulkan lets it round twice (lavapipe
+    /// does: about 2e-3 rad at θ = 131000 here).
+    static func ropeReference(_ x: [Float], rows: Int, heads: Int, hd: Int, ropeDim: Int, neox: Bool, stride: Int,
+                              pos: [Int32], freqs: [Float], magnitude: Float) -> (want: [Double], tol: [Double]) {
+        var want = x.map(Double.init), tol = [Double](repeating: 0, count: x.count)
+        let half = ropeDim / 2, m = Double(magnitude)
+        for r in 0..<rows {
+            for h in 0..<heads {
+                let base = r * stride + h * hd
+                for i in 0..<half {
+                    let theta = Double(pos[r]) * Double(freqs[i])
+                    let (a, b) = neox ? (base + i, base + i + half) : (base + 2 * i, base + 2 * i + 1)
+                    let xa = Double(x[a]), xb = Double(x[b])
+                    want[a] = m * (xa * cos(theta) - xb * sin(theta))
+                    want[b] = m * (xa * sin(theta) + xb * cos(theta))
+                    tol[a] = (2e-5 + abs(theta) * 0x1p-22) * m * (abs(xa) + abs(xb)) + 1e-7
+                    tol[b] = tol[a]
+                }
+            }
+        }
+        return (want, tol)
+    }
+
+    /// rope with Llama 3.1 frequency tables and a YaRN-like magnitude, at positions up to 131000
+    /// (angles of 10^5 radians reduced in float32), against float64; past ropeDim and between
+    /// rows nothing changes.
+    func testRope() throws {
+        let cases: [(Bool, Int, Int, Double)] = [(false, 8, 8, 10000), (true, 16, 16, 500000), (false, 64, 32, 10000), (true, 64, 48, 500000), (true, 128, 128, 500000)]
+        for (neox, hd, ropeDim, base) in cases {
+            let rows = 4, heads = 2, stride = heads * hd + 3
+            let x = random(rows * stride)
+            let pos: [Int32] = [0, 7, 1000, 131000]
+            let freqs = Self.llama31Freqs(base: base, dims: ropeDim)
+            let plain = (0..<ropeDim / 2).map { Float(pow(base, -2.0 * Double($0) / Double(ropeDim))) }
+            if ropeDim >= 16 { XCTAssertNotEqual(freqs, plain, "the table must differ from base^(-2i/d)") }
+            for magnitude: Float in [1, 1.2079442] {
+                let buf = try upload(x)
+                try run(GPUKernels.rope, [buf, try upload(pos), try upload(freqs)],
+                        [UInt32(rows), UInt32(heads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, magnitude.bitPattern, UInt32(stride)],
+                        (rows, heads, 1))
+                let (want, tol) = Self.ropeReference(x, rows: rows, heads: heads, hd: hd, ropeDim: ropeDim, neox: neox, stride: stride,
+                                                     pos: pos, freqs: freqs, magnitude: magnitude)
+                assertClose(try read(buf, x.count), want, tolerance: tol, "rope neox=\(neox) hd=\(hd) ropeDim=\(ropeDim) magnitude=\(magnitude)")
+            }
+        }
+    }
+
+    /// rope_store (the fused kernel) against float64 (Q in place, K rotated into the pages, V
+    /// copied), and against rope on q and k, then kv_store; a Llama 3.1 table and magnitude 1.2.
     func testRopeStore() throws {
         for (neox, heads, kvHeads, hd, ropeDim) in [(false, 4, 2, 16, 16), (true, 6, 2, 64, 48), (false, 8, 8, 128, 128)] {
-            let n = 3, kvDim = kvHeads * hd, ps = 4, layers = 2, layer = 1
+            let n = 3, kvDim = kvHeads * hd, ps = 4, layers = 2, layer = 1, pages = 8
             let pageStride = layers * 2 * ps * kvDim
-            // tokens 0 and 1 of one sequence (pages 3, 1), token 2 of another (pages 7, 0)
-            let positions: [Int32] = [0, 5, 3], tokpt: [Int32] = [0, 0, 2], pagetab: [Int32] = [3, 1, 7, 0]
+            // tokens 0 and 1 of one sequence (pages 3, 1), token 2 of another at position 1003
+            // (its page list from pagetab[2]: entry 250 is page 7, the others page 0, unread)
+            let positions: [Int32] = [0, 5, 1003], tokpt: [Int32] = [0, 0, 2]
+            var pagetab: [Int32] = [3, 1] + [Int32](repeating: 0, count: 251)
+            pagetab[2 + 1003 / ps] = 7
             let q = random(n * heads * hd), k = random(n * kvDim), v = random(n * kvDim)
-            let base: Float = 10000, scale: Float = 1
+            let freqs = Self.llama31Freqs(base: 500000, dims: ropeDim), magnitude: Float = 1.2
             let layerOff = UInt32(layer * 2 * ps * kvDim)
-            let posB = try upload(positions), ptB = try upload(tokpt), tabB = try upload(pagetab)
+            let posB = try upload(positions), ptB = try upload(tokpt), tabB = try upload(pagetab), freqB = try upload(freqs)
             // reference path
-            let q1 = try upload(q), k1 = try upload(k), kv1 = try upload([Float](repeating: 0, count: 8 * pageStride))
-            try run(GPUKernels.rope, [q1, posB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, base.bitPattern, scale.bitPattern, UInt32(heads * hd)], (n, heads, 1))
-            try run(GPUKernels.rope, [k1, posB], [UInt32(n), UInt32(kvHeads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, base.bitPattern, scale.bitPattern, UInt32(kvDim)], (n, kvHeads, 1))
+            let q1 = try upload(q), k1 = try upload(k), kv1 = try upload([Float](repeating: 0, count: pages * pageStride))
+            try run(GPUKernels.rope, [q1, posB, freqB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, magnitude.bitPattern, UInt32(heads * hd)], (n, heads, 1))
+            try run(GPUKernels.rope, [k1, posB, freqB], [UInt32(n), UInt32(kvHeads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, magnitude.bitPattern, UInt32(kvDim)], (n, kvHeads, 1))
             try run(GPUKernels.kvStore, [k1, try upload(v), kv1, posB, ptB, tabB], [UInt32(n), UInt32(kvDim), UInt32(ps), UInt32(pageStride), layerOff, UInt32(kvDim)], (n, (kvDim + 63) / 64, 1))
             // fused, Q, K and V as views of one Q|K|V row (as GPUForward lays them out)
             let qd = heads * hd, width = qd + 2 * kvDim
             var rowsQKV = [Float]()
             for t in 0..<n { rowsQKV += q[(t * qd)..<((t + 1) * qd)] + k[(t * kvDim)..<((t + 1) * kvDim)] + v[(t * kvDim)..<((t + 1) * kvDim)] }
-            let qkv = try upload(rowsQKV), kv2 = try upload([Float](repeating: 0, count: 8 * pageStride))
+            let qkv = try upload(rowsQKV), kv2 = try upload([Float](repeating: 0, count: pages * pageStride))
             try run(GPUKernels.ropeStore, bindings: [GPUBinding(qkv), GPUBinding(qkv, offset: qd * 4), GPUBinding(qkv, offset: (qd + kvDim) * 4),
-                                                     GPUBinding(kv2), GPUBinding(posB), GPUBinding(ptB), GPUBinding(tabB)],
-                    [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, base.bitPattern, scale.bitPattern,
+                                                     GPUBinding(kv2), GPUBinding(posB), GPUBinding(ptB), GPUBinding(tabB), GPUBinding(freqB)],
+                    [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, magnitude.bitPattern,
                      UInt32(kvDim), UInt32(ps), UInt32(pageStride), layerOff, UInt32(width), UInt32(width)], (n, heads + kvHeads, 1))
-            let wantQ = try read(q1, q.count).map(Double.init), wantKV = try read(kv1, 8 * pageStride).map(Double.init)
-            let got = try read(qkv, n * width)
+            let what = "neox=\(neox) hd=\(hd) ropeDim=\(ropeDim)"
+            let got = try read(qkv, n * width), gotKV = try read(kv2, pages * pageStride)
             let gotQ = (0..<n).flatMap { got[($0 * width)..<($0 * width + qd)] }
-            assertClose(gotQ, wantQ, tolerance: wantQ.map { abs($0) * 1e-6 + 1e-6 }, "rope_store q neox=\(neox) hd=\(hd)")
-            assertClose(try read(kv2, 8 * pageStride), wantKV, tolerance: wantKV.map { abs($0) * 1e-6 + 1e-6 }, "rope_store kv neox=\(neox) hd=\(hd)")
-        }
-    }
-
-    func testRope() throws {
-        for (neox, hd, ropeDim) in [(false, 8, 8), (true, 16, 16), (false, 64, 32), (true, 64, 48)] {
-            let rows = 3, heads = 2, stride = heads * hd
-            let x = random(rows * stride)
-            let pos: [Int32] = [0, 7, 1000]
-            let base: Float = 10000, scale: Float = 0.5
-            let buf = try upload(x)
-            try run(GPUKernels.rope, [buf, try upload(pos)],
-                    [UInt32(rows), UInt32(heads), UInt32(hd), UInt32(ropeDim), neox ? 1 : 0, base.bitPattern, scale.bitPattern, UInt32(stride)],
-                    (rows, heads, 1))
-            var want = x.map(Double.init)
-            let half = ropeDim / 2
-            for r in 0..<rows {
-                for h in 0..<heads {
-                    for i in 0..<half {
-                        let theta = Double(Float(pos[r]) * scale) * pow(Double(base), -2.0 * Double(i) / Double(ropeDim))
-                        let (a, b) = neox ? (r * stride + h * hd + i, r * stride + h * hd + i + half) : (r * stride + h * hd + 2 * i, r * stride + h * hd + 2 * i + 1)
-                        want[a] = Double(x[a]) * cos(theta) - Double(x[b]) * sin(theta)
-                        want[b] = Double(x[a]) * sin(theta) + Double(x[b]) * cos(theta)
-                    }
-                }
+            // float64
+            let rq = Self.ropeReference(q, rows: n, heads: heads, hd: hd, ropeDim: ropeDim, neox: neox, stride: qd, pos: positions, freqs: freqs, magnitude: magnitude)
+            let rk = Self.ropeReference(k, rows: n, heads: kvHeads, hd: hd, ropeDim: ropeDim, neox: neox, stride: kvDim, pos: positions, freqs: freqs, magnitude: magnitude)
+            assertClose(gotQ, rq.want, tolerance: rq.tol, "rope_store q (float64) " + what)
+            var pagedK: [Float] = [], pagedV: [Float] = []
+            for t in 0..<n {
+                let pos = Int(positions[t]), page = Int(pagetab[Int(tokpt[t]) + pos / ps]), slot = pos % ps
+                let kb = page * pageStride + Int(layerOff), vb = kb + ps * kvDim + slot * kvDim
+                pagedK += (0..<kvDim).map { gotKV[kb + $0 * ps + slot] }
+                pagedV += gotKV[vb..<(vb + kvDim)]
             }
-            // positions up to 1000 radians: float32 angle arithmetic costs ~1e-4
-            assertClose(try read(buf, x.count), want, tolerance: want.map { _ in 2e-3 }, "rope neox=\(neox) hd=\(hd) ropeDim=\(ropeDim)")
+            assertClose(pagedK, rk.want, tolerance: rk.tol, "rope_store k (float64) " + what)
+            XCTAssertEqual(pagedV, v, "rope_store v " + what)
+            // the unfused kernels
+            let wantQ = try read(q1, q.count).map(Double.init), wantKV = try read(kv1, pages * pageStride).map(Double.init)
+            assertClose(gotQ, wantQ, tolerance: wantQ.map { abs($0) * 1e-6 + 1e-6 }, "rope_store q " + what)
+            assertClose(gotKV, wantKV, tolerance: wantKV.map { abs($0) * 1e-6 + 1e-6 }, "rope_store kv " + what)
         }
     }
 
@@ -388,10 +514,42 @@ final class GPUKernelTests: XCTestCase {
         try run(GPUKernels.add, [ab, try upload(b)], [UInt32(count)], ((count + 255) / 256, 1, 1))
         let sum = (0..<count).map { Double(a[$0]) + Double(b[$0]) }
         assertClose(try read(ab, count), sum, tolerance: sum.map { abs($0) * 1e-6 + 1e-7 }, "add")
-        let gb = try upload(a)
-        try run(GPUKernels.swiglu, [gb, try upload(b)], [UInt32(count)], ((count + 255) / 256, 1, 1))
-        let sw = (0..<count).map { Double(a[$0]) / (1 + exp(-Double(a[$0]))) * Double(b[$0]) }
-        assertClose(try read(gb, count), sw, tolerance: sw.map { abs($0) * 1e-5 + 1e-6 }, "swiglu")
+        // swiglu with both activations (1 SiLU, 2 GELU), gates up to ±4
+        let upB = try upload(b)
+        var acts: [[Float]] = []
+        for act: UInt32 in [1, 2] {
+            let gb = try upload(a)
+            try run(GPUKernels.swiglu, [gb, upB], [UInt32(count), act], ((count + 255) / 256, 1, 1))
+            let sw = (0..<count).map { Self.gluAct(Double(a[$0]), act) * Double(b[$0]) }
+            acts.append(try read(gb, count))
+            let tol = (0..<count).map { i -> Double in abs(sw[i]) * 1e-5 + 1e-6 + Self.geluSlack(Double(a[i]), Double(b[i]), act) }
+            assertClose(acts[acts.count - 1], sw, tolerance: tol, "swiglu act=\(act)")
+        }
+        XCTAssertGreaterThan(zip(acts[0], acts[1]).filter { abs($0 - $1) > 1e-2 }.count, count / 4, "swiglu: SiLU and GELU agree")
+        // add_bias: a bias of 300 on 4 rows 320 floats apart (the rest of each row untouched)
+        do {
+            let (n, rows, stride) = (300, 4, 320)
+            let x = random(rows * stride, scale: 4), bias = random(n)
+            let xb = try upload(x)
+            try run(GPUKernels.addBias, [xb, try upload(bias)], [UInt32(n), UInt32(rows), UInt32(stride)], ((n + 255) / 256, rows, 1))
+            let want = (0..<(rows * stride)).map { i -> Double in Double(x[i]) + (i % stride < n ? Double(bias[i % stride]) : 0) }
+            assertClose(try read(xb, rows * stride), want, tolerance: want.map { abs($0) * 1e-6 + 1e-7 }, "add_bias")
+            XCTAssertGreaterThan(zip(x, want).filter { abs(Double($0) - $1) > 1e-3 }.count, rows * n / 2)
+        }
+        // softcap: cap·tanh(x/cap) in place (Gemma 2's final logits, cap 30; and a cap of 0.5),
+        // values from tiny to far past the clamp of the tanh argument (±15); one workgroup per
+        // 256 values, and 3 workgroups striding over 3000. tanh in float is good to a few 1e-7
+        // in absolute terms (not relative, near 0), so the bound has cap·1e-6 besides.
+        let caps: [(Float, Int, Int)] = [(30, 1000, 4), (0.5, 3000, 3)]
+        for (cap, n, groups) in caps {
+            var x = random(n, scale: 6 * cap)
+            x[0] = 0; x[1] = 1e-3; x[2] = -1e4; x[3] = 1e4; x[4] = 20 * cap; x[5] = -16 * cap
+            let xb = try upload(x)
+            try run(GPUKernels.softcap, [xb], [UInt32(n), cap.bitPattern], (groups, 1, 1))
+            let want = x.map { Double(cap) * tanh(Double($0) / Double(cap)) }
+            assertClose(try read(xb, n), want, tolerance: want.map { abs($0) * 1e-5 + Double(cap) * 1e-6 }, "softcap cap=\(cap)")
+            XCTAssertGreaterThan(zip(x, want).filter { abs(Double($0) - $1) > 0.1 * Double(cap) }.count, n / 2)
+        }
         // split-K planes (3 of 5 x 7) summed into rows 9 floats apart (the gaps stay NaN)
         let (n, m, splits, yStride) = (7, 5, 3, 9)
         let planes = random(splits * m * n)
@@ -417,24 +575,21 @@ final class GPUKernelTests: XCTestCase {
         }
     }
 
-    /// kv_store then attention through page tables, for two sequences sharing a batch with
-    /// positions that cross page edges, GQA groups (1, 3, 4, 8 query heads per KV head) and odd
-    /// head sizes; single-split (direct) and split-K (partials + attention_combine) paths, short
-    /// and long (300+ keys, many tiles and splits) contexts; against softmax(QKᵀ)V.
-    func testPagedAttention() throws {
-        // (heads, kvHeads, hd, pageSize, sequence lengths, fresh tokens per sequence)
-        let cases: [(Int, Int, Int, Int, [Int], [Int])] = [
-            (4, 2, 16, 4, [37, 6], [3, 2]), (3, 1, 40, 16, [37, 6], [3, 2]), (8, 8, 64, 16, [37, 6], [3, 2]),
-            (2, 1, 128, 8, [37, 6], [3, 2]),
-            (32, 8, 128, 16, [333, 17], [1, 1]), (8, 1, 80, 16, [517, 40], [2, 1]), (16, 2, 64, 16, [1000, 70], [1, 3]),
-            (4, 4, 128, 16, [129, 2], [2, 1]), (9, 1, 64, 16, [260, 100], [1, 1]),
-            // prefill-sized: many fresh tokens, so attention_tiled gets several blocks a sequence
-            (4, 2, 16, 4, [37, 6], [37, 6]), (32, 8, 128, 16, [333, 17], [45, 17]), (9, 1, 64, 16, [70, 100], [13, 31]),
-            (3, 1, 12, 8, [50, 33], [50, 20]), (2, 2, 8, 16, [90, 1], [90, 1]),
-        ]
-        for (heads, kvHeads, hd, pageSize, lengths, fresh) in cases {
+    /// One batch of two sequences for the attention kernels: (heads, kvHeads, hd, pageSize,
+    /// sequence lengths, fresh tokens per sequence, softcap, window).
+    typealias AttentionCase = (heads: Int, kvHeads: Int, hd: Int, pageSize: Int, lengths: [Int], fresh: [Int], softcap: Float, window: Int)
+
+    /// kv_store then attention (split-K with the host's plan, one split, and fixed chunks; and
+    /// attention_tiled where the shape suits it) through page tables, against softmax(QKᵀ)V in
+    /// float64 with the softcap (cap·tanh(s/cap)) and the window (a query at position q sees keys
+    /// max(0, q - window + 1) ... q). Keys before every window of their sequence get V rows of
+    /// 1000s, so any weight on them shows; with a softcap the scores are scaled up to about ±1 and
+    /// more, so that the cap bends them (checked on the reference).
+    func checkPagedAttention(_ cases: [AttentionCase]) throws {
+        for (heads, kvHeads, hd, pageSize, lengths, fresh, softcap, window) in cases {
             let kvDim = kvHeads * hd, layers = 2, layer = 1
             let pageStride = layers * 2 * pageSize * kvDim
+            func firstKey(_ pos: Int) -> Int { window > 0 && pos + 1 > window ? pos + 1 - window : 0 }
             // every sequence on its own shuffled pages
             let pagesPer = lengths.map { ($0 + pageSize - 1) / pageSize }
             let pageCount = pagesPer.reduce(0, +) + 2
@@ -445,7 +600,14 @@ final class GPUKernelTests: XCTestCase {
             for c in pagesPer { pageLists.append(perm[next..<(next + c)].map { Int32($0) }); next += c }
             var kvHost = [Float](repeating: 0, count: pageCount * pageStride)
             var keys = lengths.map { [[Float]](repeating: [], count: $0) }, values = keys
-            for s in 0..<2 { for j in 0..<lengths[s] { keys[s][j] = random(kvDim); values[s][j] = random(kvDim) } }
+            for s in 0..<2 {
+                // the batch's first token of the sequence has the earliest window
+                let unseen = firstKey(lengths[s] - fresh[s])
+                for j in 0..<lengths[s] {
+                    keys[s][j] = random(kvDim)
+                    values[s][j] = j < unseen ? [Float](repeating: 1000, count: kvDim) : random(kvDim)
+                }
+            }
             // the earlier positions are written by the host; each sequence's last `fresh` come in
             // this batch through kv_store
             for s in 0..<2 {
@@ -483,21 +645,33 @@ final class GPUKernelTests: XCTestCase {
                 for i in 0..<(heads * hd) { padded[t * qStride + i] = q[t * heads * hd + i] }
             }
             let qB = try upload(padded)
-            let scale = 1 / Float(hd).squareRoot()
-            var want: [Double] = []
-            for t in 0..<n {
-                let s = tokseq[t]
-                let len = Int(tokpos[t]) + 1
-                for h in 0..<heads {
-                    let kvh = h / (heads / kvHeads)
-                    let qh = (0..<hd).map { Double(q[(t * heads + h) * hd + $0]) }
-                    let sc = (0..<len).map { j in (0..<hd).reduce(0.0) { $0 + qh[$1] * Double(keys[s][j][kvh * hd + $1]) } * Double(scale) }
-                    let m = sc.max()!
-                    let e = sc.map { exp($0 - m) }
-                    let z = e.reduce(0, +)
-                    want += (0..<hd).map { d in (0..<len).reduce(0.0) { $0 + e[$1] / z * Double(values[s][$1][kvh * hd + d]) } }
+            let scale = (softcap > 0 ? 3 : 1) / Float(hd).squareRoot()
+            func reference(cap: Float) -> [Double] {
+                var want: [Double] = []
+                for t in 0..<n {
+                    let s = tokseq[t]
+                    let first = firstKey(Int(tokpos[t])), len = Int(tokpos[t]) + 1
+                    for h in 0..<heads {
+                        let kvh = h / (heads / kvHeads)
+                        let qh = (0..<hd).map { Double(q[(t * heads + h) * hd + $0]) }
+                        let sc = (first..<len).map { j -> Double in
+                            let x = (0..<hd).reduce(0.0) { $0 + qh[$1] * Double(keys[s][j][kvh * hd + $1]) } * Double(scale)
+                            return cap > 0 ? Double(cap) * tanh(x / Double(cap)) : x
+                        }
+                        let m = sc.max()!
+                        let e = sc.map { exp($0 - m) }
+                        let z = e.reduce(0, +)
+                        want += (0..<hd).map { d in (first..<len).reduce(0.0) { $0 + e[$1 - first] / z * Double(values[s][$1][kvh * hd + d]) } }
+                    }
                 }
+                return want
             }
+            let want = reference(cap: softcap)
+            let what = "heads=\(heads)/\(kvHeads) hd=\(hd) page=\(pageSize) lengths=\(lengths) fresh=\(fresh) softcap=\(softcap) window=\(window)"
+            if softcap > 0 {
+                XCTAssertGreaterThan(zip(want, reference(cap: 0)).map { abs($0 - $1) }.max()!, 1e-2, "the softcap must matter: " + what)
+            }
+            let mask = [softcap.bitPattern, UInt32(window)]
             // the host's plan (decode-sized workspace), one split (direct), and fixed chunks
             let keysMax = lengths.max()!
             let planned = GPUKernels.attentionSplits(keys: keysMax, n: n, maxTokens: 16, maxContext: 4096)
@@ -508,7 +682,7 @@ final class GPUKernelTests: XCTestCase {
                 let part = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
                 try run(GPUKernels.attention, [qB, kv, out, posB, ptB, tabB, part],
                         [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
-                         scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)],
+                         scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)] + mask,
                         (n, kvHeads, splits))
                 if splits > 1 {
                     let params = [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)]
@@ -527,7 +701,7 @@ final class GPUKernelTests: XCTestCase {
                     }
                 }
                 assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
-                            "attention heads=\(heads)/\(kvHeads) hd=\(hd) page=\(pageSize) lengths=\(lengths) chunk=\(chunk) splits=\(splits)")
+                            "attention \(what) chunk=\(chunk) splits=\(splits)")
             }
             // FlashAttention-2 tiles over query blocks (each case's shapes suit the kernel
             // except head sizes past 128)
@@ -536,14 +710,30 @@ final class GPUKernelTests: XCTestCase {
                 let out = try upload([Float](repeating: .nan, count: n * heads * hd))
                 try run(GPUKernels.attentionTiled, [qB, kv, out, posB, ptB, tabB, try upload(blocks)],
                         [UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
-                         scale.bitPattern, UInt32(qStride)],
+                         scale.bitPattern, UInt32(qStride)] + mask,
                         (blocks.count / 2, kvHeads, 1))
-                assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
-                            "attention_tiled heads=\(heads)/\(kvHeads) hd=\(hd) page=\(pageSize) lengths=\(lengths) fresh=\(fresh)")
+                assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 }, "attention_tiled \(what)")
             } else {
                 XCTAssert(hd > GPUKernels.attentionTiledMaxHeadDim || hd % 4 != 0, "attention_tiled should take heads=\(heads)/\(kvHeads) hd=\(hd)")
             }
         }
+    }
+
+    /// Two sequences sharing a batch with positions that cross page edges, GQA groups (1, 3, 4,
+    /// 8 query heads per KV head) and odd head sizes; single-split (direct) and split-K (partials
+    /// + attention_combine) paths, short and long (300+ keys, many tiles and splits) contexts;
+    /// no softcap, no window.
+    func testPagedAttention() throws {
+        let cases: [AttentionCase] = [
+            (4, 2, 16, 4, [37, 6], [3, 2], 0, 0), (3, 1, 40, 16, [37, 6], [3, 2], 0, 0), (8, 8, 64, 16, [37, 6], [3, 2], 0, 0),
+            (2, 1, 128, 8, [37, 6], [3, 2], 0, 0),
+            (32, 8, 128, 16, [333, 17], [1, 1], 0, 0), (8, 1, 80, 16, [517, 40], [2, 1], 0, 0), (16, 2, 64, 16, [1000, 70], [1, 3], 0, 0),
+            (4, 4, 128, 16, [129, 2], [2, 1], 0, 0), (9, 1, 64, 16, [260, 100], [1, 1], 0, 0),
+            // prefill-sized: many fresh tokens, so attention_tiled gets several blocks a sequence
+            (4, 2, 16, 4, [37, 6], [37, 6], 0, 0), (32, 8, 128, 16, [333, 17], [45, 17], 0, 0), (9, 1, 64, 16, [70, 100], [13, 31], 0, 0),
+            (3, 1, 12, 8, [50, 33], [50, 20], 0, 0), (2, 2, 8, 16, [90, 1], [90, 1], 0, 0),
+        ]
+        try checkPagedAttention(cases)
         // query blocks: one sequence each, consecutive, at most 32 / G tokens, all tokens covered
         let seq = [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2]
         XCTAssertEqual(GPUKernels.attentionQueryBlocks(sequence: seq, group: 4), [0, 3, 3, 8, 11, 1, 12, 1])
@@ -565,5 +755,23 @@ final class GPUKernelTests: XCTestCase {
             XCTAssert(chunk % GPUKernels.attentionTile == 0 && chunk * splits >= keys && chunk * (splits - 1) < keys, "plan n=\(n) keys=\(keys)")
             XCTAssert(splits == 1 || n * splits <= lim.capacity, "plan n=\(n) keys=\(keys) splits=\(splits)")
         }
+    }
+
+    /// Softcapped scores (Gemma 2) and sliding windows: windows that leave whole splits of the
+    /// split-K kernel empty (chunks of 32 with a window of 40 over 333 keys: splits 0-8 hold no
+    /// key of it), that start inside a page or on its edge, of 1 key (the query's own), past the
+    /// context (no effect); in prefill batches, windows shorter than a key tile so that a query
+    /// block's later rows find whole tiles before their window (G = 1: 32 tokens a block).
+    func testPagedAttentionSoftcapAndWindow() throws {
+        let cases: [AttentionCase] = [
+            (4, 2, 16, 4, [37, 6], [3, 2], 1.5, 8), (3, 1, 40, 16, [37, 6], [3, 2], 0, 3),
+            (32, 8, 128, 16, [333, 17], [1, 1], 0, 40), (8, 1, 80, 16, [517, 40], [2, 1], 2, 100),
+            (16, 2, 64, 16, [1000, 70], [1, 3], 0, 1), (9, 1, 64, 16, [260, 100], [1, 1], 1, 257),
+            (4, 4, 128, 16, [129, 2], [2, 1], 1.5, 4096),
+            // prefill-sized
+            (4, 2, 16, 4, [37, 6], [37, 6], 1.5, 8), (32, 8, 128, 16, [333, 17], [45, 17], 0, 20), (9, 1, 64, 16, [70, 100], [13, 31], 2, 10),
+            (3, 1, 12, 8, [50, 33], [50, 20], 0, 2), (2, 2, 8, 16, [90, 1], [90, 1], 1, 5), (4, 4, 64, 16, [200, 3], [64, 3], 0, 7),
+        ]
+        try checkPagedAttention(cases)
     }
 }

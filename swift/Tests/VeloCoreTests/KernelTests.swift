@@ -483,6 +483,17 @@ final class KernelTests: XCTestCase {
                     let gd = Double(g[i]), want = gd / (1 + exp(-gd)) * Double(w[i])
                     XCTAssertEqual(Double(y[i]), want, accuracy: 2e-6 * max(1, abs(want)), "\(msg) swiglu(\(g[i]))")
                 }
+                // geglu: tanh-approximated GELU (ggml_gelu's formula), the same gates
+                ck_geglu(g, w, &y, Int64(n))
+                for i in 0..<n {
+                    let gd = Double(g[i])
+                    let want = 0.5 * gd * (1 + tanh(0.7978845608028654 * gd * (1 + 0.044715 * gd * gd))) * Double(w[i])
+                    XCTAssertEqual(Double(y[i]), want, accuracy: 2e-6 * max(1, abs(want)), "\(msg) geglu(\(g[i]))")
+                }
+                // in place over the gate (as the forward pass calls it)
+                var gp = g
+                gp.withUnsafeMutableBufferPointer { ck_geglu($0.baseAddress, w, $0.baseAddress, Int64(n)) }
+                XCTAssertEqual(gp, y, "\(msg) geglu in place")
                 // softmax, with a wide range of logits
                 var s = x.map { $0 * 40 }
                 if n > 2 { s[1] = -1e4 }
