@@ -1,10 +1,11 @@
 // Velo and llama.cpp side by side on the same GGUF files, in the same run.
 //
-//   node_modules/bun/bin/bun.exe bench/compare.ts [--shape 1b] [--types q4_0,q8_0,q4_k]
+//   node_modules/bun/bin/bun.exe bench/compare.ts [--arch llama] [--shape 1b] [--types q4_0,q8_0,q4_k]
 //       [-p 512] [-n 128] [-r 3] [--rounds 2] [--threads 2] [--dir /tmp/velo-bench]
 //
 // Models are random-weight GGUFs of a real shape written by src/gguf/synth.ts (cached in
-// --dir). Each round runs Velo's `velo bench --json` and then llama.cpp's runner
+// --dir): --arch llama (1b, 3b, 8b), llama31 (8b), qwen2 (7b), qwen3 (8b), gemma2 (9b),
+// gemma3 (1b), phi3 (mini). Each round runs Velo's `velo bench --json` and then llama.cpp's runner
 // (bench/llamacpp/bench.mjs, prebuilt CPU llama.cpp via node-llama-cpp) on one model, so the
 // two see the same machine state; rounds alternate and every sample of every round is pooled.
 // Both tools warm up first. Reported: medians of the pooled samples, and Velo / llama.cpp.
@@ -17,6 +18,7 @@ import { synthesize } from "../src/gguf/synth";
 
 const { values } = parseArgs({
   options: {
+    arch: { type: "string", default: "llama" },
     shape: { type: "string", default: "1b" },
     types: { type: "string", default: "q4_0,q8_0,q4_k" },
     "n-prompt": { type: "string", short: "p", default: "512" },
@@ -57,10 +59,11 @@ const p = values["n-prompt"]!, n = values["n-gen"]!, r = values.repetitions!, t 
 const rows: string[] = [];
 const raw: Record<string, unknown> = {};
 for (const type of values.types!.split(",")) {
-  const model = join(values.dir!, `${values.shape}-${type}.gguf`);
+  const arch = values.arch!;
+  const model = join(values.dir!, `${arch === "llama" ? "" : arch + "-"}${values.shape}-${type}.gguf`);
   if (!existsSync(model)) {
     console.error(`synthesizing ${model}`);
-    await synthesize({ out: model, shape: values.shape as "1b", type: type as "q4_0" });
+    synthesize({ out: model, arch, shape: values.shape!, type });
   }
   const samples: Record<string, { velo: number[]; llama: number[] }> = {};
   for (let round = 0; round < Number(values.rounds); round++) {
@@ -78,18 +81,18 @@ for (const type of values.types!.split(",")) {
   raw[type] = samples;
   for (const [test, s] of Object.entries(samples)) {
     const v = median(s.velo), l = median(s.llama);
-    rows.push(`| ${values.shape} ${type.toUpperCase()} | ${test} | ${v.toFixed(2)} | ${l.toFixed(2)} | ${(v / l).toFixed(2)}× |`);
+    rows.push(`| ${values.arch === "llama" ? "" : values.arch + " "}${values.shape} ${type.toUpperCase()} | ${test} | ${v.toFixed(2)} | ${l.toFixed(2)} | ${(v / l).toFixed(2)}× |`);
   }
 }
 
 const cpu = cpus()[0]?.model ?? "unknown CPU";
 const report = [
   `Machine: ${cpu}, ${cpus().length} cores; ${t} threads; ${new Date().toISOString().slice(0, 10)}.`,
-  `Command: \`bun bench/compare.ts --shape ${values.shape} --types ${values.types} -p ${p} -n ${n} -r ${r} --rounds ${values.rounds} -t ${t}\``,
+  `Command: \`bun bench/compare.ts --arch ${values.arch} --shape ${values.shape} --types ${values.types} -p ${p} -n ${n} -r ${r} --rounds ${values.rounds} -t ${t}\``,
   "",
   "| model | test | Velo t/s (median) | llama.cpp t/s (median) | Velo / llama.cpp |",
   "|---|---|---|---|---|",
   ...rows,
 ].join("\n");
-writeFileSync(join(repo, values.out!, `compare-${values.shape}.json`), JSON.stringify(raw, null, 2));
+writeFileSync(join(repo, values.out!, `compare-${values.arch === "llama" ? "" : values.arch + "-"}${values.shape}.json`), JSON.stringify(raw, null, 2));
 console.log(report);

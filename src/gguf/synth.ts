@@ -1,9 +1,17 @@
-// Writes a random-weight Llama GGUF of a real shape, for speed tests of Velo and llama.cpp.
-//   bun src/gguf/synth.ts OUT.gguf --shape tiny|1b|3b|8b --type q4_0 [--vocab VOCAB.gguf] [--seed N]
+// Writes a random-weight GGUF of a real or a small test shape, laid out exactly as llama.cpp's
+// converter (convert_hf_to_gguf.py) writes that architecture: same metadata keys, tensor names,
+// shapes and conventions (Gemma's norm weights stored as w + 1, Llama 3.1's rope_freqs factors,
+// Phi-3's fused attn_qkv / gate|up ffn_up and LongRoPE factors). For speed tests of Velo and
+// llama.cpp (real shapes) and for checking Velo's forward pass of every architecture against
+// llama.cpp's (test shapes, tests/architectures.test.ts).
+//   bun src/gguf/synth.ts OUT.gguf [--arch llama] --shape tiny|1b|3b|8b|test --type q4_0 [--vocab VOCAB.gguf] [--seed N]
+//   bun src/gguf/synth.ts OUT.gguf --arch qwen2|qwen3|gemma2|gemma3|phi3|llama31 --shape test --type q8_0
 // Weights are random but well-formed: quantized blocks are made directly (random quants,
-// scales chosen so each weight has a standard deviation near 0.02, like a fresh init), so
-// activations stay finite through every layer. The text such a model writes is meaningless.
-// The tokenizer is copied verbatim from a vocabulary GGUF, so llama.cpp loads the file.
+// scales chosen so each weight has a standard deviation near 0.02, like a fresh init; on test
+// shapes 1/√(row length), with norm gains and biases random too), so activations stay finite
+// through every layer. The text such a model writes is meaningless. The tokenizer is copied
+// verbatim from a vocabulary GGUF, so llama.cpp loads the file. Real shapes of other models than
+// Llama use llama3's vocabulary (Phi-3: its own), so their output matrix is of that size.
 import { statSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -13,11 +21,58 @@ import { blockLayout, type GGMLTypeName, type MetaValue, meta, type TensorSpec, 
 const sharedDir = process.env.VELO_SHARED ?? resolve(import.meta.dir, "..", "..", "..", "shared");
 const SPM_VOCAB = "models/vocab/ggml-vocab-llama-spm.gguf";
 const LLAMA3_VOCAB = "models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf";
+const PHI3_VOCAB = "models/vocab/ggml-vocab-phi-3.gguf";
+
+export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3";
 
 export interface Shape {
   dim: number; ffn: number; layers: number; heads: number; kvHeads: number;
   ropeBase: number; ctx: number; vocab: string;
+  /** attention.key_length = value_length, when a head is not dim / heads wide (Qwen3, Gemma). */
+  headDim?: number;
+  /** rope.dimension_count when only part of a head is rotated (Phi-4-mini's partial_rotary_factor). */
+  ropeDim?: number;
+  /** attention.layer_norm_rms_epsilon (default 1e-5). */
+  eps?: number;
+  /** No output.weight: the output projection is token_embd (tie_word_embeddings). */
+  tied?: boolean;
+  /** attention.sliding_window (Gemma: the window of the sliding-window layers; Phi-3: written, ignored by llama.cpp). */
+  swa?: number;
+  /** Gemma 3: rope.freq_base_swa, the base of the sliding-window layers (rope_local_base_freq). */
+  ropeBaseSwa?: number;
+  /** Gemma 3: rope.scaling.type "linear" with this rope.scaling.factor (global layers only). */
+  ropeLinear?: number;
+  /** Gemma 2: attn_logit_softcapping and final_logit_softcapping. */
+  attnSoftcap?: number;
+  finalSoftcap?: number;
+  /**
+   * Llama 3.1: original_max_position_embeddings of the rope_freqs factors (factor 8, low 1, high 4).
+   * Phi-3: rope.scaling.original_context_length (with long/short factors and attn_factor).
+   */
+  origCtx?: number;
+  // Test shapes only: what makes an engine that skips or misplaces a step disagree clearly.
+  /** RMSNorm gains 1 + normSpread·N(0,1) instead of exactly 1. */
+  normSpread?: number;
+  /**
+   * Gemma: post_attention_norm / post_ffw_norm gains around this instead of 1. With tied
+   * embeddings scaled by √dim, gains of 1 leave the current token's own embedding so large in
+   * the last hidden state that a random model repeats its input token forever.
+   */
+  postNormGain?: number;
+  /**
+   * Every matrix with a standard deviation of 1/√(row length) instead of 0.02: each product keeps
+   * the size of its input, so attention scores and logits are of unit size (softcaps and rope
+   * matter) and every layer adds as much to the residual stream as the embedding brings.
+   */
+  unitInit?: boolean;
+  /** Standard deviation of the Q/K/V biases (Qwen2; default 0.02). */
+  biasSigma?: number;
 }
+
+// Test shapes: 128-wide, a few layers (Gemma 3: 6, so layer 5 is a global one), the llama-spm
+// vocabulary (32000), windows of 8 and 12 tokens so ~40-token prompts cross them, and the
+// features of each architecture switched to values that change the logits visibly.
+const TEST_BASE = { dim: 128, ffn: 384, layers: 3, heads: 4, kvHeads: 2, ctx: 4096, vocab: SPM_VOCAB, normSpread: 0.1, unitInit: true };
 
 export const SHAPES: Record<string, Shape> = {
   // stories15M
@@ -28,6 +83,52 @@ export const SHAPES: Record<string, Shape> = {
   "3b": { dim: 3072, ffn: 8192, layers: 28, heads: 24, kvHeads: 8, ropeBase: 500000, ctx: 8192, vocab: LLAMA3_VOCAB },
   // Llama-3-8B
   "8b": { dim: 4096, ffn: 14336, layers: 32, heads: 32, kvHeads: 8, ropeBase: 500000, ctx: 8192, vocab: LLAMA3_VOCAB },
+  test: { ...TEST_BASE, ropeBase: 10000 },
+};
+
+/** The shapes of each architecture: `--arch A --shape S`. Real shapes keep gains of 1 and σ 0.02 everywhere. */
+export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
+  llama: SHAPES,
+  llama31: {
+    // Llama-3.1-8B: Llama-3-8B with rope_freqs (original_max_position_embeddings 8192)
+    "8b": { ...SHAPES["8b"]!, ctx: 131072, origCtx: 8192 },
+    // factors from an original context of 64 (not 8192) and base 10000: dims 0-1 keep 1,
+    // 2-4 are smoothed, 5-15 get 8, so positions 0-63 see them
+    test: { ...TEST_BASE, ropeBase: 10000, origCtx: 64 },
+  },
+  qwen2: {
+    // Qwen2.5-7B (vocabulary: llama3's 128256 tokens stand in for Qwen's 152064)
+    "7b": { dim: 3584, ffn: 18944, layers: 28, heads: 28, kvHeads: 4, ropeBase: 1e6, ctx: 131072, eps: 1e-6, vocab: LLAMA3_VOCAB },
+    test: { ...TEST_BASE, ropeBase: 1e6, eps: 1e-6, biasSigma: 0.1 },
+  },
+  qwen3: {
+    // Qwen3-8B
+    "8b": { dim: 4096, ffn: 12288, layers: 36, heads: 32, kvHeads: 8, headDim: 128, ropeBase: 1e6, ctx: 40960, eps: 1e-6, vocab: LLAMA3_VOCAB },
+    // heads of 64 on a 128-wide model (q is 256 wide), like Qwen3-0.6B's 128 on 1024; tied
+    test: { ...TEST_BASE, headDim: 64, ropeBase: 1e6, eps: 1e-6, tied: true },
+  },
+  gemma2: {
+    // Gemma-2-9B (vocabulary: llama3's 128256 tokens stand in for Gemma's 256000)
+    "9b": { dim: 3584, ffn: 14336, layers: 42, heads: 16, kvHeads: 8, headDim: 256, ropeBase: 10000, ctx: 8192, eps: 1e-6, tied: true, swa: 4096, attnSoftcap: 50, finalSoftcap: 30, vocab: LLAMA3_VOCAB },
+    // even layers slide over 8 tokens; caps small enough to bend the scores and the logits
+    test: { ...TEST_BASE, layers: 4, headDim: 64, ropeBase: 10000, ctx: 8192, eps: 1e-6, tied: true, swa: 8, attnSoftcap: 5, finalSoftcap: 8, postNormGain: 3 },
+  },
+  gemma3: {
+    // Gemma-3-1B (no linear rope scaling; the 4B and larger have factor 8)
+    "1b": { dim: 1152, ffn: 6912, layers: 26, heads: 4, kvHeads: 1, headDim: 256, ropeBase: 1e6, ropeBaseSwa: 10000, ctx: 32768, eps: 1e-6, tied: true, swa: 512, vocab: LLAMA3_VOCAB },
+    // layers 0-4 slide over 12 tokens, layer 5 is global (base 1e6, linear factor 8); the local
+    // base is 20000, not Gemma 3's 10000, so that an engine must read rope.freq_base_swa as
+    // llama.cpp does rather than assume it
+    test: { ...TEST_BASE, layers: 6, headDim: 64, ropeBase: 1e6, ropeBaseSwa: 20000, ropeLinear: 8, ctx: 131072, eps: 1e-6, tied: true, swa: 12, postNormGain: 3 },
+  },
+  phi3: {
+    // Phi-3-mini-4k-instruct (no LongRoPE factors; sliding_window 2047, which llama.cpp ignores)
+    mini: { dim: 3072, ffn: 8192, layers: 32, heads: 32, kvHeads: 32, ropeBase: 10000, ctx: 4096, eps: 1e-5, swa: 2047, vocab: PHI3_VOCAB },
+    // like Phi-4-mini: 3/4 of each head rotated, LongRoPE factors (original context 256: llama.cpp
+    // takes the long ones for contexts above 256), GQA, tied embeddings, a sliding_window it ignores.
+    // Phi-3's vocabulary: llama.cpp looks up "<|endoftext|>" in any model whose general.name says phi3
+    test: { ...TEST_BASE, vocab: PHI3_VOCAB, ffn: 256, ropeDim: 24, ropeBase: 10000, ctx: 4096, origCtx: 256, eps: 1e-5, tied: true, swa: 16 },
+  },
 };
 
 // Per --type: the weight type, the type of output.weight and ffn_down (the K-quants follow
@@ -125,6 +226,8 @@ interface QuantPlan {
   min?: { at: number; factor: number };
   /** Fixes the block's sub-block scales after the random fill. */
   scales?: (b: Uint8Array, o: number) => void;
+  /** Fixes the block's quants after the random fill. */
+  quants?: (b: Uint8Array, o: number) => void;
 }
 
 // K-quant 6-bit scale/min pairs: make each min equal its scale (sc = m in all 8 sub-blocks) so
@@ -152,13 +255,19 @@ function pairedQ2KScales(b: Uint8Array, o: number) {
 const IQ4_LEVELS = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 const iq4Rms = Math.sqrt(IQ4_LEVELS.reduce((s, v) => s + v * v, 0) / 16);
 
+// Q8_0: quants in −127..127 as llama.cpp's quantizer writes them (d = amax/127): never −128, a
+// value some integer dot products (sign tricks on 8-bit lanes) cannot take.
+function q8Quants(b: Uint8Array, o: number) {
+  for (let j = o + 2; j < o + 34; j++) if (b[j] === 0x80) b[j] = 0x81;
+}
+
 const kScaleRms = rmsOf(0, 63);
 const QUANT: Partial<Record<GGMLTypeName, QuantPlan>> = {
   Q4_0: { d: 0, rms: rmsOf(-8, 7) },
   Q4_1: { d: 0, rms: rmsOf(-8, 7), min: { at: 2, factor: -8 } },
   Q5_0: { d: 0, rms: rmsOf(-16, 15) },
   Q5_1: { d: 0, rms: rmsOf(-16, 15), min: { at: 2, factor: -16 } },
-  Q8_0: { d: 0, rms: rmsOf(-128, 127) },
+  Q8_0: { d: 0, rms: rmsOf(-127, 127), quants: q8Quants },
   Q4_K: { d: 0, rms: kScaleRms * Math.sqrt((16 * 16 - 1) / 12), min: { at: 2, factor: 7.5 }, scales: pairedKScales },
   Q5_K: { d: 0, rms: kScaleRms * Math.sqrt((32 * 32 - 1) / 12), min: { at: 2, factor: 15.5 }, scales: pairedKScales },
   Q6_K: { d: 208, rms: rmsOf(-32, 31) * rmsOf(-32, 31), scales: q6kScales },
@@ -173,13 +282,13 @@ const QUANT: Partial<Record<GGMLTypeName, QuantPlan>> = {
 
 const f16Bits = (values: number[]) => new Uint16Array(Float16Array.from(values).buffer);
 
-function quantizedTensor(type: GGMLTypeName, elements: number, seed: number): Uint8Array {
+function quantizedTensor(type: GGMLTypeName, elements: number, seed: number, sigma: number): Uint8Array {
   const plan = QUANT[type];
   if (!plan) throw new Error(`no random-block recipe for ${type}`);
   const [perBlock, blockBytes] = blockLayout[type];
   const bytes = randomBytes((elements / perBlock) * blockBytes, seed);
   // 256 scales within ±50 % of the target; a random byte of each block picks one.
-  const target = SIGMA / plan.rms;
+  const target = sigma / plan.rms;
   const dValues = Array.from({ length: 256 }, (_, i) => target * (0.5 + i / 255));
   const dTable = f16Bits(dValues);
   const mTable = plan.min ? f16Bits(dValues.map((d) => d * plan.min!.factor)) : undefined;
@@ -195,14 +304,15 @@ function quantizedTensor(type: GGMLTypeName, elements: number, seed: number): Ui
       bytes[o + mAt + 1] = m >>> 8;
     }
     plan.scales?.(bytes, o);
+    plan.quants?.(bytes, o);
   }
   return bytes;
 }
 
 // Float weights come from a table of 65536 normal samples indexed by random 16-bit numbers:
 // one table lookup per weight instead of a logarithm and a cosine.
-function floatTensor(type: "F32" | "F16" | "BF16", elements: number, seed: number): Uint8Array {
-  const table = new Float32Array(normals(65536, seed ^ 0x5eed).map((x) => x * SIGMA));
+function floatTensor(type: "F32" | "F16" | "BF16", elements: number, seed: number, sigma: number): Uint8Array {
+  const table = new Float32Array(normals(65536, seed ^ 0x5eed).map((x) => x * sigma));
   if (type === "F32") {
     const bytes = randomBytes(elements * 4, seed);
     const idx = new Uint32Array(bytes.buffer, 0, elements);
@@ -219,15 +329,17 @@ function floatTensor(type: "F32" | "F16" | "BF16", elements: number, seed: numbe
   return bytes;
 }
 
-function tensorData(type: GGMLTypeName, elements: number, seed: number): Uint8Array {
-  if (type === "F32" || type === "F16" || type === "BF16") return floatTensor(type, elements, seed);
-  return quantizedTensor(type, elements, seed);
+function tensorData(type: GGMLTypeName, elements: number, seed: number, sigma = SIGMA): Uint8Array {
+  if (type === "F32" || type === "F16" || type === "BF16") return floatTensor(type, elements, seed, sigma);
+  return quantizedTensor(type, elements, seed, sigma);
 }
 
-// ---- the model --------------------------------------------------------------------------
+// ---- the model ----------------------------------------------------------------------------
 
 export interface SynthOptions {
   out: string;
+  /** Architecture (default llama). */
+  arch?: string;
   shape: string;
   type: string;
   /** Vocabulary GGUF whose tokenizer.* metadata is copied (default: the shape's own). */
@@ -235,9 +347,58 @@ export interface SynthOptions {
   seed?: number;
 }
 
+export function shapeOf(arch: string, shape: string): Shape {
+  const shapes = ARCH_SHAPES[arch as Arch];
+  if (!shapes) throw new Error(`unknown architecture ${arch} (${Object.keys(ARCH_SHAPES).join(", ")})`);
+  const s = shapes[shape];
+  if (!s) throw new Error(`unknown shape ${shape} for ${arch} (${Object.keys(shapes).join(", ")})`);
+  return s;
+}
+
+const f32 = Math.fround;
+
+/**
+ * Llama 3.1's rope_freqs.weight, as convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors
+ * computes it (in float32, as torch does there): one factor per rotated pair; the frequency of
+ * pair i is divided by it.
+ */
+export function llama3RopeFactors(headDim: number, base: number, origCtx = 8192, factor = 8, lowFreqFactor = 1, highFreqFactor = 4): number[] {
+  const lowFreqWavelen = origCtx / lowFreqFactor;
+  const highFreqWavelen = origCtx / highFreqFactor;
+  const out: number[] = [];
+  for (let i = 0; i < headDim; i += 2) {
+    const freq = f32(1 / f32(Math.pow(base, f32(i / headDim))));
+    const wavelen = f32(f32(2 * Math.PI) / freq);
+    if (wavelen < highFreqWavelen) out.push(1);
+    else if (wavelen > lowFreqWavelen) out.push(factor);
+    else {
+      const smooth = f32(f32(f32(origCtx / wavelen) - lowFreqFactor) / (highFreqFactor - lowFreqFactor));
+      out.push(f32(1 / f32(f32(f32(1 - smooth) / factor) + smooth)));
+    }
+  }
+  return out;
+}
+
+/** Test LongRoPE factors (Phi-3 style): short ones near 1, long ones rising to 5 (real files: to ~60). */
+export function phi3RopeFactors(pairs: number): { short: number[]; long: number[] } {
+  const t = (i: number) => (pairs > 1 ? i / (pairs - 1) : 0);
+  return {
+    short: Array.from({ length: pairs }, (_, i) => f32(1 + 0.1 * t(i))),
+    long: Array.from({ length: pairs }, (_, i) => f32(1 + 4 * t(i))),
+  };
+}
+
+/** Phi-3's rope.scaling.attn_factor for LongRoPE ("su"/"longrope"), as the converter computes it. */
+export function phi3AttnFactor(ctx: number, origCtx: number): number {
+  const scale = ctx / origCtx;
+  return scale > 1 ? Math.sqrt(1 + Math.log(scale) / Math.log(origCtx)) : 1;
+}
+
+const f32Data = (values: ArrayLike<number>) => new Uint8Array(Float32Array.from(values).buffer);
+
 export function synthesize(opts: SynthOptions): { tensors: number; bytes: number } {
-  const shape = SHAPES[opts.shape];
-  if (!shape) throw new Error(`unknown shape ${opts.shape} (${Object.keys(SHAPES).join(", ")})`);
+  const arch = (opts.arch ?? "llama") as Arch;
+  const shape = shapeOf(arch, opts.shape);
   const types = TYPES[opts.type];
   if (!types) throw new Error(`unknown type ${opts.type} (${Object.keys(TYPES).join(", ")})`);
   const vocabPath = opts.vocab ?? join(sharedDir, shape.vocab);
@@ -249,49 +410,153 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   const nVocab = arrayLength(tokens.raw);
 
   const { dim, ffn, heads, kvHeads } = shape;
-  const headDim = dim / heads;
+  const headDim = shape.headDim ?? dim / heads;
+  const ropeDim = shape.ropeDim ?? headDim;
+  const qDim = heads * headDim, kvDim = kvHeads * headDim;
+  const eps = shape.eps ?? 1e-5;
+  if (!Number.isInteger(headDim)) throw new Error(`${dim} is not a multiple of ${heads} heads`);
+  // llama.cpp's loaders for these take the query width and the output rows as n_embd
+  if ((arch === "qwen2" || arch === "phi3" || arch === "llama" || arch === "llama31") && qDim !== dim) {
+    throw new Error(`${arch}: heads × head size must equal the width (${heads} × ${headDim} ≠ ${dim})`);
+  }
+  if ((arch === "llama" || arch === "llama31" || arch === "qwen2" || arch === "qwen3") && ropeDim !== headDim) {
+    throw new Error(`${arch}: llama.cpp rotates whole heads (rope.dimension_count must be ${headDim})`);
+  }
+
+  // Metadata in the converter's keys (LLM_KV_* of llama-arch.cpp under the architecture's name).
+  const gguArch = arch === "llama31" ? "llama" : arch;
+  const k = (key: string) => `${gguArch}.${key}`;
   const metadata: [string, MetaValue][] = [
-    ["general.architecture", meta.str("llama")],
-    ["general.name", meta.str(`synthetic-${opts.shape}-${opts.type}`)],
+    ["general.architecture", meta.str(gguArch)],
+    ["general.name", meta.str(`synthetic-${arch === "llama" ? "" : arch + "-"}${opts.shape}-${opts.type}`)],
     ["general.file_type", meta.u32(types.fileType)],
-    ["llama.context_length", meta.u32(shape.ctx)],
-    ["llama.embedding_length", meta.u32(dim)],
-    ["llama.block_count", meta.u32(shape.layers)],
-    ["llama.feed_forward_length", meta.u32(ffn)],
-    ["llama.attention.head_count", meta.u32(heads)],
-    ["llama.attention.head_count_kv", meta.u32(kvHeads)],
-    ["llama.rope.freq_base", meta.f32(shape.ropeBase)],
-    ["llama.rope.dimension_count", meta.u32(headDim)],
-    ["llama.attention.layer_norm_rms_epsilon", meta.f32(1e-5)],
-    ["llama.vocab_size", meta.u32(nVocab)],
-    ...tokenizer.map((kv): [string, MetaValue] => [kv.key, { type: "raw", bytes: kv.raw }]),
+    [k("context_length"), meta.u32(shape.ctx)],
+    [k("embedding_length"), meta.u32(dim)],
+    [k("block_count"), meta.u32(shape.layers)],
+    [k("feed_forward_length"), meta.u32(ffn)],
+    [k("attention.head_count"), meta.u32(heads)],
+    [k("attention.head_count_kv"), meta.u32(kvHeads)],
   ];
+  const add = (key: string, v: MetaValue) => metadata.push([k(key), v]);
+  if (arch === "llama" || arch === "llama31") {
+    add("rope.freq_base", meta.f32(shape.ropeBase));
+    add("rope.dimension_count", meta.u32(headDim));
+  }
+  add("attention.layer_norm_rms_epsilon", meta.f32(eps));
+  switch (arch) {
+    case "llama":
+    case "llama31":
+      add("vocab_size", meta.u32(nVocab));
+      break;
+    case "qwen2":
+      add("rope.freq_base", meta.f32(shape.ropeBase));
+      break;
+    case "qwen3":
+      add("rope.freq_base", meta.f32(shape.ropeBase));
+      add("attention.key_length", meta.u32(headDim));
+      add("attention.value_length", meta.u32(headDim));
+      break;
+    case "gemma2":
+      // Gemma2Model.set_gguf_parameters writes no rope.freq_base (llama.cpp's default is 10000)
+      // and no query_pre_attn_scalar (llama.cpp derives the scale from the model size).
+      add("attention.key_length", meta.u32(headDim));
+      add("attention.value_length", meta.u32(headDim));
+      add("attn_logit_softcapping", meta.f32(shape.attnSoftcap!));
+      add("final_logit_softcapping", meta.f32(shape.finalSoftcap!));
+      add("attention.sliding_window", meta.u32(shape.swa!));
+      break;
+    case "gemma3":
+      if (shape.ropeLinear) {
+        add("rope.scaling.type", meta.str("linear"));
+        add("rope.scaling.factor", meta.f32(shape.ropeLinear));
+      }
+      add("rope.freq_base", meta.f32(shape.ropeBase));
+      add("rope.freq_base_swa", meta.f32(shape.ropeBaseSwa!));
+      add("attention.key_length", meta.u32(headDim));
+      add("attention.value_length", meta.u32(headDim));
+      add("attention.sliding_window", meta.u32(shape.swa!));
+      break;
+    case "phi3":
+      add("rope.scaling.original_context_length", meta.u32(shape.origCtx ?? shape.ctx));
+      add("rope.dimension_count", meta.u32(ropeDim));
+      add("rope.freq_base", meta.f32(shape.ropeBase));
+      add("attention.sliding_window", meta.u32(shape.swa ?? 0));
+      if (shape.origCtx) add("rope.scaling.attn_factor", meta.f32(phi3AttnFactor(shape.ctx, shape.origCtx)));
+      break;
+  }
+  metadata.push(...tokenizer.map((kv): [string, MetaValue] => [kv.key, { type: "raw", bytes: kv.raw }]));
 
   const tensors: TensorSpec[] = [];
+  const streamSeed = () => (seed * 0x10001 + tensors.length) | 0; // each tensor its own stream
   const weight = (name: string, type: GGMLTypeName, rowLength: number, rows: number) => {
     const t = typeForRow(type, rowLength, name);
-    const streamSeed = (seed * 0x10001 + tensors.length) | 0; // each tensor its own stream
-    tensors.push({ name, type: t, dims: [rowLength, rows], data: () => tensorData(t, rowLength * rows, streamSeed) });
+    const s = streamSeed();
+    const sigma = shape.unitInit ? 1 / Math.sqrt(rowLength) : SIGMA;
+    tensors.push({ name, type: t, dims: [rowLength, rows], data: () => tensorData(t, rowLength * rows, s, sigma) });
   };
-  // RMSNorm gains of 1: the random matrices alone set the activations' scale.
-  const norm = (name: string) => tensors.push({ name, type: "F32", dims: [dim], data: () => new Uint8Array(new Float32Array(dim).fill(1).buffer) });
+  /** A 1-D F32 tensor (norm gains, biases): the converter keeps every 1-D tensor in F32. */
+  const vector = (name: string, values: () => ArrayLike<number>, n: number) =>
+    tensors.push({ name, type: "F32", dims: [n], data: () => f32Data(values()) });
+  // RMSNorm gains: 1 on real shapes (the random matrices alone set the activations' scale),
+  // 1 + spread·N(0,1) on test shapes. Gemma's converter stores 1 + w (Gemma's RMSNorm multiplies
+  // by 1 + w): these values are what the file holds, whatever the architecture.
+  const norm = (name: string, n = dim, center = 1) => {
+    const s = streamSeed();
+    const spread = (shape.normSpread ?? 0) * center;
+    vector(name, () => (spread ? normals(n, s).map((x) => center + spread * x) : new Float32Array(n).fill(center)), n);
+  };
+  const bias = (name: string, n: number) => {
+    const s = streamSeed();
+    vector(name, () => normals(n, s).map((x) => x * (shape.biasSigma ?? SIGMA)), n);
+  };
+
+  // Extra tensors first, as the converter's generate_extra_tensors yields them.
+  if (arch === "llama31") {
+    const factors = llama3RopeFactors(headDim, shape.ropeBase, shape.origCtx);
+    vector("rope_freqs.weight", () => factors, headDim / 2);
+  }
+  if (arch === "phi3" && shape.origCtx) {
+    const { long, short } = phi3RopeFactors(ropeDim / 2);
+    vector("rope_factors_long.weight", () => long, ropeDim / 2);
+    vector("rope_factors_short.weight", () => short, ropeDim / 2);
+  }
 
   const big = types.big ?? types.main;
-  weight("token_embd.weight", types.main, dim, nVocab);
+  const main = types.main;
+  weight("token_embd.weight", main, dim, nVocab);
   for (let i = 0; i < shape.layers; i++) {
     const p = `blk.${i}.`;
     norm(p + "attn_norm.weight");
-    weight(p + "attn_q.weight", types.main, dim, dim);
-    weight(p + "attn_k.weight", types.main, dim, kvHeads * headDim);
-    weight(p + "attn_v.weight", types.main, dim, kvHeads * headDim);
-    weight(p + "attn_output.weight", types.main, dim, dim);
+    if (arch === "phi3") {
+      weight(p + "attn_qkv.weight", main, dim, qDim + 2 * kvDim); // rows: q, then k, then v
+    } else {
+      weight(p + "attn_q.weight", main, dim, qDim);
+      weight(p + "attn_k.weight", main, dim, kvDim);
+      weight(p + "attn_v.weight", main, dim, kvDim);
+    }
+    if (arch === "qwen2") {
+      bias(p + "attn_q.bias", qDim);
+      bias(p + "attn_k.bias", kvDim);
+      bias(p + "attn_v.bias", kvDim);
+    }
+    if (arch === "qwen3" || arch === "gemma3") {
+      norm(p + "attn_q_norm.weight", headDim);
+      norm(p + "attn_k_norm.weight", headDim);
+    }
+    weight(p + "attn_output.weight", main, qDim, dim);
+    if (arch === "gemma2" || arch === "gemma3") norm(p + "post_attention_norm.weight", dim, shape.postNormGain);
     norm(p + "ffn_norm.weight");
-    weight(p + "ffn_gate.weight", types.main, dim, ffn);
-    weight(p + "ffn_up.weight", types.main, dim, ffn);
+    if (arch === "phi3") {
+      weight(p + "ffn_up.weight", main, dim, 2 * ffn); // rows: gate, then up (gate_up_proj)
+    } else {
+      weight(p + "ffn_gate.weight", main, dim, ffn);
+      weight(p + "ffn_up.weight", main, dim, ffn);
+    }
     weight(p + "ffn_down.weight", big, ffn, dim);
+    if (arch === "gemma2" || arch === "gemma3") norm(p + "post_ffw_norm.weight", dim, shape.postNormGain);
   }
   norm("output_norm.weight");
-  weight("output.weight", big, dim, nVocab);
+  if (!shape.tied) weight("output.weight", big, dim, nVocab);
 
   writeGGUF(opts.out, { metadata, tensors });
   return { tensors: tensors.length, bytes: statSync(opts.out).size };
@@ -301,14 +566,18 @@ if (import.meta.main) {
   const { values, positionals } = parseArgs({
     allowPositionals: true,
     options: {
-      shape: { type: "string", default: "1b" },
+      arch: { type: "string", default: "llama" },
+      shape: { type: "string" },
       type: { type: "string", default: "q4_0" },
       vocab: { type: "string" },
       seed: { type: "string", default: "1" },
     },
   });
+  const arch = values.arch!;
+  const shape = values.shape ?? (arch === "llama" ? "1b" : "test");
   if (positionals.length !== 1) {
-    console.error(`usage: bun src/gguf/synth.ts OUT.gguf --shape ${Object.keys(SHAPES).join("|")} --type ${Object.keys(TYPES).join("|")} [--vocab VOCAB.gguf] [--seed N]`);
+    const shapes = Object.entries(ARCH_SHAPES).map(([a, s]) => `${a}: ${Object.keys(s).join("|")}`).join("; ");
+    console.error(`usage: bun src/gguf/synth.ts OUT.gguf [--arch ${Object.keys(ARCH_SHAPES).join("|")}] --shape S --type ${Object.keys(TYPES).join("|")} [--vocab VOCAB.gguf] [--seed N]\nshapes: ${shapes}`);
     process.exit(2);
   }
   const seed = Number(values.seed);
@@ -318,9 +587,9 @@ if (import.meta.main) {
   }
   const t0 = performance.now();
   try {
-    const r = synthesize({ out: positionals[0]!, shape: values.shape!, type: values.type!, vocab: values.vocab, seed });
+    const r = synthesize({ out: positionals[0]!, arch, shape, type: values.type!, vocab: values.vocab, seed });
     const secs = ((performance.now() - t0) / 1000).toFixed(1);
-    console.log(`${positionals[0]}: ${values.shape} ${values.type}, ${r.tensors} tensors, ${(r.bytes / 2 ** 20).toFixed(1)} MiB in ${secs} s`);
+    console.log(`${positionals[0]}: ${arch === "llama" ? "" : arch + " "}${shape} ${values.type}, ${r.tensors} tensors, ${(r.bytes / 2 ** 20).toFixed(1)} MiB in ${secs} s`);
   } catch (e) {
     console.error(`synth: ${(e as Error).message}`);
     process.exit(1);
