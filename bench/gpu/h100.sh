@@ -5,7 +5,10 @@
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... |
 #                     variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec
-# Models are synthesized there (random weights, real shapes) by Velo's own writer.
+# Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
+# for Llama (8b-q4_0), ARCH.SHAPE-TYPE for the others (qwen2.7b-q4_0, gemma2.9b-q4_0,
+# phi3.mini-q4_0; src/gguf/synth.ts lists the shapes). VELO_LIB and VELO_JS choose another build
+# of the library and CLI (before/after comparisons in one call).
 set -euo pipefail
 C=$PWD/.carry
 OUT=${OUT:-/tmp/out}
@@ -16,13 +19,15 @@ if ! ldconfig -p | grep -q libvulkan.so.1; then
 fi
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 [ -x /tmp/bun ] || { xz -dc "$C/bun.xz" > /tmp/bun; chmod +x /tmp/bun; }
-export VELO_LIB=$C/libVelo.so VELO_SHARED=$C/shared NO_COLOR=1
+export VELO_LIB=${VELO_LIB:-$C/libVelo.so} VELO_SHARED=$C/shared NO_COLOR=1
+VELO_JS=${VELO_JS:-$C/velo.js}
 M=/tmp/models
 mkdir -p $M
-velo() { /tmp/bun "$C/velo.js" "$@"; }
-model() { # shape-type, e.g. 8b-q4_0
-  local f=$M/$1.gguf
-  [ -f "$f" ] || /tmp/bun "$C/synth.js" "$f" --shape "${1%%-*}" --type "${1#*-}" >&2
+velo() { /tmp/bun "$VELO_JS" "$@"; }
+model() { # [arch.]shape-type, e.g. 8b-q4_0, qwen2.7b-q4_0
+  local f=$M/$1.gguf st=${1%%-*} arch=llama
+  case $st in *.*) arch=${st%%.*}; st=${st#*.} ;; esac
+  [ -f "$f" ] || /tmp/bun "$C/synth.js" "$f" --arch "$arch" --shape "$st" --type "${1#*-}" >&2
   echo "$f"
 }
 what=$1; shift

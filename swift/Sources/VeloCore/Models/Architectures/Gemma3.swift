@@ -1,6 +1,7 @@
 /// Gemma 3 (text): Gemma 2's block with Q/K head norms instead of softcapped scores; five
-/// sliding-window layers to one global layer; local layers turn RoPE at base 10000 unscaled,
-/// global layers at the file's base and scaling (as llama.cpp's gemma3 graph does).
+/// sliding-window layers to one global layer; local layers turn RoPE at `rope.freq_base_swa`
+/// (10000 when absent) unscaled, global layers at the file's base and scaling (as llama.cpp's
+/// gemma3 graph does).
 enum Gemma3: Architecture {
     static let layerTensors: LayerTensors = [.qkNorm, .postNorms]
 
@@ -13,7 +14,7 @@ enum Gemma3: Architecture {
         if let window = m.int("attention.sliding_window"), window > 0 {
             let isLocal = { (layer: Int) in layer % 6 < 5 }
             c.slidingWindow(window, where: isLocal)
-            c.ropes.append(Rope(base: 10000, dims: c.ropeDim))
+            c.ropes.append(Rope(base: m.double("rope.freq_base_swa") ?? 10000, dims: c.ropeDim))
             c.layerRope = (0..<c.layers).map { isLocal($0) ? 1 : 0 }
         }
     }
