@@ -18,6 +18,17 @@ export class ApiError extends Error {
       { status: this.status, headers: this.headers },
     );
   }
+
+  /** Anthropic's shape, for /v1/messages: {"type": "error", "error": {"type", "message"}}. */
+  toAnthropicResponse(): Response {
+    return Response.json({ type: "error", error: { type: anthropicType(this.status), message: this.message } }, { status: this.status, headers: this.headers });
+  }
+}
+
+/** Anthropic's error type for an HTTP status. */
+export function anthropicType(status: number): string {
+  const types: Record<number, string> = { 400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error" };
+  return types[status] ?? "api_error";
 }
 
 export const badRequest = (message: string, param: string | null = null, code: string | null = null) =>

@@ -3,10 +3,9 @@
 import { z } from "zod";
 
 const stop = z.union([z.string(), z.array(z.string()).max(16)]).optional().nullable();
-const unsupportedFalse = z.literal(false).optional().nullable();
-const jsonObject = z.record(z.string(), z.unknown());
+export const jsonObject = z.record(z.string(), z.unknown());
 /** OpenAI's limit on function and schema names. */
-const name64 = z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "must be 1 to 64 letters, digits, '_' or '-'");
+export const name64 = z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, "must be 1 to 64 letters, digits, '_' or '-'");
 
 /** Constrained output, OpenAI's way (response_format) and llama.cpp's (grammar, json_schema). */
 export const responseFormat = z.discriminatedUnion("type", [
@@ -40,15 +39,12 @@ const common = {
   stream: z.boolean().optional().nullable(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).strict().optional().nullable(),
   n: z.number().int().min(1).max(16).optional().nullable(),
-  user: z.string().optional().nullable(),
   // {"token id": bias}: -100 bans a token
   logit_bias: z.record(z.string().regex(/^\d+$/, "keys must be token ids"), z.number().min(-100).max(100)).optional().nullable(),
   response_format: responseFormat.optional().nullable(),
   grammar: z.string().max(1 << 20).optional().nullable(),
   json_schema: z.union([jsonObject, z.boolean()]).optional().nullable(),
-  // accepted and ignored: they do not change what a local model computes
-  metadata: z.record(z.string(), z.string()).optional().nullable(),
-  store: z.boolean().optional().nullable(),
+  // fields that change nothing here (service_tier, store, user, …) are in fields.ts
 };
 
 const textPart = z.object({ type: z.literal("text"), text: z.string() }).strict();
@@ -108,12 +104,20 @@ export const completionRequest = z
     prompt: z.union([z.string(), z.array(z.string()).length(1), z.array(z.number().int().min(0)).min(1)]),
     // the legacy form: how many alternatives per token (0: only the chosen token's)
     logprobs: z.number().int().min(0).max(20).optional().nullable(),
-    echo: unsupportedFalse,
-    suffix: z.null().optional(),
-    best_of: z.literal(1).optional().nullable(),
+    // echo, suffix and best_of: fields.ts
   })
   .strict();
 export type CompletionRequest = z.infer<typeof completionRequest>;
+
+export const embeddingsRequest = z
+  .object({
+    model: z.string().min(1),
+    input: z.union([z.string(), z.array(z.string()).min(1).max(2048), z.array(z.number().int().min(0)).min(1), z.array(z.array(z.number().int().min(0)).min(1)).min(1).max(2048)]),
+    encoding_format: z.enum(["float", "base64"]).optional().nullable(),
+    dimensions: z.number().int().min(1).optional().nullable(),
+  })
+  .strict();
+export type EmbeddingsRequest = z.infer<typeof embeddingsRequest>;
 
 export const tokenizeRequest = z
   .object({ content: z.string(), add_special: z.boolean().optional(), parse_special: z.boolean().optional(), with_pieces: z.boolean().optional() })
@@ -129,9 +133,6 @@ export function describeIssue(err: z.ZodError): { message: string; param: string
     const keys = (issue as { keys: string[] }).keys;
     const where = param ? ` in ${param}` : "";
     return { message: `unrecognized request argument${keys.length > 1 ? "s" : ""}${where}: ${keys.join(", ")}`, param: keys[0] ?? param };
-  }
-  if (issue.code === "invalid_value" && param && /echo/.test(param)) {
-    return { message: `${param} is not supported by this server`, param };
   }
   return { message: param ? `${param}: ${issue.message}` : issue.message, param };
 }

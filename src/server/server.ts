@@ -12,9 +12,12 @@ import { Model } from "../engine/model";
 import { jsonObjectGrammar, jsonSchemaToGrammar, SchemaConverter, SchemaError } from "../grammar/json-schema";
 import { type ChatLogprob, type ChoiceDelta, ChoiceState, FanIn, type LegacyLogprobs, mergeLegacy, type Piece } from "./choices";
 import { ApiError, badRequest, notFound, toApiError } from "./errors";
+import { applyFieldPolicy, type Endpoint } from "./fields";
+import { countMessageTokens, createMessage } from "./messages";
+import { createResponse, ResponseStore } from "./responses";
 import { Metrics } from "./metrics";
 import {
-  type ChatRequest, chatRequest, type CompletionRequest, completionRequest, describeIssue, detokenizeRequest, savePrefixRequest, tokenizeRequest,
+  type ChatRequest, chatRequest, type CompletionRequest, completionRequest, describeIssue, detokenizeRequest, embeddingsRequest, savePrefixRequest, tokenizeRequest,
 } from "./schemas";
 
 export interface ServerOptions {
@@ -37,13 +40,16 @@ export interface ServerOptions {
   chatTemplate?: string;
 }
 
-type Handler = (req: Request, ctx: VeloServer) => Promise<Response> | Response;
+type Handler = (req: Request, ctx: VeloServer, param: string) => Promise<Response> | Response;
 interface Route {
-  method: "GET" | "POST";
+  method: "GET" | "POST" | "DELETE";
+  /** A path; a last segment ":id" matches any one segment (passed to the handler). */
   path: string;
   handler: Handler;
   /** Reachable without the API key. */
   open?: boolean;
+  /** Errors in Anthropic's shape ({"type": "error", "error": {type, message}}). */
+  anthropic?: boolean;
 }
 
 const routes: Route[] = [
@@ -52,6 +58,12 @@ const routes: Route[] = [
   { method: "GET", path: "/v1/models", handler: (_r, s) => s.models() },
   { method: "POST", path: "/v1/chat/completions", handler: (r, s) => s.chat(r) },
   { method: "POST", path: "/v1/completions", handler: (r, s) => s.completions(r) },
+  { method: "POST", path: "/v1/responses", handler: (r, s) => createResponse(s, r) },
+  { method: "GET", path: "/v1/responses/:id", handler: (_r, s, id) => s.responses.retrieve(id) },
+  { method: "DELETE", path: "/v1/responses/:id", handler: (_r, s, id) => s.responses.remove(id) },
+  { method: "POST", path: "/v1/messages", handler: (r, s) => createMessage(s, r), anthropic: true },
+  { method: "POST", path: "/v1/messages/count_tokens", handler: (r, s) => countMessageTokens(s, r), anthropic: true },
+  { method: "POST", path: "/v1/embeddings", handler: (r, s) => s.embeddings(r) },
   { method: "POST", path: "/tokenize", handler: (r, s) => s.tokenize(r) },
   { method: "POST", path: "/detokenize", handler: (r, s) => s.detokenize(r) },
   { method: "POST", path: "/prefix-cache/save", handler: (r, s) => s.savePrefix(r) },
@@ -66,7 +78,7 @@ type Format =
   | { kind: "object"; param: string };
 
 /** What to run for a completion request and how to report it. */
-interface Plan {
+export interface Plan {
   kind: "chat" | "text";
   tokens: number[];
   maxTokens: number | undefined;
@@ -93,6 +105,8 @@ export class VeloServer {
   prefixTokensLoaded = 0;
   readonly #apiKeyHash: Buffer | null;
   readonly #pieces = new Map<number, Piece>();
+  /** Responses kept for previous_response_id (/v1/responses). */
+  readonly responses = new ResponseStore();
 
   constructor(readonly options: ServerOptions) {
     this.modelId = options.modelId ?? options.modelPath.split("/").at(-1)!.replace(/\.gguf$/i, "");
@@ -144,28 +158,34 @@ export class VeloServer {
 
   async handle(req: Request): Promise<Response> {
     const path = new URL(req.url).pathname;
-    const matches = routes.filter((r) => r.path === path);
+    const matches = routes.flatMap((r) => {
+      const param = matchPath(r.path, path);
+      return param === null ? [] : [{ route: r, param }];
+    });
     let res: Response;
     try {
       if (!matches.length) throw notFound(`no such endpoint: ${req.method} ${path}`);
-      const route = matches.find((r) => r.method === req.method);
-      if (!route) throw new ApiError(405, `${req.method} is not allowed on ${path}`, "invalid_request_error", null, "method_not_allowed", { Allow: matches.map((m) => m.method).join(", ") });
+      const match = matches.find((m) => m.route.method === req.method);
+      if (!match) throw new ApiError(405, `${req.method} is not allowed on ${path}`, "invalid_request_error", null, "method_not_allowed", { Allow: matches.map((m) => m.route.method).join(", ") });
+      const route = match.route;
       if (!route.open) this.authorize(req);
       if (!route.open && this.state !== "ready") {
         throw new ApiError(503, this.state === "loading" ? "the model is still loading" : `the model failed to load: ${this.loadError}`, "server_error", null, "model_not_ready", { "Retry-After": "1" });
       }
-      res = await route.handler(req, this);
+      res = await route.handler(req, this, match.param);
     } catch (e) {
-      res = toApiError(e).toResponse();
+      const err = toApiError(e);
+      res = matches[0]?.route.anthropic ? err.toAnthropicResponse() : err.toResponse();
     }
-    this.metrics.countRequest(matches.length ? path : "other", res.status);
+    this.metrics.countRequest(matches.length ? matches[0]!.route.path : "other", res.status);
     return res;
   }
 
   authorize(req: Request): void {
     if (!this.#apiKeyHash) return;
     const header = req.headers.get("authorization") ?? "";
-    const token = header.startsWith("Bearer ") ? header.slice(7) : "";
+    // OpenAI clients send a bearer token, Anthropic's x-api-key
+    const token = header.startsWith("Bearer ") ? header.slice(7) : (req.headers.get("x-api-key") ?? "");
     // compare fixed-length digests so neither length nor content leaks through timing
     if (!timingSafeEqual(sha256(token), this.#apiKeyHash)) {
       throw new ApiError(401, "invalid or missing API key", "invalid_request_error", null, "invalid_api_key", { "WWW-Authenticate": "Bearer" });
@@ -201,6 +221,12 @@ export class VeloServer {
     return Response.json({ content: this.model.detokenize(body.tokens) });
   }
 
+  /** POST /v1/embeddings. */
+  async embeddings(req: Request): Promise<Response> {
+    await parseBody(req, embeddingsRequest, "embeddings");
+    throw new ApiError(501, "embeddings are not implemented yet: the engine has no embedding output", "invalid_request_error", null, "not_implemented");
+  }
+
   /** Computes (if needed) and saves the KV of a prompt prefix to --prefix-cache-file. */
   async savePrefix(req: Request): Promise<Response> {
     const file = this.options.prefixCacheFile;
@@ -226,7 +252,16 @@ export class VeloServer {
   }
 
   async chat(req: Request): Promise<Response> {
-    const body = await parseBody(req, chatRequest);
+    const body = await parseBody(req, chatRequest, "chat.completions");
+    return this.respond(req, body, this.planChat(body));
+  }
+
+  /**
+   * What to run for a chat request (also what /v1/responses and /v1/messages become):
+   * the prompt through the template with the tools, the grammar of a forced call or format.
+   * `formatParam` names the request's format field in errors.
+   */
+  planChat(body: ChatRequest, formatParam = "response_format"): Plan {
     this.checkCommon(body);
     if (body.top_logprobs != null && body.logprobs !== true) throw badRequest("top_logprobs needs logprobs: true", "top_logprobs");
     const messages: ChatMessage[] = body.messages.map((m) => {
@@ -270,7 +305,7 @@ export class VeloServer {
     }
     const tokens = this.promptTokens(prompt, "messages");
 
-    const format = this.formatConstraint(body);
+    const format = this.formatConstraint(body, formatParam);
     let grammar: string | undefined;
     if (forced || (useTools && format)) {
       if (format?.kind === "gbnf") throw badRequest("a GBNF grammar cannot be combined with tools; use tool_choice none", format.param);
@@ -292,7 +327,7 @@ export class VeloServer {
     }
 
     const parse = useTools || alwaysParsed(family);
-    return this.respond(req, body, {
+    return {
       kind: "chat",
       tokens,
       maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
@@ -300,11 +335,11 @@ export class VeloServer {
       grammarParam: forced ? "tools" : (format?.param ?? null),
       logprobs: body.logprobs ? (body.top_logprobs ?? 0) : null,
       tools: parse ? { family, names: useTools ? tools.map((t) => t.function.name) : [] } : null,
-    });
+    };
   }
 
   async completions(req: Request): Promise<Response> {
-    const body = await parseBody(req, completionRequest);
+    const body = await parseBody(req, completionRequest, "completions");
     this.checkCommon(body);
     let tokens: number[];
     if (typeof body.prompt === "string" || typeof body.prompt[0] === "string") {
@@ -337,15 +372,15 @@ export class VeloServer {
   }
 
   /** The output format a request asks for: OpenAI's response_format, llama.cpp's grammar or json_schema (one of them). */
-  formatConstraint(body: ChatRequest | CompletionRequest): Format | null {
+  formatConstraint(body: ChatRequest | CompletionRequest, rfParam = "response_format"): Format | null {
     const given: Format[] = [];
     if (body.grammar != null) given.push({ kind: "gbnf", gbnf: body.grammar, param: "grammar" });
     if (body.json_schema != null) given.push({ kind: "schema", schema: body.json_schema, param: "json_schema" });
     const rf = body.response_format;
-    if (rf && rf.type === "json_object") given.push(rf.schema ? { kind: "schema", schema: rf.schema, param: "response_format" } : { kind: "object", param: "response_format" });
+    if (rf && rf.type === "json_object") given.push(rf.schema ? { kind: "schema", schema: rf.schema, param: rfParam } : { kind: "object", param: rfParam });
     if (rf && rf.type === "json_schema") {
       const s = rf.json_schema.schema;
-      given.push(s == null ? { kind: "object", param: "response_format" } : { kind: "schema", schema: s, param: "response_format" });
+      given.push(s == null ? { kind: "object", param: rfParam } : { kind: "schema", schema: s, param: rfParam });
     }
     if (given.length > 1) throw badRequest(`give only one of grammar, json_schema and response_format (got ${given.map((g) => g.param).join(" and ")})`, given[1]!.param);
     return given[0] ?? null;
@@ -357,7 +392,7 @@ export class VeloServer {
     try {
       return jsonSchemaToGrammar(f.schema);
     } catch (e) {
-      if (e instanceof SchemaError) throw badRequest(`invalid JSON Schema: ${e.message}`, f.param === "response_format" ? "response_format.json_schema.schema" : f.param, "invalid_json_schema");
+      if (e instanceof SchemaError) throw badRequest(`invalid JSON Schema: ${e.message}`, schemaParam(f.param), "invalid_json_schema");
       throw e;
     }
   }
@@ -423,6 +458,29 @@ export class VeloServer {
 
   async respond(req: Request, body: ChatRequest | CompletionRequest, plan: Plan): Promise<Response> {
     const n = body.n ?? 1;
+    const { fan, states, gens } = this.launch(req, body, plan, n);
+    const id = `${plan.kind === "chat" ? "chatcmpl" : "cmpl"}-${randomBytes(12).toString("hex")}`;
+    const created = Math.floor(Date.now() / 1000);
+    const base = { id, object: plan.kind === "chat" ? "chat.completion" : "text_completion", created, model: this.modelId };
+    if (body.stream) return this.stream(fan, states, gens, base, plan.kind, body.stream_options?.include_usage === true);
+
+    await this.drain(fan, states);
+    const choices = states.map((s, index) => {
+      const reason = finishReason(s.finish!, s.toolCalls.length > 0);
+      if (plan.kind === "text") {
+        return { index, text: s.text, logprobs: plan.logprobs === null ? null : s.legacy, finish_reason: reason };
+      }
+      const calls = s.toolCalls;
+      const message = calls.length
+        ? { role: "assistant", content: s.content || null, tool_calls: calls, refusal: null }
+        : { role: "assistant", content: s.content, refusal: null };
+      return { index, message, logprobs: plan.logprobs === null ? null : { content: s.chatLogprobs, refusal: null }, finish_reason: reason };
+    });
+    return Response.json({ ...base, choices, usage: usage(states.map((s) => s.finish!)) });
+  }
+
+  /** Starts n choices of a plan; a client that goes away cancels them. */
+  launch(req: Request, body: ChatRequest | CompletionRequest, plan: Plan, n: number): { fan: FanIn; states: ChoiceState[]; gens: Generation[] } {
     this.checkCapacity(n);
     const gens: Generation[] = [];
     let aborted = false;
@@ -459,12 +517,12 @@ export class VeloServer {
 
     const piece = (id: number) => this.piece(id);
     const states = Array.from({ length: n }, () => new ChoiceState({ logprobs: plan.logprobs, tools: plan.tools, piece }));
-    const id = `${plan.kind === "chat" ? "chatcmpl" : "cmpl"}-${randomBytes(12).toString("hex")}`;
-    const created = Math.floor(Date.now() / 1000);
-    const base = { id, object: plan.kind === "chat" ? "chat.completion" : "text_completion", created, model: this.modelId };
-    if (body.stream) return this.stream(fan, states, gens, base, plan.kind, body.stream_options?.include_usage === true);
+    return { fan, states, gens };
+  }
 
-    const lasts = new Array<number>(n).fill(0);
+  /** Runs the choices to their end (non-streamed answers); a failed one is a 500. */
+  async drain(fan: FanIn, states: ChoiceState[]): Promise<void> {
+    const lasts = new Array<number>(states.length).fill(0);
     for await (const e of fan) {
       const s = states[e.index]!;
       if ("chunk" in e) {
@@ -477,19 +535,8 @@ export class VeloServer {
     }
     const failed = states.find((s) => s.finish!.reason === "error");
     if (failed) throw new ApiError(500, failed.finish!.message ?? "generation failed", "server_error", null, "generation_failed");
-    const choices = states.map((s, index) => {
-      const reason = finishReason(s.finish!, s.toolCalls.length > 0);
-      if (plan.kind === "text") {
-        return { index, text: s.text, logprobs: plan.logprobs === null ? null : s.legacy, finish_reason: reason };
-      }
-      const calls = s.toolCalls;
-      const message = calls.length
-        ? { role: "assistant", content: s.content || null, tool_calls: calls, refusal: null }
-        : { role: "assistant", content: s.content, refusal: null };
-      return { index, message, logprobs: plan.logprobs === null ? null : { content: s.chatLogprobs, refusal: null }, finish_reason: reason };
-    });
-    return Response.json({ ...base, choices, usage: usage(states.map((s) => s.finish!)) });
   }
+
 
   stream(fan: FanIn, states: ChoiceState[], gens: Generation[], base: { id: string; object: string; created: number; model: string }, kind: "chat" | "text", includeUsage: boolean): Response {
     const enc = new TextEncoder();
@@ -605,13 +652,13 @@ export class VeloServer {
   }
 }
 
-function finishReason(f: Finish, toolCalls = false): "stop" | "length" | "tool_calls" {
+export function finishReason(f: Finish, toolCalls = false): "stop" | "length" | "tool_calls" {
   if (f.reason === "length") return "length";
   return toolCalls ? "tool_calls" : "stop";
 }
 
 /** Usage of all choices: the prompt once (as the first choice saw it), every choice's completion. */
-function usage(finishes: Finish[]) {
+export function usage(finishes: Finish[]) {
   const first = finishes[0]!.usage;
   const completion = finishes.reduce((n, f) => n + f.usage.completion_tokens, 0);
   return {
@@ -626,7 +673,22 @@ function sha256(s: string): Buffer {
   return createHash("sha256").update(s).digest();
 }
 
-async function parseBody<T extends z.ZodTypeAny>(req: Request, schema: T): Promise<z.infer<T>> {
+/** Where the schema of a format field is (for errors). */
+function schemaParam(param: string): string {
+  if (param === "response_format") return "response_format.json_schema.schema";
+  return param === "text.format" || param === "output_config.format" ? `${param}.schema` : param;
+}
+
+/** `pattern`'s last segment ":id" matches one segment: its value, "" for an exact match, null for none. */
+function matchPath(pattern: string, path: string): string | null {
+  if (!pattern.endsWith("/:id")) return pattern === path ? "" : null;
+  const base = pattern.slice(0, -3);
+  const rest = path.startsWith(base) ? path.slice(base.length) : "";
+  return rest && !rest.includes("/") ? decodeURIComponent(rest) : null;
+}
+
+/** A JSON body through the field policy (fields.ts) and the endpoint's strict schema. */
+export async function parseBody<T extends z.ZodTypeAny>(req: Request, schema: T, endpoint?: Endpoint): Promise<z.infer<T>> {
   const type = req.headers.get("content-type") ?? "";
   if (!type.includes("application/json")) throw badRequest("the request body must be JSON (Content-Type: application/json)");
   let raw: unknown;
@@ -635,7 +697,7 @@ async function parseBody<T extends z.ZodTypeAny>(req: Request, schema: T): Promi
   } catch (e) {
     throw badRequest(`the request body is not valid JSON: ${(e as Error).message}`);
   }
-  const parsed = schema.safeParse(raw);
+  const parsed = schema.safeParse(endpoint ? applyFieldPolicy(endpoint, raw) : raw);
   if (!parsed.success) {
     const { message, param } = describeIssue(parsed.error);
     throw badRequest(message, param);
