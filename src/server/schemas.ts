@@ -37,7 +37,8 @@ const common = {
   frequency_penalty: z.number().min(-2).max(2).optional().nullable(),
   repeat_penalty: z.number().min(0.01).max(100).optional().nullable(),
   stream: z.boolean().optional().nullable(),
-  stream_options: z.object({ include_usage: z.boolean().optional() }).strict().optional().nullable(),
+  // include_obfuscation pads events against side channels on the open internet: nothing to pad here
+  stream_options: z.object({ include_usage: z.boolean().optional().nullable(), include_obfuscation: z.boolean().optional().nullable() }).strict().optional().nullable(),
   n: z.number().int().min(1).max(16).optional().nullable(),
   // {"token id": bias}: -100 bans a token
   logit_bias: z.record(z.string().regex(/^\d+$/, "keys must be token ids"), z.number().min(-100).max(100)).optional().nullable(),
