@@ -5,6 +5,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import Ajv2020 from "ajv/dist/2020";
+import { type StreamDelta, ToolStream } from "../src/chat/tools";
+import { BlockBuilder } from "../src/server/messages";
 import { sharedModel } from "./helpers/paths";
 import { type Running, startServer } from "./helpers/server";
 
@@ -203,4 +205,26 @@ describe("errors and auth", () => {
     const body = (e as InstanceType<typeof Anthropic.APIError>).error as { type: string; error: { type: string } };
     expect(body.error.type).toBe("authentication_error");
   }, 30_000);
+});
+
+describe("content blocks from text and calls in any order", () => {
+  test("text, a call, then text: three blocks, events in order, whatever the split", () => {
+    const text = 'Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\nDone.';
+    for (const step of [1, 4, text.length]) {
+      const tools = new ToolStream("hermes", ["add"]);
+      const b = new BlockBuilder();
+      const events: { type: string; index?: number }[] = [];
+      const feed = (d: StreamDelta) => events.push(...b.push({ ...d, chat: [], legacy: null }));
+      for (let i = 0; i < text.length; i += step) feed(tools.push(text.slice(i, i + step)));
+      feed(tools.finish());
+      events.push(...b.close());
+      expect(b.content.map((c) => ({ ...c, id: undefined }))).toEqual([
+        { type: "text", text: "Sure.", id: undefined },
+        { type: "tool_use", name: "add", input: { a: 1, b: 2 }, id: undefined },
+        { type: "text", text: "Done.", id: undefined },
+      ]);
+      const order = events.filter((e) => e.type !== "content_block_delta").map((e) => `${e.type}:${e.index}`);
+      expect(order).toEqual(["content_block_start:0", "content_block_stop:0", "content_block_start:1", "content_block_stop:1", "content_block_start:2", "content_block_stop:2"]);
+    }
+  });
 });

@@ -4,6 +4,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Ajv2020 from "ajv/dist/2020";
 import OpenAI from "openai";
+import { type StreamDelta, ToolStream } from "../src/chat/tools";
+import { OutputBuilder } from "../src/server/responses";
 import { sharedModel } from "./helpers/paths";
 import { type Running, startServer } from "./helpers/server";
 
@@ -262,4 +264,31 @@ describe("errors", () => {
     e = await bad({ input: "x", model: "gpt-5" });
     expect(e).toBeInstanceOf(OpenAI.NotFoundError);
   }, 60_000);
+});
+
+describe("output items from text and calls in any order", () => {
+  test("text, a call, then text: three items, events in order, whatever the split", () => {
+    const text = 'Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\nDone.';
+    for (const step of [1, 3, 7, text.length]) {
+      const tools = new ToolStream("hermes", ["add"]);
+      const b = new OutputBuilder();
+      const events: { type: string; [k: string]: unknown }[] = [];
+      const feed = (d: StreamDelta) => events.push(...b.push({ ...d, chat: [], legacy: null }));
+      for (let i = 0; i < text.length; i += step) feed(tools.push(text.slice(i, i + step)));
+      feed(tools.finish());
+      events.push(...b.finish("completed"));
+      expect(b.items.map((it) => (it.type === "message" ? ["message", it.content[0]!.text, it.status] : ["function_call", it.name, it.arguments, it.status]))).toEqual([
+        ["message", "Sure.", "completed"],
+        ["function_call", "add", '{"a": 1, "b": 2}', "completed"],
+        ["message", "Done.", "completed"],
+      ]);
+      // each item: added, its deltas, its done events, before the next one is added
+      const kinds = events.map((e) => `${e.type.replace("response.", "")}:${e.output_index}`).filter((k) => !k.includes(".delta"));
+      expect(kinds).toEqual([
+        "output_item.added:0", "content_part.added:0", "output_text.done:0", "content_part.done:0", "output_item.done:0",
+        "output_item.added:1", "function_call_arguments.done:1", "output_item.done:1",
+        "output_item.added:2", "content_part.added:2", "output_text.done:2", "content_part.done:2", "output_item.done:2",
+      ]);
+    }
+  });
 });

@@ -76,6 +76,9 @@ function streamed(family: ToolFamily, text: string, cut: (i: number) => number) 
   let content = "";
   const calls: { name: string; arguments: string }[] = [];
   const take = (d: ReturnType<ToolStream["push"]>) => {
+    // parts hold the same content and deltas, in output order
+    expect(d.parts.flatMap((p) => ("content" in p ? [p.content] : [])).join("")).toBe(d.content);
+    expect(d.parts.flatMap((p) => ("call" in p ? [p.call] : []))).toEqual(d.toolCalls);
     content += d.content;
     for (const t of d.toolCalls) {
       if (t.id) {

@@ -169,6 +169,8 @@ export interface ParsedOutput {
 class Collector {
   content = "";
   calls: ParsedCall[] = [];
+  /** Where in `content` each call sits (content before it is content[0, offset)). */
+  offsets: number[] = [];
   #ws = "";
   #boundary = true;
 
@@ -190,7 +192,10 @@ class Collector {
   call(c?: ParsedCall) {
     this.#ws = "";
     this.#boundary = true;
-    if (c) this.calls.push(c);
+    if (c) {
+      this.calls.push(c);
+      this.offsets.push(this.content.length);
+    }
   }
 
   get result(): ParsedOutput {
@@ -414,6 +419,11 @@ function rawArguments(t: string, i: number, name: string, final: boolean): BodyR
 
 /** Splits model output into content and tool calls (see the file comment). */
 export function parseToolOutput(family: ToolFamily, text: string, final: boolean, toolNames: Iterable<string>): ParsedOutput {
+  return collect(family, text, final, toolNames).result;
+}
+
+/** parseToolOutput, with where each call sits in the content. */
+function collect(family: ToolFamily, text: string, final: boolean, toolNames: Iterable<string>): Collector {
   const names = new Set(toolNames);
   if (family === "functionary-v3.2") return parseFunctionaryV32(text, final, names);
   const ops = openers(family, names);
@@ -452,7 +462,7 @@ export function parseToolOutput(family: ToolFamily, text: string, final: boolean
     if (r.end === null) break;
     pos = r.end;
   }
-  return out.result;
+  return out;
 }
 
 /** How many characters at the end of `s` could begin a marker. */
@@ -470,7 +480,7 @@ function heldBack(s: string, markers: string[]): number {
 }
 
 /** Functionary v3.2: `>>>recipient\n` segments (the prompt ends with the first `>>>`). */
-function parseFunctionaryV32(t: string, final: boolean, names: Set<string>): ParsedOutput {
+function parseFunctionaryV32(t: string, final: boolean, names: Set<string>): Collector {
   const out = new Collector();
   let pos = 0;
   for (;;) {
@@ -511,7 +521,7 @@ function parseFunctionaryV32(t: string, final: boolean, names: Set<string>): Par
     out.call(); // a segment boundary
     pos = next + 3;
   }
-  return out.result;
+  return out;
 }
 
 // ---- streaming ----
@@ -522,6 +532,20 @@ export interface ToolCallDelta {
   id?: string;
   type?: "function";
   function: { name?: string; arguments: string };
+}
+
+/** Content and calls in the order they appear in the output. */
+export type StreamPart = { content: string } | { call: ToolCallDelta };
+
+/**
+ * What a piece of output adds: the content and the tool-call deltas (as chat streams them), and
+ * both in output order (`parts`: text before, between and after calls, for APIs whose output
+ * items keep that order).
+ */
+export interface StreamDelta {
+  content: string;
+  toolCalls: ToolCallDelta[];
+  parts: StreamPart[];
 }
 
 /** Turns growing output into content and tool-call deltas (the differences between parses). */
@@ -536,14 +560,14 @@ export class ToolStream {
   ) {}
 
   /** Adds text; returns what to send. */
-  push(text: string): { content: string; toolCalls: ToolCallDelta[] } {
+  push(text: string): StreamDelta {
     this.#text += text;
-    return this.#diff(parseToolOutput(this.family, this.#text, false, this.names));
+    return this.#diff(collect(this.family, this.#text, false, this.names));
   }
 
   /** At the end of the output: the rest. */
-  finish(): { content: string; toolCalls: ToolCallDelta[] } {
-    return this.#diff(parseToolOutput(this.family, this.#text, true, this.names));
+  finish(): StreamDelta {
+    return this.#diff(collect(this.family, this.#text, true, this.names));
   }
 
   get calls(): ToolCall[] {
@@ -554,22 +578,38 @@ export class ToolStream {
     return this.#content;
   }
 
-  #diff(p: ParsedOutput): { content: string; toolCalls: ToolCallDelta[] } {
+  #diff(p: Collector): StreamDelta {
     // prefix-consistency makes these slices exact; guard anyway so nothing is sent twice
-    const content = p.content.startsWith(this.#content) ? p.content.slice(this.#content.length) : "";
+    const sent = this.#content.length;
+    const fresh = p.content.startsWith(this.#content);
+    const content = fresh ? p.content.slice(sent) : "";
     this.#content += content;
     const toolCalls: ToolCallDelta[] = [];
+    const parts: StreamPart[] = [];
+    // new content goes before, between and after the new calls, where each call sits
+    let pos = sent;
+    const textTo = (end: number) => {
+      if (fresh && end > pos) parts.push({ content: p.content.slice(pos, end) });
+      pos = Math.max(pos, end);
+    };
     p.calls.forEach((c, index) => {
       const known = this.#calls[index];
+      let d: ToolCallDelta | null = null;
       if (!known) {
         const id = newCallId(this.family);
         this.#calls.push({ id, name: c.name, arguments: c.arguments });
-        toolCalls.push({ index, id, type: "function", function: { name: c.name, arguments: c.arguments } });
+        d = { index, id, type: "function", function: { name: c.name, arguments: c.arguments } };
+        textTo(p.offsets[index]!);
       } else if (c.arguments.length > known.arguments.length && c.arguments.startsWith(known.arguments)) {
-        toolCalls.push({ index, function: { arguments: c.arguments.slice(known.arguments.length) } });
+        d = { index, function: { arguments: c.arguments.slice(known.arguments.length) } };
         known.arguments = c.arguments;
       }
+      if (d) {
+        toolCalls.push(d);
+        parts.push({ call: d });
+      }
     });
-    return { content, toolCalls };
+    textTo(p.content.length);
+    return { content, toolCalls, parts };
   }
 }

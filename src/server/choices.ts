@@ -1,6 +1,6 @@
 // The choices of one completion request: n generations merged into one event stream, and each
 // choice's output turned into what the API sends (content, tool-call deltas, logprobs).
-import type { ToolFamily, ToolCallDelta } from "../chat/tools";
+import type { StreamPart, ToolFamily, ToolCallDelta } from "../chat/tools";
 import { ToolStream } from "../chat/tools";
 import type { Chunk, Finish, Generation } from "../engine/engine";
 
@@ -84,6 +84,8 @@ export interface LegacyLogprobs {
 export interface ChoiceDelta {
   content: string;
   toolCalls: ToolCallDelta[];
+  /** content and toolCalls in output order. */
+  parts: StreamPart[];
   chat: ChatLogprob[];
   legacy: LegacyLogprobs | null;
 }
@@ -116,13 +118,13 @@ export class ChoiceState {
 
   push(chunk: Chunk): ChoiceDelta {
     this.text += chunk.text;
-    const d = this.#tools ? this.#tools.push(chunk.text) : { content: chunk.text, toolCalls: [] };
+    const d = this.#tools ? this.#tools.push(chunk.text) : { content: chunk.text, toolCalls: [], parts: chunk.text ? [{ content: chunk.text }] : [] };
     return { ...d, ...this.#logprobs(chunk) };
   }
 
   end(finish: Finish): ChoiceDelta {
     this.finish = finish;
-    const d = this.#tools ? this.#tools.finish() : { content: "", toolCalls: [] };
+    const d = this.#tools ? this.#tools.finish() : { content: "", toolCalls: [], parts: [] };
     return { ...d, chat: [], legacy: null };
   }
 

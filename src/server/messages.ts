@@ -5,6 +5,7 @@
 // with Anthropic's event types. Errors have Anthropic's shape (the route table says so).
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
+import type { ToolCallDelta } from "../chat/tools";
 import type { ChoiceDelta } from "./choices";
 import type { Finish } from "../engine/engine";
 import { ApiError, anthropicType, badRequest } from "./errors";
@@ -150,39 +151,46 @@ type Block = { type: "text"; text: string } | { type: "tool_use"; id: string; na
 type Event = Record<string, unknown> & { type: string };
 
 /** Content blocks built from a choice's deltas, in order, and the stream events that build them. */
-class BlockBuilder {
+export class BlockBuilder {
   readonly blocks: Block[] = [];
   #open: Block | null = null;
   readonly #calls = new Map<number, Block & { type: "tool_use" }>();
 
   push(d: ChoiceDelta): Event[] {
     const events: Event[] = [];
-    if (d.content) {
-      if (this.#open?.type !== "text") {
-        events.push(...this.close());
-        this.#open = { type: "text", text: "" };
-        this.blocks.push(this.#open);
-        events.push({ type: "content_block_start", index: this.blocks.length - 1, content_block: { type: "text", text: "" } });
-      }
-      (this.#open as { text: string }).text += d.content;
-      events.push({ type: "content_block_delta", index: this.blocks.length - 1, delta: { type: "text_delta", text: d.content } });
-    }
-    for (const t of d.toolCalls) {
-      if (t.id) {
-        events.push(...this.close());
-        const b = { type: "tool_use" as const, id: t.id, name: t.function.name!, input: {}, json: "" };
-        this.#calls.set(t.index, b);
-        this.blocks.push(b);
-        this.#open = b;
-        events.push({ type: "content_block_start", index: this.blocks.length - 1, content_block: { type: "tool_use", id: b.id, name: b.name, input: {} } });
-      }
-      const b = this.#calls.get(t.index)!;
-      if (t.function.arguments) {
-        b.json += t.function.arguments;
-        events.push({ type: "content_block_delta", index: this.blocks.indexOf(b), delta: { type: "input_json_delta", partial_json: t.function.arguments } });
-      }
+    for (const p of d.parts) {
+      if ("content" in p) this.#text(p.content, events);
+      else this.#call(p.call, events);
     }
     return events;
+  }
+
+  #text(content: string, events: Event[]): void {
+    if (!content) return;
+    if (this.#open?.type !== "text") {
+      events.push(...this.close());
+      this.#open = { type: "text", text: "" };
+      this.blocks.push(this.#open);
+      events.push({ type: "content_block_start", index: this.blocks.length - 1, content_block: { type: "text", text: "" } });
+    }
+    (this.#open as { text: string }).text += content;
+    events.push({ type: "content_block_delta", index: this.blocks.length - 1, delta: { type: "text_delta", text: content } });
+  }
+
+  #call(t: ToolCallDelta, events: Event[]): void {
+    if (t.id) {
+      events.push(...this.close());
+      const b = { type: "tool_use" as const, id: t.id, name: t.function.name!, input: {}, json: "" };
+      this.#calls.set(t.index, b);
+      this.blocks.push(b);
+      this.#open = b;
+      events.push({ type: "content_block_start", index: this.blocks.length - 1, content_block: { type: "tool_use", id: b.id, name: b.name, input: {} } });
+    }
+    const b = this.#calls.get(t.index)!;
+    if (t.function.arguments) {
+      b.json += t.function.arguments;
+      events.push({ type: "content_block_delta", index: this.blocks.indexOf(b), delta: { type: "input_json_delta", partial_json: t.function.arguments } });
+    }
   }
 
   close(): Event[] {

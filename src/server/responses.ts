@@ -6,6 +6,7 @@
 // and GET/DELETE /v1/responses/{id}.
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
+import type { ToolCallDelta } from "../chat/tools";
 import type { ChoiceDelta, ChoiceState, FanIn } from "./choices";
 import type { Finish, Generation } from "../engine/engine";
 import { ApiError, badRequest, notFound } from "./errors";
@@ -198,7 +199,7 @@ const newId = (prefix: string) => `${prefix}_${randomBytes(16).toString("hex")}`
  * Output items built from a choice's deltas, and the stream events that build them: text goes
  * into a message item, each tool call into a function_call item, in the order they come.
  */
-class OutputBuilder {
+export class OutputBuilder {
   readonly items: OutputItem[] = [];
   #open: OutputItem | null = null;
   /** Tool-call index → its item. */
@@ -206,33 +207,40 @@ class OutputBuilder {
 
   push(d: ChoiceDelta): Event[] {
     const events: Event[] = [];
-    if (d.content) {
-      let m = this.#open;
-      if (m?.type !== "message") {
-        events.push(...this.#close("completed"));
-        m = { id: newId("msg"), type: "message", status: "in_progress", role: "assistant", content: [] };
-        events.push(this.#add(m));
-        const partAdded: OutputText = { type: "output_text", text: "", annotations: [], logprobs: [] };
-        m.content.push({ ...partAdded });
-        events.push({ type: "response.content_part.added", item_id: m.id, output_index: this.items.length - 1, content_index: 0, part: partAdded });
-      }
-      m.content[0]!.text += d.content;
-      events.push({ type: "response.output_text.delta", item_id: m.id, output_index: this.items.length - 1, content_index: 0, delta: d.content, logprobs: [] });
-    }
-    for (const t of d.toolCalls) {
-      if (t.id) {
-        events.push(...this.#close("completed"));
-        const c = { id: newId("fc"), type: "function_call" as const, status: "in_progress", call_id: t.id, name: t.function.name!, arguments: "" };
-        this.#calls.set(t.index, c);
-        events.push(this.#add(c));
-      }
-      const c = this.#calls.get(t.index)!;
-      if (t.function.arguments) {
-        c.arguments += t.function.arguments;
-        events.push({ type: "response.function_call_arguments.delta", item_id: c.id, output_index: this.items.indexOf(c), delta: t.function.arguments });
-      }
+    for (const p of d.parts) {
+      if ("content" in p) this.#text(p.content, events);
+      else this.#call(p.call, events);
     }
     return events;
+  }
+
+  #text(content: string, events: Event[]): void {
+    if (!content) return;
+    let m = this.#open;
+    if (m?.type !== "message") {
+      events.push(...this.#close("completed"));
+      m = { id: newId("msg"), type: "message", status: "in_progress", role: "assistant", content: [] };
+      events.push(this.#add(m));
+      const partAdded: OutputText = { type: "output_text", text: "", annotations: [], logprobs: [] };
+      m.content.push({ ...partAdded });
+      events.push({ type: "response.content_part.added", item_id: m.id, output_index: this.items.length - 1, content_index: 0, part: partAdded });
+    }
+    m.content[0]!.text += content;
+    events.push({ type: "response.output_text.delta", item_id: m.id, output_index: this.items.length - 1, content_index: 0, delta: content, logprobs: [] });
+  }
+
+  #call(t: ToolCallDelta, events: Event[]): void {
+    if (t.id) {
+      events.push(...this.#close("completed"));
+      const c = { id: newId("fc"), type: "function_call" as const, status: "in_progress", call_id: t.id, name: t.function.name!, arguments: "" };
+      this.#calls.set(t.index, c);
+      events.push(this.#add(c));
+    }
+    const c = this.#calls.get(t.index)!;
+    if (t.function.arguments) {
+      c.arguments += t.function.arguments;
+      events.push({ type: "response.function_call_arguments.delta", item_id: c.id, output_index: this.items.indexOf(c), delta: t.function.arguments });
+    }
   }
 
   /** Closes the open item: completed, or incomplete when the output was cut short. */
