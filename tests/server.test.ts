@@ -4,34 +4,8 @@ import OpenAI from "openai";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { VeloClient } from "../src/client/client";
-import { repoRoot, sharedModel } from "./helpers/paths";
-
-interface Running {
-  proc: ReturnType<typeof Bun.spawn>;
-  url: string;
-}
-
-/** Starts `velo serve` on a free port and waits for its "serving" line. */
-async function startServer(args: string[]): Promise<Running> {
-  const proc = Bun.spawn([process.execPath, join(repoRoot, "cli", "index.ts"), "serve", ...args, "--port", "0"], {
-    stdout: "ignore",
-    stderr: "pipe",
-    env: { ...process.env, NO_COLOR: "1" },
-  });
-  const reader = (proc.stderr as ReadableStream<Uint8Array>).getReader();
-  let seen = "";
-  const dec = new TextDecoder();
-  while (true) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`server exited: ${seen}`);
-    seen += dec.decode(value);
-    const m = seen.match(/on (http:\/\/[\d.]+:\d+)/);
-    if (m) {
-      reader.releaseLock();
-      return { proc, url: m[1]! };
-    }
-  }
-}
+import { sharedModel } from "./helpers/paths";
+import { type Running, startServer } from "./helpers/server";
 
 const golden = JSON.parse(readFileSync(sharedModel("golden/greedy_golden.json"), "utf8"));
 const story = golden.stories260K.cases[0];
