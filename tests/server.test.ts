@@ -2,7 +2,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { VeloClient } from "../src/client/client";
 import { sharedModel } from "./helpers/paths";
 import { type Running, startServer } from "./helpers/server";
