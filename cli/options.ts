@@ -1,8 +1,9 @@
 // Option groups shared by commands. Every option can also come from a VELO_* environment
 // variable (named after the long flag: --ctx-size → VELO_CTX_SIZE).
 import { type Command, Option } from "commander";
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { jsonSchemaToGrammar, SchemaError } from "../src/grammar/json-schema";
+import { resolveModel } from "./models";
 import { CliError } from "./ui";
 
 export function envName(flag: string): string {
@@ -33,12 +34,23 @@ export function parseFloatArg(name: string, min: number, max: number) {
   };
 }
 
-/** A model path that must name an existing regular file. */
+/** The model file to open: a path, a stored name (velo pull), or the embedded default (cli/models.ts). */
 export function requireModelPath(path: string | undefined): string {
-  if (!path) throw new CliError("no model given: pass a GGUF file (or set VELO_MODEL)", 2);
-  if (!existsSync(path)) throw new CliError(`model file not found: ${path}`);
-  if (!statSync(path).isFile()) throw new CliError(`model path is not a file: ${path}`);
-  return path;
+  return resolveModel(path);
+}
+
+/** -m/--model (VELO_MODEL): the model, as a path or a stored name; a positional model also works. */
+export function addModelOption(cmd: Command): Command {
+  return cmd.addOption(opt("-m, --model <model>", "GGUF file or stored model name (default: the embedded models/stories260K.gguf)"));
+}
+
+/** The model a command was given: positional or --model (not both; VELO_MODEL yields to a positional). */
+export function chosenModel(cmd: Command, positional: string | undefined, option: string | undefined): string | undefined {
+  if (positional !== undefined && option !== undefined) {
+    if (cmd.getOptionValueSource("model") === "env") return positional;
+    throw new CliError("give the model either as an argument or with --model, not both", 2);
+  }
+  return positional ?? option;
 }
 
 /** Reads the text input of a command: an argument, --file, or piped stdin (exactly one). */

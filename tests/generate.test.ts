@@ -134,6 +134,20 @@ describe("velo generate", () => {
     for (const k of ["load_ms", "prompt_tokens_per_s", "generation_tokens_per_s", "ttft_ms"]) expect(j.timings[k]).toBeGreaterThan(0);
   });
 
+  test("no model given: the embedded default; a lone argument that names no model is the prompt", async () => {
+    const stories = sharedModel("stories260K.gguf");
+    const want = (await runCli(["generate", stories, "Once upon a time", "-n", "12", "--temp", "0"])).stdout;
+    expect(want.length).toBeGreaterThan(10);
+    const embedded = await runCli(["generate", "Once upon a time", "-n", "12", "--temp", "0"]);
+    expect(embedded.code).toBe(0);
+    expect(embedded.stdout).toBe(want); // the same model, byte for byte
+    expect((await runCli(["generate", "-m", stories, "Once upon a time", "-n", "12", "--temp", "0"])).stdout).toBe(want);
+    expect((await runCli(["generate", "-n", "12", "--temp", "0"], { stdin: "Once upon a time" })).stdout).toBe(want);
+    expect((await runCli(["generate", stories, "-n", "12", "--temp", "0"], { stdin: "Once upon a time" })).stdout).toBe(want);
+    const both = await runCli(["generate", stories, "Once", "-m", stories]);
+    expect(both.stderr).toMatch(/either as an argument or with --model/);
+  });
+
   test("errors: bad flags, long prompts, non-models", async () => {
     const stories = sharedModel("stories260K.gguf");
     const cases: [string[], RegExp][] = [

@@ -89,6 +89,10 @@ describe("velo tokenize", () => {
     expect((await runCli(["tokenize", "Once upon a time"], { env: { VELO_MODEL: stories } })).stdout).toBe("1 403 407 261 378\n");
   });
 
+  test("no model: the embedded default (models/stories260K.gguf)", async () => {
+    expect((await runCli(["tokenize", "Once upon a time"])).stdout).toBe("1 403 407 261 378\n");
+  });
+
   test("--parse-special recognises control tokens", async () => {
     const spm = sharedModel("vocab/ggml-vocab-llama-spm.gguf");
     const on = await runCli(["tokenize", "-m", spm, "--no-bos", "--parse-special", "abc</s> def ghi"]);
@@ -104,7 +108,7 @@ describe("velo tokenize", () => {
 
   test("bad input: one red line and a non-zero exit", async () => {
     const cases: [string[], RegExp][] = [
-      [["tokenize", "x"], /no model given/],
+      [["tokenize", "-m", "no-such-stored-model", "x"], /no stored model of that name/],
       [["tokenize", "-m", join(dir, "missing.gguf"), "x"], /model file not found/],
       [["tokenize", "-m", dir, "x"], /not a file/],
       [["tokenize", "-m", stories, "--file", join(dir, "none.txt")], /file not found/],

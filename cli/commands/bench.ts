@@ -2,10 +2,11 @@ import { Command } from "commander";
 import Table from "cli-table3";
 import type { Engine } from "../../src/engine/engine";
 import { loadEngine } from "../load";
-import { addCommandHelpEnv, addEngineOptions, addSpeculationOptions, opt, parseIntArg, type SpeculationFlags } from "../options";
+import { addCommandHelpEnv, addEngineOptions, addModelOption, chosenModel, requireModelPath, addSpeculationOptions, opt, parseIntArg, type SpeculationFlags } from "../options";
 import { action } from "../ui";
 
 interface BenchFlags extends SpeculationFlags {
+  model?: string;
   threads?: number;
   ctxSize?: number;
   nPrompt: number;
@@ -134,17 +135,19 @@ export async function runBench(engine: Engine, vocab: number, bos: number | null
 export function benchCommand(): Command {
   const cmd = new Command("bench")
     .description("measure prompt processing (ppN) and generation (tgN) speed, like llama-bench")
-    .argument("<model>", "GGUF model file")
+    .argument("[model]", "GGUF file or stored model name (default: the embedded stories260K)")
     .addOption(opt("-p, --n-prompt <n>", "prompt tokens for the pp test (0 = skip)").default(512).argParser(parseIntArg("--n-prompt", 0, 1 << 20)))
     .addOption(opt("-n, --n-gen <n>", "tokens for the tg test (0 = skip)").default(128).argParser(parseIntArg("--n-gen", 0, 1 << 20)))
     .addOption(opt("-r, --repetitions <n>", "repetitions of each test").default(5).argParser(parseIntArg("--repetitions", 1, 1000)))
     .addOption(opt("--max-batch-size <n>", "batched decoding: 1, 2, 4 … n concurrent sequences (prompt -p, generation -n)").argParser(parseIntArg("--max-batch-size", 1, 1024)))
     .addOption(opt("--profile", "also report where the time went, by kind of op"))
     .addOption(opt("--json", "print the results as JSON"));
+  addModelOption(cmd);
   addEngineOptions(cmd);
   addSpeculationOptions(cmd);
   cmd.action(
-    action(async (modelPath: string, flags: BenchFlags) => {
+    action(async (modelArg: string | undefined, flags: BenchFlags) => {
+      const modelPath = requireModelPath(chosenModel(cmd, modelArg, flags.model));
       if (flags.maxBatchSize) return batchBench(modelPath, flags);
       const ctx = flags.ctxSize ?? Math.max(flags.nPrompt + 2, flags.nGen + 2, 64);
       const loaded = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { batchTokens: Math.max(512, flags.nPrompt), profile: flags.profile, prefixCache: false });

@@ -5,12 +5,13 @@ import { type ChatMessage, ChatTemplate } from "../../src/chat/template";
 import type { Generation } from "../../src/engine/engine";
 import { loadEngine } from "../load";
 import {
-  addCommandHelpEnv, addEngineOptions, addSamplingOptions, addSpeculationOptions, type EngineFlags, opt, parseIntArg, type SamplingFlags,
+  addCommandHelpEnv, addEngineOptions, addModelOption, chosenModel, requireModelPath, addSamplingOptions, addSpeculationOptions, type EngineFlags, opt, parseIntArg, type SamplingFlags,
   samplingRequest,
 } from "../options";
 import { action, CliError } from "../ui";
 
 interface ChatFlags extends EngineFlags, SamplingFlags {
+  model?: string;
   system?: string;
   nPredict: number;
 }
@@ -25,13 +26,14 @@ end a line with \\ to continue the message on the next line; Ctrl-C stops a repl
 export function chatCommand(): Command {
   const cmd = new Command("chat")
     .description("chat with a model in the terminal (also reads piped stdin, one message per line)")
-    .argument("<model>", "GGUF model file")
+    .argument("[model]", "GGUF file or stored model name (default: the embedded stories260K)")
     .addOption(opt("--system <text>", "system prompt"))
     .addOption(opt("-n, --n-predict <n>", "most tokens per reply").default(512).argParser(parseIntArg("--n-predict", 1, 1 << 24)));
+  addModelOption(cmd);
   addEngineOptions(cmd);
   addSpeculationOptions(cmd);
   addSamplingOptions(cmd);
-  cmd.action(action(runChat));
+  cmd.action(action((model: string | undefined, flags: ChatFlags) => runChat(requireModelPath(chosenModel(cmd, model, flags.model)), flags)));
   return addCommandHelpEnv(cmd);
 }
 

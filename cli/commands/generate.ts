@@ -3,12 +3,14 @@ import { Command } from "commander";
 import { loadEngine } from "../load";
 import { ErrorCode, VeloError } from "../../src/engine/errors";
 import {
-  addCommandHelpEnv, addEngineOptions, addGrammarOptions, addSamplingOptions, addSpeculationOptions, type EngineFlags, type GrammarFlags, grammarFromFlags,
+  addCommandHelpEnv, addEngineOptions, addModelOption, chosenModel, requireModelPath, addGrammarOptions, addSamplingOptions, addSpeculationOptions, type EngineFlags, type GrammarFlags, grammarFromFlags,
   opt, parseIntArg, readTextInput, type SamplingFlags, samplingRequest,
 } from "../options";
+import { looksLikeModel } from "../models";
 import { action, CliError } from "../ui";
 
 interface GenerateFlags extends EngineFlags, SamplingFlags, GrammarFlags {
+  model?: string;
   file?: string;
   nPredict: number;
   stop?: string[];
@@ -21,7 +23,7 @@ interface GenerateFlags extends EngineFlags, SamplingFlags, GrammarFlags {
 export function generateCommand(): Command {
   const cmd = new Command("generate")
     .description("continue a prompt, streaming the text to stdout")
-    .argument("<model>", "GGUF model file")
+    .argument("[model]", "GGUF file or stored model name (default: the embedded stories260K; a lone argument that names no model is the prompt)")
     .argument("[prompt]", "prompt text (else --file or stdin)")
     .addOption(opt("-f, --file <path>", "read the prompt from a file"))
     .addOption(opt("-n, --n-predict <n>", "most tokens to generate").default(128).argParser(parseIntArg("--n-predict", 0, 1 << 24)))
@@ -30,12 +32,17 @@ export function generateCommand(): Command {
     .addOption(opt("--no-bos", "do not add the BOS token"))
     .addOption(opt("--parse-special", "recognise special-token text in the prompt"))
     .addOption(opt("--json", "print one JSON document: prompt and output ids, text, timings"));
+  addModelOption(cmd);
   addEngineOptions(cmd);
   addSpeculationOptions(cmd);
   addSamplingOptions(cmd);
   addGrammarOptions(cmd);
   cmd.action(
-    action(async (modelPath: string, promptArg: string | undefined, flags: GenerateFlags) => {
+    action(async (first: string | undefined, second: string | undefined, flags: GenerateFlags) => {
+      // `velo generate "Once upon a time"`: one argument that names no model is the prompt
+      let [modelArg, promptArg] = [first, second];
+      if (second === undefined && first !== undefined && (flags.model !== undefined || !looksLikeModel(first))) [modelArg, promptArg] = [undefined, first];
+      const modelPath = requireModelPath(chosenModel(cmd, modelArg, flags.model));
       const grammar = grammarFromFlags(flags);
       const prompt = await readTextInput(promptArg, flags.file, "prompt");
       const loaded = loadEngine(modelPath, flags);

@@ -2,10 +2,11 @@ import chalk from "chalk";
 import { Command } from "commander";
 import { existsSync, readFileSync } from "node:fs";
 import { VeloServer } from "../../src/server/server";
-import { addBackendOptions, addCommandHelpEnv, addSpeculationOptions, opt, parseIntArg, requireModelPath, type SpeculationFlags } from "../options";
+import { addBackendOptions, addCommandHelpEnv, addModelOption, chosenModel, addSpeculationOptions, opt, parseIntArg, requireModelPath, type SpeculationFlags } from "../options";
 import { action, CliError, spinner } from "../ui";
 
 interface ServeFlags extends SpeculationFlags {
+  model?: string;
   backend?: "auto" | "cpu" | "vulkan" | "metal";
   device?: number;
   host: string;
@@ -25,7 +26,7 @@ interface ServeFlags extends SpeculationFlags {
 export function serveCommand(): Command {
   const cmd = new Command("serve")
     .description("serve a model over an OpenAI-compatible HTTP API")
-    .argument("<model>", "GGUF model file")
+    .argument("[model]", "GGUF file or stored model name (default: the embedded stories260K)")
     .addOption(opt("--host <addr>", "address to bind (127.0.0.1 keeps it local)").default("127.0.0.1"))
     .addOption(opt("--port <n>", "port").default(8080).argParser(parseIntArg("--port", 0, 65535)))
     .addOption(opt("--api-key <key>", "require 'Authorization: Bearer <key>'"))
@@ -38,12 +39,13 @@ export function serveCommand(): Command {
     .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"))
     .addOption(opt("--prefix-cache-file <path>", "load this saved prefix at start; POST /prefix-cache/save writes it"))
     .addOption(opt("--chat-template-file <path>", "a Jinja chat template to use instead of the model's own (tool calling follows its syntax)"));
+  addModelOption(cmd);
   addSpeculationOptions(cmd);
   addBackendOptions(cmd);
   cmd.action(
-    action(async (modelPath: string, f: ServeFlags) => {
-      requireModelPath(modelPath);
-      if (f.draft) requireModelPath(f.draft);
+    action(async (modelArg: string | undefined, f: ServeFlags) => {
+      const modelPath = requireModelPath(chosenModel(cmd, modelArg, f.model));
+      const draftPath = f.draft ? requireModelPath(f.draft) : undefined;
       if (f.spec === "draft" && !f.draft) throw new CliError("--spec draft needs --draft MODEL", 2);
       let chatTemplate: string | undefined;
       if (f.chatTemplateFile !== undefined) {
@@ -52,7 +54,7 @@ export function serveCommand(): Command {
       }
       const server = new VeloServer({
         chatTemplate,
-        modelPath, draftPath: f.draft, modelId: f.alias, host: f.host, prefixCacheFile: f.prefixCacheFile, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
+        modelPath, draftPath, modelId: f.alias, host: f.host, prefixCacheFile: f.prefixCacheFile, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
         engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, ctxSize: f.contextLen ?? 4096, kvMemoryMb: f.kvMemory, prefixCache: f.prefixCache,
           speculation: f.spec ?? (f.draft ? "draft" : "off"), draftMax: f.draftMax, draftAdaptive: f.specAdapt,
           backend: f.backend, device: f.device },
