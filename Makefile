@@ -75,12 +75,18 @@ PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attent
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
 Q8_KERNELS := add_rms_norm attention_combine
+# K/V page kernels, once per (K type, V type) of the KV cache (-DKT_<K> -DVT_<V>, kv_types.glsl),
+# named <kernel>_<k>_<v>; f32/f32 keeps the plain name (kv_store, attention, ... in PLAIN_KERNELS)
+KV_TYPES := f32 f16 q8_0 q4_0
+KV_KERNELS := kv_store rope_store attention attention_tiled attention_coop
+KV_PAIRS := $(filter-out f32_f32,$(foreach k,$(KV_TYPES),$(addprefix $(k)_,$(KV_TYPES))))
+KV_VARIANTS := $(foreach k,$(KV_KERNELS),$(addprefix $(k)_,$(KV_PAIRS)))
 SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) \
-  attention_coop
+  attention_coop $(KV_VARIANTS)
 # Kernels Metal never runs, left out of the MSL and the metallib: cooperative matrices (no MSL
 # translation) and the 8-bit-activation decode path (GPUKernels.integerDot is Vulkan-only;
 # add_rms_norm_q8 alone takes 41 KB of threadgroup memory, over Apple GPUs' 32 KiB).
-VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) attention_coop $(addprefix matvec_dot_,$(DOT_TYPES)) \
+VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(addprefix matvec_dot_,$(DOT_TYPES)) \
   $(addsuffix _q8,$(Q8_KERNELS)) quantize_q8
 # Specialization constants that size shared arrays (matvec's NCOLS and ROWS, matmul's BM and BN)
 # are preprocessor macros in spirv-cross's MSL, not Metal function constants, so Metal gets one
@@ -122,6 +128,10 @@ $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matv
 $(eval $(call shader_rules,attention_coop,shaders/attention_coop.comp,))
 $(foreach k,$(PLAIN_KERNELS),$(eval $(call shader_rules,$(k),shaders/$(k).comp,)))
 $(foreach k,$(Q8_KERNELS),$(eval $(call shader_rules,$(k)_q8,shaders/$(k).comp,-DQ8)))
+kv_flags = -DKT_$(call upper,$(firstword $(subst _, ,$(subst q8_0,q8x0,$(subst q4_0,q4x0,$(1)))))) \
+  -DVT_$(call upper,$(lastword $(subst _, ,$(subst q8_0,q8x0,$(subst q4_0,q4x0,$(1))))))
+$(foreach k,$(KV_KERNELS),$(foreach pr,$(KV_PAIRS),\
+  $(eval $(call shader_rules,$(k)_$(pr),shaders/$(k).comp,$(subst X,_,$(call kv_flags,$(pr)))))))
 # $(1) name, $(2) source, $(3) glslc flags, $(4) constants 1, 2, ... baked into the MSL
 define msl_shape_rule
 $(METAL_DIR)/$(1).metal: $(2) shaders/build.sh

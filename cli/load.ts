@@ -33,6 +33,8 @@ export function loadEngine(path: string | undefined, flags: EngineFlags, extra: 
         device: flags.device,
         ctxSize: flags.ctxSize ?? Math.min(trained || 4096, 4096),
         prefixCache: flags.prefixCache,
+        cacheTypeK: flags.cacheTypeK,
+        cacheTypeV: flags.cacheTypeV,
         speculation: flags.spec ?? (flags.draft ? "draft" : "off"),
         draftMax: flags.draftMax,
         draftAdaptive: flags.specAdapt,

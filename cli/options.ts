@@ -4,6 +4,7 @@ import { type Command, Option } from "commander";
 import { existsSync, readFileSync } from "node:fs";
 import { jsonSchemaToGrammar, SchemaError } from "../src/grammar/json-schema";
 import { resolveModel } from "./models";
+import { type KVCacheType, kvCacheTypes } from "../src/engine/engine";
 import { CliError } from "./ui";
 
 export function envName(flag: string): string {
@@ -75,7 +76,20 @@ export function addEngineOptions(cmd: Command): Command {
     .addOption(opt("-t, --threads <n>", "CPU threads (default: all cores)").argParser(parseIntArg("--threads", 1, 1024)))
     .addOption(opt("-c, --ctx-size <n>", "context size per sequence (default: the model's, at most 4096)").argParser(parseIntArg("--ctx-size", 2, 1 << 20)))
     .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"));
+  addCacheTypeOptions(cmd);
   return addBackendOptions(cmd);
+}
+
+/** --cache-type-k / --cache-type-v (llama.cpp's names): how K and V are stored in the KV cache. */
+export function addCacheTypeOptions(cmd: Command): Command {
+  return cmd
+    .addOption(opt("--cache-type-k <type>", "how keys are stored in the KV cache: f32, f16, q8_0 or q4_0").choices([...kvCacheTypes]).default("f16"))
+    .addOption(opt("--cache-type-v <type>", "how values are stored in the KV cache: f32, f16, q8_0 or q4_0").choices([...kvCacheTypes]).default("f16"));
+}
+
+export interface CacheTypeFlags {
+  cacheTypeK?: KVCacheType;
+  cacheTypeV?: KVCacheType;
 }
 
 /** --backend and --device (every command that runs a model). */
@@ -102,7 +116,7 @@ export interface SpeculationFlags {
   specAdapt?: boolean;
 }
 
-export interface EngineFlags extends SpeculationFlags {
+export interface EngineFlags extends SpeculationFlags, CacheTypeFlags {
   threads?: number;
   backend?: "auto" | "cpu" | "vulkan" | "metal";
   device?: number;

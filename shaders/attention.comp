@@ -18,12 +18,13 @@
 // contiguous in d). The query heads of a group share every K/V load; a pass takes
 // min(8, 2048/headDim) heads (headDim up to 2048; more heads re-read K/V per pass).
 // Needs a workgroup of at least 64 threads (GMAX * TK / KPT) and a multiple of TK (32).
+// K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_EXT_shader_16bit_storage : require
 
 layout(local_size_x = 128, local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer QBuf { float Q[]; };
-layout(std430, binding = 1) readonly buffer KVBuf { float kv[]; };
 layout(std430, binding = 2) writeonly buffer OutBuf { float outv[]; };
 layout(std430, binding = 3) readonly buffer PosBuf { int tokpos[]; };
 layout(std430, binding = 4) readonly buffer PtBuf { int tokpt[]; };
@@ -38,6 +39,9 @@ layout(std140, binding = 7) uniform Params {
 } p;
 
 #include "attention_mask.glsl"
+#define KV_BINDING 1
+#define KV_ACCESS readonly
+#include "kv_types.glsl"
 
 const uint TK = 32u;     // keys per tile
 const uint GMAX = 8u;    // query heads per pass
@@ -51,7 +55,7 @@ shared float Qs[QMAX];            // [g][d] queries of the pass
 shared float Os[QMAX];            // [g][d] running weighted sums of V
 shared float Ps[PMAX * GMAX * TK]; // [slice][g][key] partial scores
 shared float S[GMAX * TK];        // [g][key] probabilities of the tile
-shared uint Vb[TK];               // index of V[key][kvh*headDim] in kv
+shared uint Vb[TK];               // V row handle of each key (v_row)
 shared float red[GMAX * NQ];      // [g][q] tile maxima, then sums
 shared float alphaS[GMAX], mS[GMAX];
 
@@ -67,7 +71,7 @@ void main() {
     const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
     const uint hd = p.headDim, G = p.heads / p.kvHeads, ps0 = p.pageSize;
     const uint pt = uint(tokpt[t]);
-    const uint kOff = kvh * hd, plane = ps0 * p.kvDim;
+    const uint kOff = kvh * hd, plane = kv_kplane_words();
     const uint gpass = max(1u, min(GMAX, QMAX / hd));
     // score phase: key kk, dimension slice ps of P
     const uint kk = tid % TK, ps = tid / TK;
@@ -98,24 +102,23 @@ void main() {
                     const uint j = j0 + kk;
                     const uint pb = uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff;
                     const uint slot = j % ps0;
-                    const uint kb = pb + kOff * ps0 + slot;
-                    if (ps == 0u) Vb[kk] = pb + plane + slot * p.kvDim + kOff;
+                    const uint kb = k_key(pb, slot);
+                    if (ps == 0u) Vb[kk] = v_row(pb + plane, slot);
                     uint d = d0;
                     for (; d + 4u <= d1; d += 4u) {
-                        const float k0 = kv[kb + d * ps0], k1 = kv[kb + (d + 1u) * ps0];
-                        const float k2 = kv[kb + (d + 2u) * ps0], k3 = kv[kb + (d + 3u) * ps0];
+                        const vec4 k4 = k_at4(kb, kOff + d);
                         [[unroll]] for (uint g = 0u; g < GMAX; g++) {
                             if (g < GC) {
                                 const uint qo = g * hd + d;
-                                sc[g] = fma(Qs[qo], k0, sc[g]);
-                                sc[g] = fma(Qs[qo + 1u], k1, sc[g]);
-                                sc[g] = fma(Qs[qo + 2u], k2, sc[g]);
-                                sc[g] = fma(Qs[qo + 3u], k3, sc[g]);
+                                sc[g] = fma(Qs[qo], k4.x, sc[g]);
+                                sc[g] = fma(Qs[qo + 1u], k4.y, sc[g]);
+                                sc[g] = fma(Qs[qo + 2u], k4.z, sc[g]);
+                                sc[g] = fma(Qs[qo + 3u], k4.w, sc[g]);
                             }
                         }
                     }
                     for (; d < d1; d++) {
-                        const float k0 = kv[kb + d * ps0];
+                        const float k0 = k_at(kb, kOff + d);
                         [[unroll]] for (uint g = 0u; g < GMAX; g++)
                             if (g < GC) sc[g] = fma(Qs[g * hd + d], k0, sc[g]);
                     }
@@ -161,8 +164,9 @@ void main() {
                 [[unroll]] for (uint g = 0u; g < GMAX; g++) o[g] = g < GC ? Os[g * hd + d] * alphaS[g] : 0.0;
                 uint k = 0u;
                 for (; k + 4u <= nt; k += 4u) {
-                    const float v0 = kv[Vb[k] + d], v1 = kv[Vb[k + 1u] + d];
-                    const float v2 = kv[Vb[k + 2u] + d], v3 = kv[Vb[k + 3u] + d];
+                    const uint dv = kOff + d;
+                    const float v0 = v_at(Vb[k], dv), v1 = v_at(Vb[k + 1u], dv);
+                    const float v2 = v_at(Vb[k + 2u], dv), v3 = v_at(Vb[k + 3u], dv);
                     [[unroll]] for (uint g = 0u; g < GMAX; g++) {
                         if (g < GC) {
                             const uint so = g * TK + k;
@@ -174,7 +178,7 @@ void main() {
                     }
                 }
                 for (; k < nt; k++) {
-                    const float v0 = kv[Vb[k] + d];
+                    const float v0 = v_at(Vb[k], kOff + d);
                     [[unroll]] for (uint g = 0u; g < GMAX; g++)
                         if (g < GC) o[g] = fma(S[g * TK + k], v0, o[g]);
                 }

@@ -4,7 +4,7 @@
 // most 64 / G tokens) and head sizes that are multiples of 16, at most 128.
 //
 // Four subgroups each own 16 of the block's query rows. Per tile of BC = 32 keys the workgroup
-// loads K and V (float32 pages) into shared memory as float16; then each subgroup, on its own:
+// loads K and V (pages of any cache type) into shared memory as float16; then each subgroup, on its own:
 //   S = Q K^T      (16 x 32, float16 products accumulated in float32; Q, scaled, stays in
 //                   registers as float16 fragments for the whole block)
 //   softmax        S through shared memory; two invocations per row keep its running max and
@@ -18,6 +18,7 @@
 // float16 -> float32 shape, subgroups of 32 (the 4-subgroup layout and the row pairs),
 // 31.3 KiB of shared memory. Workgroup of 128 (constant 0 must stay 128). Dispatch (blocks,
 // kvHeads, 1).
+// K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_control_flow_attributes : require
@@ -29,7 +30,6 @@
 layout(local_size_x = 128, local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer QBuf { float Q[]; };
-layout(std430, binding = 1) readonly buffer KVBuf { float kv[]; };
 layout(std430, binding = 2) writeonly buffer OutBuf { float outv[]; };
 layout(std430, binding = 3) readonly buffer PosBuf { int tokpos[]; };
 layout(std430, binding = 4) readonly buffer PtBuf { int tokpt[]; };
@@ -44,6 +44,9 @@ layout(std140, binding = 7) uniform Params {
 } p;
 
 #include "attention_mask.glsl"
+#define KV_BINDING 1
+#define KV_ACCESS readonly
+#include "kv_types.glsl"
 
 const uint WG = 128u;
 const uint R = 64u;            // query rows per workgroup, 16 per subgroup
@@ -71,7 +74,7 @@ void main() {
     const uint hd = p.headDim, G = p.heads / p.kvHeads, ps0 = p.pageSize;
     const uint used = min(R / G, count) * G;   // rows in use
     const uint pt = uint(tokpt[t0]);
-    const uint kOff = kvh * hd, plane = ps0 * p.kvDim;
+    const uint kOff = kvh * hd, plane = kv_kplane_words();
     const uint dt = hd / 16u;                  // column tiles in use
 
     // queries, scaled, as float16 (rows past `used` and columns past hd are zero)
@@ -115,17 +118,11 @@ void main() {
         {
             const uint k = tid % BC, j = j0 + k;
             const bool have = j < kend;
-            uint kb = 0u, vb = 0u;
-            if (have) {
-                const uint pb = uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff, slot = j % ps0;
-                kb = pb + kOff * ps0 + slot;
-            }
+            uint kb = 0u;
+            if (have) kb = k_key(uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff, j % ps0);
             for (uint c = 4u * (tid / BC); c < DMAX; c += 4u * (WG / BC)) {
                 f16vec4 v = f16vec4(0.0);
-                if (have && c < hd) {
-                    const uint b = kb + c * ps0;
-                    v = f16vec4(vec4(kv[b], kv[b + ps0], kv[b + 2u * ps0], kv[b + 3u * ps0]));
-                }
+                if (have && c < hd) v = f16vec4(k_at4(kb, kOff + c));
                 [[unroll]] for (uint i = 0u; i < 4u; i++) QKV[k * HS + c + i] = v[i];
             }
         }
@@ -133,10 +130,8 @@ void main() {
         for (uint e = tid; e < BC * (DMAX / 4u); e += WG) {
             const uint k = e / (DMAX / 4u), c = 4u * (e % (DMAX / 4u)), j = j0 + k;
             f16vec4 v = f16vec4(0.0);
-            if (j < kend && c < hd) {
-                const uint b = uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff + plane + (j % ps0) * p.kvDim + kOff + c;
-                v = f16vec4(vec4(kv[b], kv[b + 1u], kv[b + 2u], kv[b + 3u]));
-            }
+            if (j < kend && c < hd)
+                v = f16vec4(v_at4(v_row(uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff + plane, j % ps0), kOff + c));
             [[unroll]] for (uint i = 0u; i < 4u; i++) QKV[(BC + k) * HS + c + i] = v[i];
         }
         barrier();

@@ -19,12 +19,13 @@
 // banks).
 // Needs: headDim a multiple of 4, at most DMAX; 29.3 KiB of shared memory. Workgroup of 128
 // threads (constant 0 must stay 128). Dispatch (blocks, kvHeads, 1).
+// K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_EXT_shader_16bit_storage : require
 
 layout(local_size_x = 128, local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer QBuf { float Q[]; };
-layout(std430, binding = 1) readonly buffer KVBuf { float kv[]; };
 layout(std430, binding = 2) writeonly buffer OutBuf { float outv[]; };
 layout(std430, binding = 3) readonly buffer PosBuf { int tokpos[]; };
 layout(std430, binding = 4) readonly buffer PtBuf { int tokpt[]; };
@@ -39,6 +40,9 @@ layout(std140, binding = 7) uniform Params {
 } p;
 
 #include "attention_mask.glsl"
+#define KV_BINDING 1
+#define KV_ACCESS readonly
+#include "kv_types.glsl"
 
 const uint WG = 128u;
 const uint R = 32u;          // query rows per workgroup
@@ -61,7 +65,7 @@ void main() {
     const uint hd = p.headDim, hv = hd / 4u, G = p.heads / p.kvHeads, ps0 = p.pageSize;
     const uint used = min(R / G, count) * G;  // rows in use
     const uint pt = uint(tokpt[t0]);
-    const uint kOff = kvh * hd, plane = ps0 * p.kvDim;
+    const uint kOff = kvh * hd, plane = kv_kplane_words();
 
     // queries, scaled, and the block's key range
     for (uint e = tid; e < R * hv; e += WG) {
@@ -102,15 +106,12 @@ void main() {
         if (have) {
             const uint j = j0 + lk;
             const uint pb = uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff, slot = j % ps0;
-            kb = pb + kOff * ps0 + slot;          // K plane: [d][slot]
-            vb = pb + plane + slot * p.kvDim + kOff; // V plane: [slot][d]
+            kb = k_key(pb, slot);
+            vb = v_row(pb + plane, slot);
         }
         for (uint c = lc; c < hv; c += WG / BC) {
             vec4 k = vec4(0.0);
-            if (have) {
-                const uint b = kb + 4u * c * ps0;
-                k = vec4(kv[b], kv[b + ps0], kv[b + 2u * ps0], kv[b + 3u * ps0]);
-            }
+            if (have) k = k_at4(kb, kOff + 4u * c);
             KVs[lk * RS + c] = k;
         }
         barrier();
@@ -131,10 +132,7 @@ void main() {
         // 2. the V tile (K is no longer needed) and each row's softmax update
         for (uint c = lc; c < hv; c += WG / BC) {
             vec4 v = vec4(0.0);
-            if (have) {
-                const uint b = vb + 4u * c;
-                v = vec4(kv[b], kv[b + 1u], kv[b + 2u], kv[b + 3u]);
-            }
+            if (have) v = v_at4(vb, kOff + 4u * c);
             KVs[lk * RS + c] = v;
         }
         {

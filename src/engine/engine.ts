@@ -3,6 +3,10 @@ import { cstr, lib } from "../ffi/library";
 import { check, ErrorCode } from "./errors";
 import type { Model } from "./model";
 
+/** KV cache storage types (llama.cpp's names). */
+export type KVCacheType = "f32" | "f16" | "q8_0" | "q4_0";
+export const kvCacheTypes: readonly KVCacheType[] = ["f32", "f16", "q8_0", "q4_0"];
+
 export interface EngineOptions {
   threads?: number;
   ctxSize?: number;
@@ -11,6 +15,9 @@ export interface EngineOptions {
   kvPages?: number;
   /** KV budget in MiB (used when kvPages is not given). */
   kvMemoryMb?: number;
+  /** How K and V are stored in the KV pages (llama.cpp's --cache-type-k/-v; default f16). */
+  cacheTypeK?: KVCacheType;
+  cacheTypeV?: KVCacheType;
   pageSize?: number;
   /** Reuse KV pages of earlier requests' common prefixes (default true). */
   prefixCache?: boolean;
@@ -187,6 +194,8 @@ export class Engine {
       batch_tokens: opts.batchTokens,
       kv_pages: opts.kvPages,
       kv_memory_mb: opts.kvMemoryMb,
+      cache_type_k: opts.cacheTypeK,
+      cache_type_v: opts.cacheTypeV,
       page_size: opts.pageSize,
       prefix_cache: opts.prefixCache,
       profile: opts.profile,

@@ -102,6 +102,25 @@ void   ck_attention(const float *q, int64_t heads, int64_t hd, const float *cons
                     int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap,
                     int64_t start, float *out, float *scores);
 
+/* KV cache storage (CK_TYPE_F32, F16, Q8_0, Q4_0). A plane holds page_size slots of one
+ * kv_dim-wide row of K or V for one layer of one page. K in F32/F16 is transposed (element d of
+ * slot s at [d * page_size + s], as ck_attention reads it); quantized K and every V are by slot,
+ * slot s's row at s * ck_kv_row_bytes bytes, a quantized row being ceil(kv_dim / 32) ggml blocks
+ * (values past kv_dim zero). Planes are padded to 4 bytes (whole 32-bit words). */
+int    ck_kv_type_supported(int type);
+size_t ck_kv_row_bytes(int type, int64_t kv_dim);
+size_t ck_kv_plane_bytes(int type, int64_t page_size, int64_t kv_dim);
+/* Writes row x (kv_dim floats) to slot `slot` of a plane; key: 1 for K, 0 for V. Quantized rows
+ * round as ggml's reference quantizers, F16 to nearest even. */
+void   ck_kv_store(int type, int key, void *plane, int64_t page_size, int64_t kv_dim, int64_t slot, const float *x);
+/* Reads slot `slot` back as kv_dim floats. */
+void   ck_kv_load(int type, int key, const void *plane, int64_t page_size, int64_t kv_dim, int64_t slot, float *y);
+/* ck_attention over pages of any KV types: kpages/vpages are the K and V planes of this layer;
+ * stride is kv_dim. Both F32 is exactly ck_attention. */
+void   ck_attention_kv(const float *q, int64_t heads, int64_t hd, int ktype, const void *const *kpages, int vtype,
+                       const void *const *vpages, int64_t page_size, int64_t kv_dim, int64_t head_offset, int64_t n,
+                       float scale, float softcap, int64_t start, float *out, float *scores);
+
 #ifdef __cplusplus
 }
 #endif

@@ -51,6 +51,8 @@ func engineOptions(from text: String) throws -> EngineOptions {
     if let v = try f.int("kv_pages", 0...1 << 24) { o.kvPages = v }
     if let v = try f.int("page_size", 1...4096) { o.pageSize = v }
     if let v = try f.int("kv_memory_mb", 0...1 << 24) { o.kvMemoryBytes = v << 20 }
+    if let t = try f.string("cache_type_k") { o.cacheTypeK = try KVCacheType.parse(t, what: "cache_type_k") }
+    if let t = try f.string("cache_type_v") { o.cacheTypeV = try KVCacheType.parse(t, what: "cache_type_v") }
     o.profile = try f.bool("profile") ?? false
     o.prefixCache = try f.bool("prefix_cache") ?? true
     if let mode = try f.string("speculation") {

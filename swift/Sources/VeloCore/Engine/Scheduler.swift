@@ -13,6 +13,9 @@ public struct EngineOptions: Sendable {
     /// KV pages in the pool; 0 = from kvMemoryBytes, or enough for maxBatchSize full contexts.
     public var kvPages = 0
     public var kvMemoryBytes = 0
+    /// How K and V are stored in the pages (llama.cpp's --cache-type-k / --cache-type-v).
+    public var cacheTypeK = KVCacheType.f16
+    public var cacheTypeV = KVCacheType.f16
     /// Keep finished sequences' full KV pages in the radix prefix cache for reuse.
     public var prefixCache = true
     /// Time every kind of op (reported in the stats).
@@ -66,7 +69,7 @@ final class Scheduler {
         guard o.maxBatchSize >= 1 else { throw VeloError(.invalidArgument, "max batch size must be at least 1") }
         o.batchTokens = max(o.batchTokens, o.maxBatchSize)
         if o.kvPages <= 0 && o.kvMemoryBytes > 0 {
-            o.kvPages = o.kvMemoryBytes / PagePool.bytesPerPage(pageSize: o.pageSize, layers: c.layers, kvDim: c.kvDim)
+            o.kvPages = o.kvMemoryBytes / PagePool.bytesPerPage(pageSize: o.pageSize, layers: c.layers, kvDim: c.kvDim, typeK: o.cacheTypeK, typeV: o.cacheTypeV)
             guard o.kvPages > 0 else { throw VeloError(.invalidArgument, "the KV memory budget is smaller than one page") }
         }
         if o.kvPages <= 0 {
@@ -80,7 +83,8 @@ final class Scheduler {
         self.model = model
         self.tokenizer = tokenizer
         let gpu = try openGPUDevice(o.backend, index: o.device)
-        kv = try PagePool(pageCount: o.kvPages, pageSize: o.pageSize, layers: c.layers, kvDim: c.kvDim, hostStorage: gpu == nil)
+        kv = try PagePool(pageCount: o.kvPages, pageSize: o.pageSize, layers: c.layers, kvDim: c.kvDim,
+                          typeK: o.cacheTypeK, typeV: o.cacheTypeV, hostStorage: gpu == nil)
         let kv = self.kv
         cache = o.prefixCache ? RadixCache(pool: kv) : nil
         let profiler = Profiler(enabled: o.profile)
@@ -689,7 +693,9 @@ final class Scheduler {
         put("kv_pages_cached", cache?.pagesHeld ?? 0)
         put("kv_pages_free", kv.freePages)
         put("page_size", kv.pageSize)
-        put("kv_bytes_per_page", PagePool.bytesPerPage(pageSize: kv.pageSize, layers: kv.layers, kvDim: kv.kvDim))
+        put("kv_bytes_per_page", kv.pageBytes)
+        pairs.append(("cache_type_k", .string(kv.typeK.rawValue)))
+        pairs.append(("cache_type_v", .string(kv.typeV.rawValue)))
         put("kv_reserved_slots", kvReservedSlots)
         put("kv_used_slots", kvUsedSlots)
         put("steps", stepsRun)

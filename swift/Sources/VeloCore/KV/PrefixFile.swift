@@ -7,10 +7,14 @@ import Darwin
 /// Saving a cached prefix's KV pages to a file and loading them back. The file is tagged with
 /// a fingerprint of the model file, so a prefix is never loaded into another model.
 ///
-/// Layout (little-endian): "VELOKV01", u64 model tag, u32 page size, u32 layers, u32 KV dim,
-/// u32 pages, i32 tokens[pages × page size], then every page's floats as the pool stores them.
+/// Layout (little-endian): "VELOKV02", u64 model tag, u32 page size, u32 layers, u32 KV dim,
+/// u32 K type, u32 V type (ggml type ids: 0 f32, 1 f16, 8 q8_0, 2 q4_0), u32 pages,
+/// i32 tokens[pages × page size], then every page's bytes as the pool stores them (layer by
+/// layer, K plane then V plane; `KVLayout`). Files of the first format ("VELOKV01": no types,
+/// f32 pages) still load into an engine whose KV cache is f32.
 enum PrefixFile {
-    static let magic = Array("VELOKV01".utf8)
+    static let magic = Array("VELOKV02".utf8)
+    static let magicV1 = Array("VELOKV01".utf8)
 
     /// FNV-1a over the file size, the whole GGUF header (metadata and tensor table) and 256
     /// evenly spaced 4 KiB samples of the tensor data: cheap even for multi-GB files, and any
@@ -46,7 +50,8 @@ enum PrefixFile {
         var out: [UInt8] = magic
         func put<T: FixedWidthInteger>(_ v: T) { withUnsafeBytes(of: v.littleEndian) { out += $0 } }
         put(modelTag)
-        put(UInt32(pool.pageSize)); put(UInt32(pool.layers)); put(UInt32(pool.kvDim)); put(UInt32(nodes.count))
+        put(UInt32(pool.pageSize)); put(UInt32(pool.layers)); put(UInt32(pool.kvDim))
+        put(UInt32(pool.typeK.ggml)); put(UInt32(pool.typeV.ggml)); put(UInt32(nodes.count))
         for n in nodes { for t in n.tokens { put(t) } }
         var page = [UInt8](repeating: 0, count: pool.pageBytes)
         for n in nodes {
@@ -68,7 +73,8 @@ enum PrefixFile {
             defer { at += MemoryLayout<T>.size }
             return T(littleEndian: base.loadUnaligned(fromByteOffset: at, as: T.self))
         }
-        guard Array(UnsafeRawBufferPointer(start: base, count: 8)) == magic else {
+        let head = Array(UnsafeRawBufferPointer(start: base, count: 8))
+        guard head == magic || head == magicV1 else {
             throw VeloError(.invalidFile, "\(path): not a Velo prefix file (bad magic)")
         }
         at = 8
@@ -76,12 +82,24 @@ enum PrefixFile {
             throw VeloError(.invalidArgument, "\(path) was saved from a different model file; it cannot be loaded into this one")
         }
         let ps = Int(try get(UInt32.self)), layers = Int(try get(UInt32.self)), kvDim = Int(try get(UInt32.self))
+        var typeK = KVCacheType.f32, typeV = KVCacheType.f32
+        if head == magic {
+            let k = try get(UInt32.self), v = try get(UInt32.self)
+            guard let tk = KVCacheType(ggml: Int32(truncatingIfNeeded: k)), let tv = KVCacheType(ggml: Int32(truncatingIfNeeded: v)) else {
+                throw VeloError(.invalidFile, "\(path): unknown KV cache types \(k)/\(v)")
+            }
+            (typeK, typeV) = (tk, tv)
+        }
         let count = Int(try get(UInt32.self))
+        let headerBytes = at
+        guard typeK == pool.typeK && typeV == pool.typeV else {
+            throw VeloError(.invalidArgument, "\(path) holds a KV cache of K \(typeK.rawValue) / V \(typeV.rawValue); this engine's is K \(pool.typeK.rawValue) / V \(pool.typeV.rawValue): start it with --cache-type-k \(typeK.rawValue) --cache-type-v \(typeV.rawValue) to load it")
+        }
         guard ps == pool.pageSize, layers == pool.layers, kvDim == pool.kvDim else {
             throw VeloError(.invalidArgument, "\(path): page layout \(ps)/\(layers)/\(kvDim) differs from this engine's \(pool.pageSize)/\(pool.layers)/\(pool.kvDim)")
         }
-        let pageBytes = layers * 2 * ps * kvDim * 4
-        guard count > 0, file.size == 32 + count * ps * 4 + count * pageBytes else {
+        let pageBytes = pool.pageBytes
+        guard count > 0, file.size == headerBytes + count * ps * 4 + count * pageBytes else {
             throw VeloError(.invalidFile, "\(path): size \(file.size) does not match \(count) pages")
         }
         var tokens: [Int32] = []
@@ -91,7 +109,7 @@ enum PrefixFile {
             guard cache.evict(count) > 0 else { throw VeloError(.outOfMemory, "the KV pool has no room for \(count) pages") }
         }
         for (i, page) in table.pages.enumerated() {
-            let src = base + 32 + count * ps * 4 + i * pageBytes
+            let src = base + headerBytes + count * ps * 4 + i * pageBytes
             try pool.writePage(page, from: src)
         }
         cache.insert(tokens, pages: table.pages)

@@ -169,19 +169,19 @@ struct TransformerOps {
         }
     }
 
-    /// Writes each token's K and V into its sequence's page slot for this layer. K goes in
-    /// transposed ([dim][slot] within the page) for the attention kernel; V by slot.
+    /// Writes each token's K and V into its sequence's page slot for this layer, in the pool's
+    /// types (ck_kv_store: f32/f16 K transposed, [dim][slot] within the page, for the attention
+    /// kernel; V and quantized K by slot).
     func storeKV(_ batch: ForwardBatch, layer: Int, kv: KVView, ws: Workspace) {
         let kvDim = config.kvDim, ps = kv.pageSize
+        let tk = kv.typeK.ggml, tv = kv.typeV.ggml
         for t in 0..<batch.count {
             let table = batch.tables[batch.sequence[t]]
             let pos = batch.positions[t]
             let page = table.pages[pos / ps]
             let slot = pos % ps
-            let kt = kv.slot(page, layer: layer, plane: 0, index: 0) + slot
-            let k = ws.k + t * kvDim
-            for d in 0..<kvDim { kt[d * ps] = k[d] }
-            kv.slot(page, layer: layer, plane: 1, index: slot).update(from: ws.v + t * kvDim, count: kvDim)
+            ck_kv_store(tk, 1, kv.plane(page, layer: layer, plane: 0), Int64(ps), Int64(kvDim), Int64(slot), ws.k + t * kvDim)
+            ck_kv_store(tv, 0, kv.plane(page, layer: layer, plane: 1), Int64(ps), Int64(kvDim), Int64(slot), ws.v + t * kvDim)
         }
     }
 
@@ -191,9 +191,10 @@ struct TransformerOps {
     func attention(_ batch: ForwardBatch, layer: Int, _ p: AttentionParams, kv: KVView, ws: Workspace) {
         let c = config
         let hd = c.headDim, group = c.heads / c.kvHeads, ps = kv.pageSize
+        let tk = kv.typeK.ggml, tv = kv.typeV.ggml
         // page base pointers of every sequence for this layer (K plane 0, V plane 1)
-        let kPages = batch.tables.map { t in t.pages.map { UnsafePointer(kv.slot($0, layer: layer, plane: 0, index: 0)) as UnsafePointer<Float>? } }
-        let vPages = batch.tables.map { t in t.pages.map { UnsafePointer(kv.slot($0, layer: layer, plane: 1, index: 0)) as UnsafePointer<Float>? } }
+        let kPages = batch.tables.map { t in t.pages.map { UnsafeRawPointer(kv.plane($0, layer: layer, plane: 0)) as UnsafeRawPointer? } }
+        let vPages = batch.tables.map { t in t.pages.map { UnsafeRawPointer(kv.plane($0, layer: layer, plane: 1)) as UnsafeRawPointer? } }
         let items = batch.count * c.kvHeads
         let work = batch.positions.reduce(0) { $0 + $1 + 1 } * c.heads * hd * 2
         profiler.measure(.attention) {
@@ -208,8 +209,8 @@ struct TransformerOps {
                     let pos = batch.positions[t], first = p.firstKey(pos), skip = first / ps
                     kPages[seq].withUnsafeBufferPointer { kp in
                         vPages[seq].withUnsafeBufferPointer { vp in
-                            ck_attention(q, Int64(group), Int64(hd), kp.baseAddress! + skip, vp.baseAddress! + skip, Int64(ps), Int64(c.kvDim),
-                                         Int64(kvh * hd), Int64(pos + 1 - skip * ps), p.scale, p.softcap, Int64(first - skip * ps), out, scores)
+                            ck_attention_kv(q, Int64(group), Int64(hd), tk, kp.baseAddress! + skip, tv, vp.baseAddress! + skip, Int64(ps), Int64(c.kvDim),
+                                            Int64(kvh * hd), Int64(pos + 1 - skip * ps), p.scale, p.softcap, Int64(first - skip * ps), out, scores)
                         }
                     }
                 }

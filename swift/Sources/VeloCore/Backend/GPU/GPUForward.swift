@@ -63,6 +63,10 @@ final class GPUForward: ForwardOps {
     /// clears it).
     private let x16: GPUBuffer?
     private var x16Source: RowsKey?
+    /// This model's K/V inside the pages (the pool's types; a draft's own layers and width).
+    private let kvLayout: KVLayout
+    /// The K/V page kernels for the cache's types.
+    private let kvStoreKernel, ropeStoreKernel, attentionKernel, attentionTiledKernel, attentionCoopKernel: GPUKernels.Kernel
 
     init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
          maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
@@ -76,6 +80,16 @@ final class GPUForward: ForwardOps {
         self.profiler = profiler
         self.maxContext = maxContext
         let c = config
+        kvLayout = KVLayout(pageSize: kv.pageSize, layers: layers, kvDim: kvDim, typeK: kv.layout.typeK, typeV: kv.layout.typeV)
+        guard kvLayout.pageBytes <= kv.layout.pageBytes else {
+            throw VeloError(.invalidArgument, "a model with \(layers) layers of \(kvDim) K/V values does not fit the KV pages")
+        }
+        let (tk, tv) = (kv.layout.typeK, kv.layout.typeV)
+        kvStoreKernel = GPUKernels.kvVariant(GPUKernels.kvStore, k: tk, v: tv)
+        ropeStoreKernel = GPUKernels.kvVariant(GPUKernels.ropeStore, k: tk, v: tv)
+        attentionKernel = GPUKernels.kvVariant(GPUKernels.attention, k: tk, v: tv)
+        attentionTiledKernel = GPUKernels.kvVariant(GPUKernels.attentionTiled, k: tk, v: tv)
+        attentionCoopKernel = GPUKernels.kvVariant(GPUKernels.attentionCoop, k: tk, v: tv)
         attnScratch = try device.makeBuffer(
             bytes: max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16),
             memory: .device, label: "attention partials")
@@ -181,9 +195,9 @@ final class GPUForward: ForwardOps {
             if GPUKernels.useCoop(device, w.type) { _ = try pipeline(GPUKernels.matmulCoop(w.type)) }
         }
         if x16 != nil { for k in [GPUKernels.toF16, GPUKernels.sumSplits] { _ = try pipeline(k) } }
-        if coopAttention { _ = try pipeline(GPUKernels.attentionCoop) }
+        if coopAttention { _ = try pipeline(attentionCoopKernel) }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
-        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, GPUKernels.ropeStore, GPUKernels.rope, GPUKernels.kvStore, GPUKernels.attention, GPUKernels.attentionTiled, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap] { _ = try pipeline(k) }
+        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, ropeStoreKernel, GPUKernels.rope, kvStoreKernel, attentionKernel, attentionTiledKernel, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap] { _ = try pipeline(k) }
     }
 
     static func width(_ a: Activation, _ c: ModelConfig) -> Int {
@@ -357,12 +371,13 @@ final class GPUForward: ForwardOps {
                  (n, heads, 1), .rope)
     }
 
-    private var layerOffsets: (pageSize: Int, pageStride: Int) { (kv.pageSize, kv.pageStride) }
+    /// Where a layer's K plane starts within a page, in 32-bit words.
+    private func layerOff(_ layer: Int) -> UInt32 { UInt32(layer * kvLayout.layerBytes / 4) }
 
     func storeKV(layer: Int) {
         let ps = kv.pageSize
-        dispatch(GPUKernels.kvStore, [act(.k), act(.v), GPUBinding(kv.buffer), tokpos, tokpt, pagetab],
-                 [UInt32(n), UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim), UInt32(stride(.k))],
+        dispatch(kvStoreKernel, [act(.k), act(.v), GPUBinding(kv.buffer), tokpos, tokpt, pagetab],
+                 [UInt32(n), UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), layerOff(layer), UInt32(stride(.k))],
                  (n, (kvDim + 63) / 64, 1), .attention)
     }
 
@@ -371,9 +386,9 @@ final class GPUForward: ForwardOps {
     /// (a single split writes the output directly).
     func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope r: Int) {
         let c = config, ps = kv.pageSize
-        dispatch(GPUKernels.ropeStore, [act(.q), act(.k), act(.v), GPUBinding(kv.buffer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
+        dispatch(ropeStoreKernel, [act(.q), act(.k), act(.v), GPUBinding(kv.buffer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
                  [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
-                  c.ropes[r].magnitude.bitPattern, UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim),
+                  c.ropes[r].magnitude.bitPattern, UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), layerOff(layer),
                   UInt32(stride(.q)), UInt32(stride(.k))],
                  (n, heads + kvHeads, 1), .rope)
     }
@@ -382,17 +397,17 @@ final class GPUForward: ForwardOps {
         let c = config, ps = kv.pageSize
         let mask = [a.softcap.bitPattern, UInt32(a.window)]
         if tiledBlocks > 0 {
-            dispatch(coopAttention ? GPUKernels.attentionCoop : GPUKernels.attentionTiled, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens)],
+            dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens)],
                      [UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride),
-                      UInt32(layer * 2 * ps * kvDim), a.scale.bitPattern, UInt32(stride(.q))] + mask,
+                      layerOff(layer), a.scale.bitPattern, UInt32(stride(.q))] + mask,
                      (tiledBlocks, c.kvHeads, 1), .attention)
             return
         }
         let keys = (batch.positions.max() ?? 0) + 1
         let (chunk, splits) = GPUKernels.attentionSplits(keys: keys, n: n, maxTokens: maxTokens, maxContext: maxContext)
-        dispatch(GPUKernels.attention, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)],
+        dispatch(attentionKernel, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)],
                  [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps),
-                  UInt32(kv.pageStride), UInt32(layer * 2 * ps * kvDim), a.scale.bitPattern,
+                  UInt32(kv.pageStride), layerOff(layer), a.scale.bitPattern,
                   UInt32(chunk), UInt32(splits), UInt32(stride(.q))] + mask,
                  (n, c.kvHeads, splits), .attention)
         guard splits > 1 else { return }
@@ -476,16 +491,27 @@ final class GPUForward: ForwardOps {
 final class GPUKVPages {
     let buffer: GPUBuffer
     let pageSize: Int
-    /// Floats per page (every layer's K and V).
+    let layout: KVLayout
+    /// 32-bit words per page (every layer's K and V).
     let pageStride: Int
 
     init(device: GPUDevice, pool: PagePool) throws {
         pageSize = pool.pageSize
-        pageStride = pool.layers * 2 * pool.planeFloats
-        let bytes = pool.pageCount * pageStride * 4
+        layout = pool.layout
+        pageStride = layout.pageBytes / 4
+        let bytes = pool.pageCount * layout.pageBytes
         guard bytes <= device.maxBindingBytes, pool.pageCount * pageStride < Int(Int32.max) else {
-            throw VeloError(.invalidArgument, "the KV cache (\(bytes >> 20) MiB) is larger than one GPU buffer may be on \(device.name) (\(device.maxBindingBytes >> 20) MiB): lower --kv-memory, --context-len or --max-batch-size")
+            throw VeloError(.invalidArgument, "the KV cache (\(bytes >> 20) MiB) is larger than one GPU buffer may be on \(device.name) (\(device.maxBindingBytes >> 20) MiB): lower --kv-memory, --ctx-size or --max-batch-size")
         }
         buffer = try device.makeBuffer(bytes: bytes, memory: .device, label: "KV cache")
+    }
+
+    /// A whole page in `PagePool`'s layout (prefix files).
+    func readPage(_ page: Int32, device: GPUDevice, into dst: UnsafeMutableRawPointer) throws {
+        try device.download(buffer, offset: Int(page) * layout.pageBytes, into: dst, bytes: layout.pageBytes)
+    }
+
+    func writePage(_ page: Int32, device: GPUDevice, from src: UnsafeRawPointer) throws {
+        try device.upload(buffer, offset: Int(page) * layout.pageBytes, from: src, bytes: layout.pageBytes)
     }
 }

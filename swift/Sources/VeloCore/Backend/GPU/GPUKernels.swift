@@ -164,6 +164,12 @@ enum GPUKernels {
     static let rope = Kernel(name: "rope", buffers: 3, constants: [64])
     static let ropeStore = Kernel(name: "rope_store", buffers: 8, constants: [64])
     static let kvStore = Kernel(name: "kv_store", buffers: 6, constants: [64])
+    /// The K/V page kernels are built once per (K type, V type) of the cache (shaders/kv_types.glsl),
+    /// named `<kernel>_<k>_<v>`; f32/f32 keeps the plain name.
+    static func kvSuffix(_ k: KVCacheType, _ v: KVCacheType) -> String { k == .f32 && v == .f32 ? "" : "_\(k.rawValue)_\(v.rawValue)" }
+    static func kvVariant(_ kernel: Kernel, k: KVCacheType, v: KVCacheType) -> Kernel {
+        Kernel(name: kernel.name + kvSuffix(k, v), buffers: kernel.buffers, constants: kernel.constants)
+    }
     /// Split-K attention: (n, kvHeads, splits) workgroups, each over `chunk` keys of a token;
     /// with splits > 1 each writes partials to a scratch buffer and `attentionCombine`
     /// ((n, heads, 1) workgroups) merges them. Both take 128 threads (attention needs ≥ 64).

@@ -1,0 +1,403 @@
+import CKernels
+import XCTest
+@testable import VeloCore
+
+/// KV cache types (f32, f16, q8_0, q4_0 for K and V separately): the CPU store and typed
+/// attention against float64 references, and every GPU K/V kernel variant (kv_store,
+/// rope_store, split-K attention + combine, tiled attention) against the CPU on the same pages.
+final class KVCacheTypeTests: XCTestCase {
+    struct RNG {
+        var s: UInt64
+        mutating func next() -> Float {
+            s = s &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Float(Int64(bitPattern: s >> 11) % 2000) / 1000 - 1
+        }
+        mutating func row(_ n: Int, scale: Float = 1) -> [Float] { (0..<n).map { _ in next() * scale } }
+    }
+
+    static let pairs: [(KVCacheType, KVCacheType)] = KVCacheType.allCases.flatMap { k in KVCacheType.allCases.map { (k, $0) } }
+
+    /// What a row becomes once stored in `type`: f16 rounding, or ggml's blocks over the row
+    /// padded with zeros to whole blocks.
+    func roundTrip(_ x: [Float], _ type: KVCacheType) -> [Float] {
+        switch type {
+        case .f32: return x
+        case .f16:
+            var h = [UInt16](repeating: 0, count: x.count), y = [Float](repeating: 0, count: x.count)
+            ck_f32_to_f16(x, &h, Int64(x.count))
+            ck_f16_to_f32(h, &y, Int64(x.count))
+            return y
+        case .q8_0, .q4_0:
+            let n = (x.count + 31) / 32 * 32
+            let padded = x + [Float](repeating: 0, count: n - x.count)
+            var blocks = [UInt8](repeating: 0, count: Int(ck_row_size(type.ggml, Int64(n))))
+            var y = [Float](repeating: 0, count: n)
+            ck_quantize_row(type.ggml, padded, &blocks, Int64(n))
+            ck_dequantize_row(type.ggml, blocks, &y, Int64(n))
+            return Array(y[..<x.count])
+        }
+    }
+
+    func testLayoutSizes() {
+        // bytes per (page, layer) plane: 16 slots of a 1024-wide row (an 8B's K or V)
+        XCTAssertEqual(KVCacheType.f32.planeBytes(pageSize: 16, kvDim: 1024), 65536)
+        XCTAssertEqual(KVCacheType.f16.planeBytes(pageSize: 16, kvDim: 1024), 32768)
+        XCTAssertEqual(KVCacheType.q8_0.planeBytes(pageSize: 16, kvDim: 1024), 16 * 32 * 34)
+        XCTAssertEqual(KVCacheType.q4_0.planeBytes(pageSize: 16, kvDim: 1024), 16 * 32 * 18)
+        // rows of a width that is no multiple of 32 take whole blocks; planes whole words
+        XCTAssertEqual(KVCacheType.q8_0.rowBytes(40), 68)
+        XCTAssertEqual(KVCacheType.q4_0.planeBytes(pageSize: 3, kvDim: 8), 56) // 3 × 18 = 54 → 56
+        XCTAssertEqual(KVCacheType.f16.planeBytes(pageSize: 3, kvDim: 5), 32)  // 30 → 32
+        let l = KVLayout(pageSize: 16, layers: 32, kvDim: 1024, typeK: .q8_0, typeV: .f16)
+        XCTAssertEqual(l.pageBytes, 32 * (16 * 32 * 34 + 32768))
+        XCTAssertEqual(l.typeLabel, "q8_0/f16")
+        XCTAssertEqual(KVLayout(pageSize: 16, layers: 32, kvDim: 1024, typeK: .f16, typeV: .f16).bytesPerToken, 131072)
+    }
+
+    /// Stored rows read back as the type rounds them, every slot of odd page sizes and widths.
+    func testStoreLoadRoundTrip() {
+        var rng = RNG(s: 7)
+        for type in KVCacheType.allCases {
+            for (ps, kvDim) in [(16, 32), (5, 40), (16, 128), (3, 8), (7, 100)] {
+                for key in [1, 0] {
+                    var plane = [UInt8](repeating: 0xAB, count: type.planeBytes(pageSize: ps, kvDim: kvDim))
+                    let rows = (0..<ps).map { _ in rng.row(kvDim, scale: 3) }
+                    for (s, r) in rows.enumerated() { ck_kv_store(type.ggml, Int32(key), &plane, Int64(ps), Int64(kvDim), Int64(s), r) }
+                    for (s, r) in rows.enumerated() {
+                        var y = [Float](repeating: .nan, count: kvDim)
+                        ck_kv_load(type.ggml, Int32(key), plane, Int64(ps), Int64(kvDim), Int64(s), &y)
+                        XCTAssertEqual(y, roundTrip(r, type), "\(type) ps \(ps) kvDim \(kvDim) key \(key) slot \(s)")
+                    }
+                }
+            }
+        }
+    }
+
+    /// ck_attention_kv for every (K type, V type) at every ISA level against softmax(QK^T)V in
+    /// float64 over the stored (rounded) keys and values; sliding-window starts and softcaps.
+    func testCPUAttentionAllTypes() {
+        let shapes: [(ps: Int, hd: Int, kvHeads: Int, group: Int, n: Int, softcap: Float, start: Int)] = [
+            (16, 8, 4, 2, 37, 0, 0), (16, 64, 2, 4, 300, 0, 0), (16, 128, 1, 4, 70, 30, 20), (5, 40, 2, 3, 23, 0, 7), (8, 16, 2, 1, 50, 0, 0),
+        ]
+        for (tk, tv) in Self.pairs {
+            for sh in shapes {
+                var rng = RNG(s: UInt64(sh.hd * 31 + sh.n))
+                let kvDim = sh.kvHeads * sh.hd, pages = (sh.n + sh.ps - 1) / sh.ps
+                let kpb = tk.planeBytes(pageSize: sh.ps, kvDim: kvDim), vpb = tv.planeBytes(pageSize: sh.ps, kvDim: kvDim)
+                let kmem = UnsafeMutableRawPointer.allocate(byteCount: kpb * pages, alignment: 64)
+                let vmem = UnsafeMutableRawPointer.allocate(byteCount: vpb * pages, alignment: 64)
+                defer { kmem.deallocate(); vmem.deallocate() }
+                var keys: [[Float]] = [], values: [[Float]] = []
+                for j in 0..<sh.n {
+                    let k = rng.row(kvDim), v = rng.row(kvDim)
+                    ck_kv_store(tk.ggml, 1, kmem + (j / sh.ps) * kpb, Int64(sh.ps), Int64(kvDim), Int64(j % sh.ps), k)
+                    ck_kv_store(tv.ggml, 0, vmem + (j / sh.ps) * vpb, Int64(sh.ps), Int64(kvDim), Int64(j % sh.ps), v)
+                    keys.append(roundTrip(k, tk))
+                    values.append(roundTrip(v, tv))
+                }
+                let kp: [UnsafeRawPointer?] = (0..<pages).map { UnsafeRawPointer(kmem + $0 * kpb) }
+                let vp: [UnsafeRawPointer?] = (0..<pages).map { UnsafeRawPointer(vmem + $0 * vpb) }
+                let scale = 1 / Float(sh.hd).squareRoot()
+                for kvh in 0..<sh.kvHeads {
+                    let q = rng.row(sh.group * sh.hd)
+                    var want = [Double](repeating: 0, count: sh.group * sh.hd)
+                    for g in 0..<sh.group {
+                        let s = (sh.start..<sh.n).map { j -> Double in
+                            let x = (0..<sh.hd).reduce(0.0) { $0 + Double(q[g * sh.hd + $1]) * Double(keys[j][kvh * sh.hd + $1]) } * Double(scale)
+                            return sh.softcap > 0 ? Double(sh.softcap) * tanh(x / Double(sh.softcap)) : x
+                        }
+                        let m = s.max()!, e = s.map { exp($0 - m) }, z = e.reduce(0, +)
+                        for d in 0..<sh.hd {
+                            want[g * sh.hd + d] = (sh.start..<sh.n).reduce(0.0) { $0 + e[$1 - sh.start] / z * Double(values[$1][kvh * sh.hd + d]) }
+                        }
+                    }
+                    for level in Int32(0)...2 {
+                        ck_set_isa_limit(level)
+                        var out = [Float](repeating: .nan, count: sh.group * sh.hd)
+                        var scores = [Float](repeating: .nan, count: sh.group * sh.n)
+                        ck_attention_kv(q, Int64(sh.group), Int64(sh.hd), tk.ggml, kp, tv.ggml, vp, Int64(sh.ps), Int64(kvDim), Int64(kvh * sh.hd),
+                                        Int64(sh.n), scale, sh.softcap, Int64(sh.start), &out, &scores)
+                        let err = zip(out, want).map { abs(Double($0) - $1) / (abs($1) + 1e-2) }.max()!
+                        XCTAssertLessThan(err, 1e-4, "K \(tk) V \(tv) \(sh) kv head \(kvh) isa \(level)")
+                    }
+                    ck_set_isa_limit(2)
+                }
+            }
+        }
+    }
+
+    // MARK: GPU
+
+    nonisolated(unsafe) static var shared: GPUDevice?
+    func device() throws -> GPUDevice {
+        if let d = Self.shared { return d }
+        #if canImport(Metal)
+        let d = try openGPUDevice(.metal, index: nil)!
+        #else
+        let d = try openGPUDevice(.vulkan, index: nil)!
+        #endif
+        Self.shared = d
+        return d
+    }
+    func upload(_ bytes: UnsafeRawBufferPointer) throws -> GPUBuffer {
+        let d = try device()
+        let b = try d.makeBuffer(bytes: max(bytes.count, 16), memory: .device, label: "test")
+        if bytes.count > 0 { try d.upload(b, offset: 0, from: bytes.baseAddress!, bytes: bytes.count) }
+        return b
+    }
+    func upload<T>(_ a: [T]) throws -> GPUBuffer { try a.withUnsafeBytes { try upload($0) } }
+    func read<T: Numeric>(_ b: GPUBuffer, _ count: Int, as: T.Type) throws -> [T] {
+        var out = [T](repeating: 0, count: count)
+        try out.withUnsafeMutableBytes { try device().download(b, offset: 0, into: $0.baseAddress!, bytes: $0.count) }
+        return out
+    }
+    func run(_ k: GPUKernels.Kernel, _ buffers: [GPUBinding], _ params: [UInt32], _ groups: (Int, Int, Int)) throws {
+        let d = try device()
+        let p = try d.pipeline(k.name, buffers: k.buffers, constants: k.constants)
+        try d.begin()
+        d.dispatch(p, buffers, params: params, groups: groups, op: .other)
+        try d.commit(profiler: nil)
+    }
+
+    /// A two-layer pool's bytes on the host (layer 1 is the one under test), sequences' pages
+    /// shuffled, and the values each position holds once stored.
+    struct Pages {
+        let layout: KVLayout
+        var bytes: [UInt8]
+        let pageLists: [[Int32]]
+        var keys: [[[Float]]]   // [seq][pos] rounded as stored
+        var values: [[[Float]]]
+        var layerOffBytes: Int { layout.layerBytes }
+        var pageStrideWords: Int { layout.pageBytes / 4 }
+        var pagetab: [Int32] { pageLists.flatMap { $0 } }
+        func planeOffset(_ page: Int32, v: Bool) -> Int { Int(page) * layout.pageBytes + layerOffBytes + (v ? layout.kPlaneBytes : 0) }
+    }
+
+    func makePages(_ tk: KVCacheType, _ tv: KVCacheType, ps: Int, kvDim: Int, lengths: [Int], rng: inout RNG) -> Pages {
+        let layout = KVLayout(pageSize: ps, layers: 2, kvDim: kvDim, typeK: tk, typeV: tv)
+        let counts = lengths.map { ($0 + ps - 1) / ps }
+        let total = counts.reduce(0, +) + 2
+        var perm = Array(0..<total)
+        for i in stride(from: total - 1, to: 0, by: -1) { perm.swapAt(i, Int(rng.next() * 1000 + 1000) % (i + 1)) }
+        var lists: [[Int32]] = [], next = 0
+        for c in counts { lists.append(perm[next..<(next + c)].map { Int32($0) }); next += c }
+        var p = Pages(layout: layout, bytes: [UInt8](repeating: 0, count: total * layout.pageBytes), pageLists: lists,
+                      keys: lengths.map { [[Float]](repeating: [], count: $0) }, values: lengths.map { [[Float]](repeating: [], count: $0) })
+        for (s, len) in lengths.enumerated() {
+            for j in 0..<len {
+                let k = rng.row(kvDim), v = rng.row(kvDim)
+                let page = lists[s][j / ps]
+                let ko = p.planeOffset(page, v: false), vo = p.planeOffset(page, v: true)
+                p.bytes.withUnsafeMutableBytes { b in
+                    ck_kv_store(tk.ggml, 1, b.baseAddress! + ko, Int64(ps), Int64(kvDim), Int64(j % ps), k)
+                    ck_kv_store(tv.ggml, 0, b.baseAddress! + vo, Int64(ps), Int64(kvDim), Int64(j % ps), v)
+                }
+                p.keys[s][j] = roundTrip(k, tk)
+                p.values[s][j] = roundTrip(v, tv)
+            }
+        }
+        return p
+    }
+
+    func load(_ p: Pages, seq: Int, page: Int, v: Bool, slot: Int, kvDim: Int, from bytes: [UInt8]) -> [Float] {
+        var y = [Float](repeating: 0, count: kvDim)
+        let type = v ? p.layout.typeV : p.layout.typeK
+        bytes.withUnsafeBytes { b in
+            ck_kv_load(type.ggml, v ? 0 : 1, b.baseAddress! + p.planeOffset(p.pageLists[seq][page], v: v), Int64(p.layout.pageSize), Int64(kvDim), Int64(slot), &y)
+        }
+        return y
+    }
+
+    /// Values a GPU stored, read back on the CPU, against what the CPU stores for the same
+    /// floats: f32 and f16 exactly; quantized blocks within one step (the device's division may
+    /// round a value the other way) with scales within an f16 ulp.
+    func assertStored(_ got: [Float], _ x: [Float], _ type: KVCacheType, _ what: String) {
+        let want = roundTrip(x, type)
+        switch type {
+        case .f32, .f16:
+            XCTAssertEqual(got, want, what)
+        case .q8_0, .q4_0:
+            for b in stride(from: 0, to: x.count, by: 32) {
+                let blk = b..<min(b + 32, x.count)
+                let amax = blk.map { abs(x[$0]) }.max()!
+                let step = Double(amax) / (type == .q8_0 ? 127 : 8) * 1.002
+                let bad = blk.filter { abs(Double(got[$0]) - Double(want[$0])) > step + 1e-6 }
+                XCTAssert(bad.isEmpty, "\(what): block at \(b): \(bad.prefix(3).map { (got[$0], want[$0]) })")
+            }
+        }
+    }
+
+    /// kv_store and rope_store variants write what the CPU's ck_kv_store writes, into the layer
+    /// and slots the page table names, leaving every other byte alone.
+    func testGPUStores() throws {
+        _ = try device()
+        var rng = RNG(s: 99)
+        for (tk, tv) in Self.pairs {
+            for (ps, heads, kvHeads, hd) in [(16, 4, 2, 16), (5, 3, 1, 40), (16, 8, 4, 8)] {
+                let kvDim = kvHeads * hd
+                let lengths = [19, 7]
+                let pages = makePages(tk, tv, ps: ps, kvDim: kvDim, lengths: lengths, rng: &rng)
+                // the last 3 and 2 positions come through the kernel
+                var tokpos: [Int32] = [], tokpt: [Int32] = [], seqOf: [Int] = []
+                for (s, len) in lengths.enumerated() {
+                    for j in (len - (s == 0 ? 3 : 2))..<len {
+                        tokpos.append(Int32(j)); tokpt.append(s == 0 ? 0 : Int32(pages.pageLists[0].count)); seqOf.append(s)
+                    }
+                }
+                let n = tokpos.count
+                let kIn = rng.row(n * kvDim), vIn = rng.row(n * kvDim)
+                let before = pages.bytes
+                let posB = try upload(tokpos), ptB = try upload(tokpt), tabB = try upload(pages.pagetab)
+                let what = "K \(tk) V \(tv) ps \(ps) kvDim \(kvDim)"
+                // kv_store
+                let kvB = try upload(pages.bytes)
+                try run(GPUKernels.kvVariant(GPUKernels.kvStore, k: tk, v: tv),
+                        [GPUBinding(try upload(kIn)), GPUBinding(try upload(vIn)), GPUBinding(kvB), GPUBinding(posB), GPUBinding(ptB), GPUBinding(tabB)],
+                        [UInt32(n), UInt32(kvDim), UInt32(ps), UInt32(pages.pageStrideWords), UInt32(pages.layerOffBytes / 4), UInt32(kvDim)],
+                        (n, (kvDim + 63) / 64, 1))
+                let after: [UInt8] = try read(kvB, pages.bytes.count, as: UInt8.self)
+                var touched = Set<Int>()
+                for t in 0..<n {
+                    let s = seqOf[t], j = Int(tokpos[t])
+                    let k = load(pages, seq: s, page: j / ps, v: false, slot: j % ps, kvDim: kvDim, from: after)
+                    let v = load(pages, seq: s, page: j / ps, v: true, slot: j % ps, kvDim: kvDim, from: after)
+                    assertStored(k, Array(kIn[t * kvDim..<(t + 1) * kvDim]), tk, "kv_store K " + what)
+                    assertStored(v, Array(vIn[t * kvDim..<(t + 1) * kvDim]), tv, "kv_store V " + what)
+                    touched.insert(s * 1000 + j)
+                }
+                // every position not written keeps its values
+                for (s, len) in lengths.enumerated() {
+                    for j in 0..<len where !touched.contains(s * 1000 + j) {
+                        XCTAssertEqual(load(pages, seq: s, page: j / ps, v: false, slot: j % ps, kvDim: kvDim, from: after),
+                                       load(pages, seq: s, page: j / ps, v: false, slot: j % ps, kvDim: kvDim, from: before), "kv_store kept K " + what)
+                        XCTAssertEqual(load(pages, seq: s, page: j / ps, v: true, slot: j % ps, kvDim: kvDim, from: after),
+                                       load(pages, seq: s, page: j / ps, v: true, slot: j % ps, kvDim: kvDim, from: before), "kv_store kept V " + what)
+                    }
+                }
+                // layer 0 untouched
+                for page in 0..<(pages.bytes.count / pages.layout.pageBytes) {
+                    let r = page * pages.layout.pageBytes..<(page * pages.layout.pageBytes + pages.layerOffBytes)
+                    XCTAssertEqual(Array(after[r]), Array(before[r]), "kv_store wrote outside its layer: " + what)
+                }
+                // rope_store: the typed variant stores what the f32 one computes (rotated K, V)
+                let ropeDim = hd / 2 // partial rotary: dimensions past it are copied
+                var freqs: [Float] = (0..<(ropeDim / 2)).map { Float(pow(10000.0, -2.0 * Double($0) / Double(ropeDim))) }
+                freqs = freqs.map { $0 * 1.5 }
+                let qStride = heads * hd + 2 * kvDim
+                var qkv = [Float](repeating: 0, count: n * qStride)
+                for t in 0..<n {
+                    for i in 0..<(heads * hd) { qkv[t * qStride + i] = rng.next() }
+                    for i in 0..<kvDim { qkv[t * qStride + heads * hd + i] = kIn[t * kvDim + i]; qkv[t * qStride + heads * hd + kvDim + i] = vIn[t * kvDim + i] }
+                }
+                let freqB = try upload(freqs)
+                for neox: UInt32 in [0, 1] {
+                    let f32Layout = KVLayout(pageSize: ps, layers: 2, kvDim: kvDim)
+                    func ropeStore(_ k: KVCacheType, _ v: KVCacheType, _ p: Pages) throws -> [UInt8] {
+                        let qkvB = try upload(qkv), kvB = try upload(p.bytes)
+                        try run(GPUKernels.kvVariant(GPUKernels.ropeStore, k: k, v: v),
+                                [GPUBinding(qkvB), GPUBinding(qkvB, offset: heads * hd * 4), GPUBinding(qkvB, offset: (heads * hd + kvDim) * 4), GPUBinding(kvB),
+                                 GPUBinding(posB), GPUBinding(ptB), GPUBinding(try upload(p.pagetab)), GPUBinding(freqB)],
+                                [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(ropeDim), neox, Float(1).bitPattern, UInt32(kvDim), UInt32(ps),
+                                 UInt32(p.pageStrideWords), UInt32(p.layerOffBytes / 4), UInt32(qStride), UInt32(qStride)],
+                                (n, heads + kvHeads, 1))
+                        return try read(kvB, p.bytes.count, as: UInt8.self)
+                    }
+                    // the same page lists in both pools (makePages shuffles: reuse pages' lists)
+                    let f32Same = Pages(layout: f32Layout, bytes: [UInt8](repeating: 0, count: pages.bytes.count / pages.layout.pageBytes * f32Layout.pageBytes),
+                                        pageLists: pages.pageLists, keys: [], values: [])
+                    let refBytes = try ropeStore(.f32, .f32, f32Same)
+                    let gotBytes = try ropeStore(tk, tv, pages)
+                    for t in 0..<n {
+                        let s = seqOf[t], j = Int(tokpos[t])
+                        let kRef = load(f32Same, seq: s, page: j / ps, v: false, slot: j % ps, kvDim: kvDim, from: refBytes)
+                        let vRef = load(f32Same, seq: s, page: j / ps, v: true, slot: j % ps, kvDim: kvDim, from: refBytes)
+                        XCTAssertEqual(vRef, Array(vIn[t * kvDim..<(t + 1) * kvDim]))
+                        assertStored(load(pages, seq: s, page: j / ps, v: false, slot: j % ps, kvDim: kvDim, from: gotBytes), kRef, tk, "rope_store K neox \(neox) " + what)
+                        assertStored(load(pages, seq: s, page: j / ps, v: true, slot: j % ps, kvDim: kvDim, from: gotBytes), vRef, tv, "rope_store V neox \(neox) " + what)
+                    }
+                }
+            }
+        }
+    }
+
+    /// attention (split-K, with and without attention_combine) and attention_tiled for every
+    /// (K type, V type), against ck_attention_kv on the same page bytes.
+    func testGPUAttentionAllTypes() throws {
+        let dev = try device()
+        var rng = RNG(s: 5)
+        let coop = GPUKernels.useCoop(dev)
+        for (tk, tv) in Self.pairs {
+            for (ps, heads, kvHeads, hd, lengths, softcap, window) in [(16, 4, 2, 16, [45, 9], Float(0), 0), (16, 8, 2, 64, [70, 33], 0, 40),
+                                                                       (5, 3, 1, 40, [23, 4], 20, 0), (16, 8, 4, 8, [37, 6], 0, 0)] as [(Int, Int, Int, Int, [Int], Float, Int)] {
+                let kvDim = kvHeads * hd
+                let pages = makePages(tk, tv, ps: ps, kvDim: kvDim, lengths: lengths, rng: &rng)
+                // queries: the last 5 and 3 positions of the two sequences
+                var tokpos: [Int32] = [], tokpt: [Int32] = [], seqOf: [Int] = []
+                for (s, len) in lengths.enumerated() {
+                    for j in (len - (s == 0 ? 5 : 3))..<len { tokpos.append(Int32(j)); tokpt.append(s == 0 ? 0 : Int32(pages.pageLists[0].count)); seqOf.append(s) }
+                }
+                let n = tokpos.count
+                let q = rng.row(n * heads * hd)
+                let scale = 1 / Float(hd).squareRoot()
+                // the CPU on the same bytes
+                var want = [Float](repeating: 0, count: n * heads * hd)
+                let g = heads / kvHeads
+                pages.bytes.withUnsafeBytes { b in
+                    for t in 0..<n {
+                        let s = seqOf[t], len = Int(tokpos[t]) + 1
+                        let first = window > 0 && len > window ? len - window : 0
+                        let kp: [UnsafeRawPointer?] = pages.pageLists[s].map { UnsafeRawPointer(b.baseAddress! + pages.planeOffset($0, v: false)) }
+                        let vp: [UnsafeRawPointer?] = pages.pageLists[s].map { UnsafeRawPointer(b.baseAddress! + pages.planeOffset($0, v: true)) }
+                        var scores = [Float](repeating: 0, count: g * len)
+                        for kvh in 0..<kvHeads {
+                            let qs = Array(q[(t * heads + kvh * g) * hd..<(t * heads + (kvh + 1) * g) * hd])
+                            var out = [Float](repeating: 0, count: g * hd)
+                            ck_attention_kv(qs, Int64(g), Int64(hd), tk.ggml, kp, tv.ggml, vp, Int64(ps), Int64(kvDim), Int64(kvh * hd), Int64(len),
+                                            scale, softcap, Int64(first), &out, &scores)
+                            for i in 0..<(g * hd) { want[(t * heads + kvh * g) * hd + i] = out[i] }
+                        }
+                    }
+                }
+                let what = "K \(tk) V \(tv) ps \(ps) heads \(heads)/\(kvHeads) hd \(hd) softcap \(softcap) window \(window)"
+                let qB = try upload(q), kvB = try upload(pages.bytes), posB = try upload(tokpos), ptB = try upload(tokpt), tabB = try upload(pages.pagetab)
+                let mask = [softcap.bitPattern, UInt32(window)]
+                func check(_ got: [Float], _ label: String) {
+                    let err = zip(got, want).map { abs($0 - $1) / (abs($1) + 1e-2) }.max()!
+                    XCTAssertLessThan(err, 2e-4, "\(label) \(what)")
+                }
+                let maxLen = lengths.max()!
+                for (chunk, splits) in [(maxLen, 1), (32, (maxLen + 31) / 32)] {
+                    let out = try upload([Float](repeating: .nan, count: n * heads * hd))
+                    let part = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
+                    try run(GPUKernels.kvVariant(GPUKernels.attention, k: tk, v: tv), [qB, kvB, out, posB, ptB, tabB, part].map { GPUBinding($0) },
+                            [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(ps), UInt32(pages.pageStrideWords),
+                             UInt32(pages.layerOffBytes / 4), scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(heads * hd)] + mask,
+                            (n, kvHeads, splits))
+                    if splits > 1 {
+                        try run(GPUKernels.attentionCombine, [part, out, posB].map { GPUBinding($0) },
+                                [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], (n, heads, 1))
+                    }
+                    check(try read(out, n * heads * hd, as: Float.self), "attention splits \(splits)")
+                }
+                let blocks = GPUKernels.attentionQueryBlocks(sequence: seqOf, group: g)
+                var tiled = [(GPUKernels.attentionTiled, blocks)]
+                if coop && hd % 16 == 0 { tiled.append((GPUKernels.attentionCoop, GPUKernels.attentionQueryBlocks(sequence: seqOf, group: g, rows: GPUKernels.attentionCoopRows))) }
+                for (kernel, blocks) in tiled {
+                    let out = try upload([Float](repeating: .nan, count: n * heads * hd))
+                    try run(GPUKernels.kvVariant(kernel, k: tk, v: tv), [qB, kvB, out, posB, ptB, tabB, try upload(blocks)].map { GPUBinding($0) },
+                            [UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(ps), UInt32(pages.pageStrideWords),
+                             UInt32(pages.layerOffBytes / 4), scale.bitPattern, UInt32(heads * hd)] + mask,
+                            (blocks.count / 2, kvHeads, 1))
+                    let got = try read(out, n * heads * hd, as: Float.self)
+                    if kernel.name == GPUKernels.attentionCoop.name {
+                        // float16 products: K, V and Q rounded to halves
+                        let err = zip(got, want).map { abs($0 - $1) }.max()!
+                        XCTAssertLessThan(err, 1e-2, "attention_coop \(what)")
+                    } else {
+                        check(got, kernel.name)
+                    }
+                }
+            }
+        }
+    }
+}
