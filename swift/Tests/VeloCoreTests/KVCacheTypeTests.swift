@@ -1,4 +1,5 @@
 import CKernels
+import Foundation
 import XCTest
 @testable import VeloCore
 
@@ -399,5 +400,97 @@ final class KVCacheTypeTests: XCTestCase {
                 }
             }
         }
+    }
+}
+
+/// A GPU KV pool that spans several buffers (VELO_GPU_KV_BUFFER_BYTES forces small ones): the
+/// same greedy tokens as one buffer and as the CPU, with a draft model packed into the same
+/// pages, and prefix files whose pages read and write across the buffers.
+final class KVPoolBuffersTests: XCTestCase {
+    static let models = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../../shared/models").standardized.path
+
+    func greedy(_ engine: Engine, _ prompt: [Int32], _ n: Int) throws -> [Int32] {
+        var req = GenerationRequest(prompt: prompt)
+        req.maxTokens = n
+        req.sampling.temperature = 0
+        req.ignoreEOS = true
+        let id = try engine.submit(req)
+        var out: [Int32] = []
+        while true {
+            _ = engine.wait(timeoutMs: 1000)
+            for e in engine.poll() {
+                switch e {
+                case .tokens(let i, let t, _, _, _) where i == id: out += t
+                case .finished(let i, let reason, let message, _) where i == id:
+                    XCTAssertNotEqual(reason, .error, message ?? "")
+                    return out
+                default: break
+                }
+            }
+        }
+    }
+
+    #if canImport(Metal)
+    static let gpu = BackendChoice.metal
+    #else
+    static let gpu = BackendChoice.vulkan
+    #endif
+
+    func engine(_ backend: BackendChoice, bufferBytes: Int?, draft: Bool = false, types: (KVCacheType, KVCacheType) = (.f16, .f16)) throws -> Engine {
+        if let bufferBytes { setenv("VELO_GPU_KV_BUFFER_BYTES", String(bufferBytes), 1) } else { unsetenv("VELO_GPU_KV_BUFFER_BYTES") }
+        defer { unsetenv("VELO_GPU_KV_BUFFER_BYTES") }
+        var o = EngineOptions()
+        o.backend = backend
+        o.contextSize = 256
+        o.threads = 2
+        (o.cacheTypeK, o.cacheTypeV) = types
+        if draft {
+            o.speculation.mode = .draft
+            o.speculation.adaptive = false
+            o.speculation.maxDraft = 4
+        }
+        let file = try ModelFile(path: Self.models + "/stories260K.gguf")
+        return try Engine(file: file, options: o, draft: draft ? try ModelFile(path: Self.models + "/stories260K-q8_0.gguf") : nil)
+    }
+
+    func kvBuffers(_ e: Engine) -> Int { e.statsJSON["kv_buffers"]?.intValue ?? -1 }
+
+    func testPoolAcrossBuffers() throws {
+        let prompt: [Int32] = [1, 403, 407, 261, 378]
+        for types in [(KVCacheType.f16, KVCacheType.f16), (.q8_0, .f32)] {
+            let cpu = try engine(.cpu, bufferBytes: nil, types: types)
+            let want = try greedy(cpu, prompt, 40)
+            cpu.shutdown()
+            let one = try engine(Self.gpu, bufferBytes: nil, types: types)
+            XCTAssertEqual(kvBuffers(one), 1)
+            XCTAssertEqual(try greedy(one, prompt, 40), want, "one buffer \(types)")
+            // 5 layers, 16 pages of a layer of at most 2 × 16 × 32 × 4 bytes: two layers a buffer
+            let layerBytes = 16 * KVLayout(pageSize: 16, layers: 5, kvDim: 32, typeK: types.0, typeV: types.1).layerBytes
+            let split = try engine(Self.gpu, bufferBytes: 2 * layerBytes + 100, types: types)
+            XCTAssertEqual(kvBuffers(split), 3)
+            XCTAssertEqual(try greedy(split, prompt, 40), want, "three buffers \(types)")
+            // a prefix saved from three buffers loads into one and into the CPU (and back)
+            let path = NSTemporaryDirectory() + "velo-kv-split-\(types.0)-\(types.1).prefix"
+            defer { unlink(path) }
+            let long = prompt + want
+            _ = try greedy(split, long, 1)
+            XCTAssertEqual(try split.savePrefix(long, to: path), 32)
+            for target in [one, try engine(.cpu, bufferBytes: nil, types: types), try engine(Self.gpu, bufferBytes: layerBytes, types: types)] {
+                XCTAssertEqual(try target.loadPrefix(from: path), 32)
+                XCTAssertEqual(try greedy(target, long, 8), try greedy(split, long, 8), "prefix across buffers \(types)")
+                target.shutdown()
+            }
+            split.shutdown()
+        }
+        // a draft model's K/V packed into the same pages across buffers: speculation stays exact
+        let plain = try engine(Self.gpu, bufferBytes: nil)
+        let want = try greedy(plain, prompt, 60)
+        plain.shutdown()
+        let layerBytes = 16 * KVLayout(pageSize: 16, layers: 5, kvDim: 32, typeK: .f16, typeV: .f16).layerBytes
+        // the draft's share of pages makes more pages than 16: let each buffer hold 2 layers of them
+        let spec = try engine(Self.gpu, bufferBytes: 2 * layerBytes * 2 + 100, draft: true)
+        XCTAssertGreaterThan(kvBuffers(spec), 1)
+        XCTAssertEqual(try greedy(spec, prompt, 60), want, "draft speculation across buffers")
+        spec.shutdown()
     }
 }

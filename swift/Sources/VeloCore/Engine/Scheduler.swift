@@ -696,6 +696,8 @@ final class Scheduler {
         put("kv_bytes_per_page", kv.pageBytes)
         pairs.append(("cache_type_k", .string(kv.typeK.rawValue)))
         pairs.append(("cache_type_v", .string(kv.typeV.rawValue)))
+        // GPU buffers the pool spans (1 on the CPU)
+        put("kv_buffers", kv.gpu?.pages.groups.count ?? 1)
         put("kv_reserved_slots", kvReservedSlots)
         put("kv_used_slots", kvUsedSlots)
         put("steps", stepsRun)

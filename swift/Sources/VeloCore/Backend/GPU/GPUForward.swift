@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// `ForwardOps` on a GPU: weights uploaded once, activations and K/V in GPU memory, and each
 /// forward pass recorded into one command buffer (one dispatch per op, kernels from
 /// `shaders/`), run at `finish`, with the logits read back from mapped memory. The same code
@@ -63,8 +69,10 @@ final class GPUForward: ForwardOps {
     /// clears it).
     private let x16: GPUBuffer?
     private var x16Source: RowsKey?
-    /// This model's K/V inside the pages (the pool's types; a draft's own layers and width).
+    /// This model's K/V inside the pages (the pool's types; a draft's own layers and width), and
+    /// where each of its layers lives: buffer, words between pages, words into a page.
     private let kvLayout: KVLayout
+    private let kvPlaces: [GPUKVPages.Place]
     /// The K/V page kernels for the cache's types.
     private let kvStoreKernel, ropeStoreKernel, attentionKernel, attentionTiledKernel, attentionCoopKernel: GPUKernels.Kernel
 
@@ -81,9 +89,7 @@ final class GPUForward: ForwardOps {
         self.maxContext = maxContext
         let c = config
         kvLayout = KVLayout(pageSize: kv.pageSize, layers: layers, kvDim: kvDim, typeK: kv.layout.typeK, typeV: kv.layout.typeV)
-        guard kvLayout.pageBytes <= kv.layout.pageBytes else {
-            throw VeloError(.invalidArgument, "a model with \(layers) layers of \(kvDim) K/V values does not fit the KV pages")
-        }
+        kvPlaces = try kv.places(for: kvLayout)
         let (tk, tv) = (kv.layout.typeK, kv.layout.typeV)
         kvStoreKernel = GPUKernels.kvVariant(GPUKernels.kvStore, k: tk, v: tv)
         ropeStoreKernel = GPUKernels.kvVariant(GPUKernels.ropeStore, k: tk, v: tv)
@@ -371,13 +377,15 @@ final class GPUForward: ForwardOps {
                  (n, heads, 1), .rope)
     }
 
-    /// Where a layer's K plane starts within a page, in 32-bit words.
-    private func layerOff(_ layer: Int) -> UInt32 { UInt32(layer * kvLayout.layerBytes / 4) }
+    /// The buffer holding a layer's K/V, and the (pageStride, layerOff) parameters that find
+    /// its planes in it (32-bit words).
+    private func kvBinding(_ layer: Int) -> GPUBinding { GPUBinding(kvPlaces[layer].buffer) }
+    private func kvParams(_ layer: Int) -> [UInt32] { [UInt32(kvPlaces[layer].pageStride), UInt32(kvPlaces[layer].layerOff)] }
 
     func storeKV(layer: Int) {
         let ps = kv.pageSize
-        dispatch(kvStoreKernel, [act(.k), act(.v), GPUBinding(kv.buffer), tokpos, tokpt, pagetab],
-                 [UInt32(n), UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), layerOff(layer), UInt32(stride(.k))],
+        dispatch(kvStoreKernel, [act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab],
+                 [UInt32(n), UInt32(kvDim), UInt32(ps)] + kvParams(layer) + [UInt32(stride(.k))],
                  (n, (kvDim + 63) / 64, 1), .attention)
     }
 
@@ -386,9 +394,9 @@ final class GPUForward: ForwardOps {
     /// (a single split writes the output directly).
     func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope r: Int) {
         let c = config, ps = kv.pageSize
-        dispatch(ropeStoreKernel, [act(.q), act(.k), act(.v), GPUBinding(kv.buffer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
+        dispatch(ropeStoreKernel, [act(.q), act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
                  [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
-                  c.ropes[r].magnitude.bitPattern, UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride), layerOff(layer),
+                  c.ropes[r].magnitude.bitPattern, UInt32(kvDim), UInt32(ps)] + kvParams(layer) + [
                   UInt32(stride(.q)), UInt32(stride(.k))],
                  (n, heads + kvHeads, 1), .rope)
     }
@@ -397,17 +405,17 @@ final class GPUForward: ForwardOps {
         let c = config, ps = kv.pageSize
         let mask = [a.softcap.bitPattern, UInt32(a.window)]
         if tiledBlocks > 0 {
-            dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens)],
-                     [UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps), UInt32(kv.pageStride),
-                      layerOff(layer), a.scale.bitPattern, UInt32(stride(.q))] + mask,
+            dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel, [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens)],
+                     [UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
+                     [a.scale.bitPattern, UInt32(stride(.q))] + mask,
                      (tiledBlocks, c.kvHeads, 1), .attention)
             return
         }
         let keys = (batch.positions.max() ?? 0) + 1
         let (chunk, splits) = GPUKernels.attentionSplits(keys: keys, n: n, maxTokens: maxTokens, maxContext: maxContext)
-        dispatch(attentionKernel, [act(.q), GPUBinding(kv.buffer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)],
-                 [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps),
-                  UInt32(kv.pageStride), layerOff(layer), a.scale.bitPattern,
+        dispatch(attentionKernel, [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)],
+                 [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
+                 [a.scale.bitPattern,
                   UInt32(chunk), UInt32(splits), UInt32(stride(.q))] + mask,
                  (n, c.kvHeads, splits), .attention)
         guard splits > 1 else { return }
@@ -487,31 +495,94 @@ final class GPUForward: ForwardOps {
     }
 }
 
-/// The KV pages in GPU memory (the layout of `PagePool`; shaders/README.md).
+/// The KV pages in GPU memory, in as many buffers as the pool needs (each within what one
+/// binding may cover): buffer g holds layers [g·L, (g+1)·L) of every page, page-major, each
+/// page's part in `PagePool`'s layout (layer by layer, K plane then V plane; shaders/README.md).
+/// A dispatch touches one layer, so it binds the one buffer that holds it; the pool's size is
+/// bounded by device memory only. With one buffer this is exactly the host pool's layout.
 final class GPUKVPages {
-    let buffer: GPUBuffer
+    struct Group {
+        let buffer: GPUBuffer
+        let firstLayer: Int
+        let layers: Int
+        /// Bytes of one page's part in this buffer.
+        let pageBytes: Int
+    }
+    /// Where one layer of a model lives: its buffer, 32-bit words from a page to the next in it,
+    /// and words from a page's start in it to the layer's K plane.
+    struct Place {
+        let buffer: GPUBuffer
+        let pageStride: Int
+        let layerOff: Int
+    }
+    let groups: [Group]
     let pageSize: Int
     let layout: KVLayout
-    /// 32-bit words per page (every layer's K and V).
-    let pageStride: Int
+    let pageCount: Int
+
+    /// Most bytes one KV buffer may take: what a binding may cover, below 4 GiB (the kernels
+    /// index 16-bit halves with 32-bit integers). VELO_GPU_KV_BUFFER_BYTES lowers it (tests of
+    /// pools that span several buffers).
+    static func bufferLimit(_ device: GPUDevice) -> Int {
+        var limit = min(device.maxBindingBytes, (1 << 32) - 256)
+        if let e = getenv("VELO_GPU_KV_BUFFER_BYTES"), let v = Int(String(cString: e)), v > 0 { limit = min(limit, v) }
+        return limit
+    }
+
+    /// How many layers each buffer holds (all but the last), 0 when one layer is too big.
+    static func layersPerBuffer(pageCount: Int, layout: KVLayout, limit: Int) -> Int {
+        min(layout.layers, limit / max(1, pageCount * layout.layerBytes))
+    }
 
     init(device: GPUDevice, pool: PagePool) throws {
         pageSize = pool.pageSize
         layout = pool.layout
-        pageStride = layout.pageBytes / 4
-        let bytes = pool.pageCount * layout.pageBytes
-        guard bytes <= device.maxBindingBytes, pool.pageCount * pageStride < Int(Int32.max) else {
-            throw VeloError(.invalidArgument, "the KV cache (\(bytes >> 20) MiB) is larger than one GPU buffer may be on \(device.name) (\(device.maxBindingBytes >> 20) MiB): lower --kv-memory, --ctx-size or --max-batch-size")
+        pageCount = pool.pageCount
+        let limit = Self.bufferLimit(device)
+        let per = Self.layersPerBuffer(pageCount: pageCount, layout: layout, limit: limit)
+        guard per > 0 else {
+            throw VeloError(.invalidArgument, "one layer of the KV cache (\(pageCount) pages of \(layout.layerBytes) bytes: \((pageCount * layout.layerBytes) >> 20) MiB) is larger than one GPU buffer may be on \(device.name) (\(limit >> 20) MiB): lower --ctx-size or --max-batch-size, or use --cache-type-k/--cache-type-v q8_0")
         }
-        buffer = try device.makeBuffer(bytes: bytes, memory: .device, label: "KV cache")
+        var groups: [Group] = []
+        var first = 0
+        while first < layout.layers {
+            let n = min(per, layout.layers - first), bytes = n * layout.layerBytes
+            let b = try device.makeBuffer(bytes: pageCount * bytes, memory: .device,
+                                          label: layout.layers > per ? "KV cache (layers \(first)-\(first + n - 1))" : "KV cache")
+            groups.append(Group(buffer: b, firstLayer: first, layers: n, pageBytes: bytes))
+            first += n
+        }
+        self.groups = groups
     }
 
-    /// A whole page in `PagePool`'s layout (prefix files).
+    /// Where each layer of a model laid out as `view` lives. The pool's own layout maps layer l
+    /// to the buffer that holds it; a draft model (speculative decoding: other layers, other
+    /// widths, the same pages) has its layers packed in order into each buffer's part of a page.
+    func places(for view: KVLayout) throws -> [Place] {
+        precondition(view.typeK == layout.typeK && view.typeV == layout.typeV && view.pageSize == pageSize)
+        var out: [Place] = []
+        var g = 0, used = 0
+        for _ in 0..<view.layers {
+            while g < groups.count && used + view.layerBytes > groups[g].pageBytes { g += 1; used = 0 }
+            guard g < groups.count else {
+                throw VeloError(.invalidArgument, "a model with \(view.layers) layers of \(view.kvDim) K/V values does not fit the KV pages (\(layout.layers) × \(layout.kvDim))")
+            }
+            out.append(Place(buffer: groups[g].buffer, pageStride: groups[g].pageBytes / 4, layerOff: used / 4))
+            used += view.layerBytes
+        }
+        return out
+    }
+
+    /// A whole page in `PagePool`'s layout (prefix files): each buffer's part in turn.
     func readPage(_ page: Int32, device: GPUDevice, into dst: UnsafeMutableRawPointer) throws {
-        try device.download(buffer, offset: Int(page) * layout.pageBytes, into: dst, bytes: layout.pageBytes)
+        for g in groups {
+            try device.download(g.buffer, offset: Int(page) * g.pageBytes, into: dst + g.firstLayer * layout.layerBytes, bytes: g.pageBytes)
+        }
     }
 
     func writePage(_ page: Int32, device: GPUDevice, from src: UnsafeRawPointer) throws {
-        try device.upload(buffer, offset: Int(page) * layout.pageBytes, from: src, bytes: layout.pageBytes)
+        for g in groups {
+            try device.upload(g.buffer, offset: Int(page) * g.pageBytes, from: src + g.firstLayer * layout.layerBytes, bytes: g.pageBytes)
+        }
     }
 }
