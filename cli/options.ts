@@ -77,7 +77,14 @@ export function addEngineOptions(cmd: Command): Command {
     .addOption(opt("-c, --ctx-size <n>", "context size per sequence (default: the model's, at most 4096)").argParser(parseIntArg("--ctx-size", 2, 1 << 20)))
     .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"));
   addCacheTypeOptions(cmd);
+  addMemoryBudgetOption(cmd);
   return addBackendOptions(cmd);
+}
+
+/** --memory-budget: how much of the device the engine may plan for. */
+export function addMemoryBudgetOption(cmd: Command): Command {
+  return cmd.addOption(opt("--memory-budget <MiB>", "memory the model may use on its device: GPU memory, or RAM on the CPU (default: what the device has free)")
+    .argParser(parseIntArg("--memory-budget", 1, 1 << 24)));
 }
 
 /** --cache-type-k / --cache-type-v (llama.cpp's names): how K and V are stored in the KV cache. */
@@ -117,6 +124,7 @@ export interface SpeculationFlags {
 }
 
 export interface EngineFlags extends SpeculationFlags, CacheTypeFlags {
+  memoryBudget?: number;
   threads?: number;
   backend?: "auto" | "cpu" | "vulkan" | "metal";
   device?: number;

@@ -97,8 +97,9 @@ async function check(c: Case, backend: "cpu" | "vulkan" | "metal") {
   // the reference itself: every prompt decoded, every logit finite
   expect(ref.results.map((r) => r.tokens.length)).toEqual(PROMPTS.map(() => N_GEN));
   expect(ref.results.every((r) => r.steps.every((s) => s.top.length === TOP && s.top.every(([, v]) => Number.isFinite(v))))).toBe(true);
-  // Velo gets the context llama.cpp really had (padded to a multiple of 256)
-  const got = await runVelo(modelFile(c.arch, c.type), PROMPTS, { nGen: N_GEN, top: TOP, ctx: ref.n_ctx, threads: 2, backend });
+  // Velo gets the context llama.cpp really had (padded to a multiple of 256), and its KV cache
+  // in float32 as the reference keeps it (Velo's default is f16)
+  const got = await runVelo(modelFile(c.arch, c.type), PROMPTS, { nGen: N_GEN, top: TOP, ctx: ref.n_ctx, threads: 2, backend, engine: { cacheTypeK: "f32", cacheTypeV: "f32" } });
   const tol = tolerance(c, backend !== "cpu");
   const cmp = compareRuns(ref.results, got, tol);
   if (!cmp.ok || cmp.compared * 3 < cmp.total) {

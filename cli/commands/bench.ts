@@ -164,7 +164,7 @@ export function benchCommand(): Command {
         const kernels = stats.kernel_ms ?? undefined;
         const speculation = stats.speculation ?? undefined;
         if (flags.json) {
-          console.log(JSON.stringify({ ...meta, results, profile_ms: profile, kernel_ms: kernels, speculation }, null, 2));
+          console.log(JSON.stringify({ ...meta, results, profile_ms: profile, kernel_ms: kernels, speculation, memory: stats.memory }, null, 2));
           return;
         }
         const table = new Table({ head: ["model", "size", "params", "backend", "threads", "test", "t/s"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
@@ -214,7 +214,8 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
       if (b < maxB && b * 2 > maxB) results.push(await runBatchBench(engine, vocab, bos, maxB, pp, tg));
     }
     if (flags.json) {
-      console.log(JSON.stringify({ model: info.name ?? modelPath, path: modelPath, backend: backendLabel(engine.stats()), threads: engine.stats().threads, results, profile_ms: engine.stats().profile_ms ?? undefined }, null, 2));
+      const stats = engine.stats();
+      console.log(JSON.stringify({ model: info.name ?? modelPath, path: modelPath, backend: backendLabel(stats), threads: stats.threads, results, profile_ms: stats.profile_ms ?? undefined, memory: stats.memory }, null, 2));
       return;
     }
     const table = new Table({ head: ["B", "PP", "TG", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "per seq t/s", "TTFT ms", "KV pages"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });

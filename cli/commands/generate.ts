@@ -97,6 +97,7 @@ export function generateCommand(): Command {
           console.log(JSON.stringify({
             model: modelPath, prompt, prompt_tokens: Array.from(promptTokens), tokens, text,
             finish_reason: finish.reason, usage: { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens }, timings, speculation,
+            memory: engine.stats().memory,
           }));
         } else {
           process.stdout.write("\n");

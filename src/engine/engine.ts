@@ -9,8 +9,13 @@ export const kvCacheTypes: readonly KVCacheType[] = ["f32", "f16", "q8_0", "q4_0
 
 export interface EngineOptions {
   threads?: number;
+  /** Positions per sequence; absent or 0: the model's trained context, shortened to fit the device. */
   ctxSize?: number;
   maxBatchSize?: number;
+  /** maxBatchSize is only a default: the engine may lower it (after the context) to fit the device. */
+  batchAuto?: boolean;
+  /** Pretend the device (GPU memory, or RAM for the CPU) has this many MiB free (default: ask it). */
+  memoryBudgetMb?: number;
   batchTokens?: number;
   kvPages?: number;
   /** KV budget in MiB (used when kvPages is not given). */
@@ -35,6 +40,36 @@ export interface EngineOptions {
   device?: number;
 }
 
+/**
+ * The engine options as the library reads them (velo_engine_create's JSON): every key is here
+ * even when its value is undefined (JSON.stringify leaves those out), so Object.keys of
+ * engineOptionsJSON({}) is every key this side can send; the library refuses keys it does not
+ * know, and Engine.optionKeys() lists the ones it does (tests/engine-options.test.ts checks the
+ * two lists are the same).
+ */
+export function engineOptionsJSON(opts: EngineOptions): Record<string, unknown> {
+  return {
+    threads: opts.threads,
+    ctx_size: opts.ctxSize,
+    max_batch_size: opts.maxBatchSize,
+    batch_auto: opts.batchAuto,
+    memory_budget_mb: opts.memoryBudgetMb,
+    batch_tokens: opts.batchTokens,
+    kv_pages: opts.kvPages,
+    kv_memory_mb: opts.kvMemoryMb,
+    cache_type_k: opts.cacheTypeK,
+    cache_type_v: opts.cacheTypeV,
+    page_size: opts.pageSize,
+    prefix_cache: opts.prefixCache,
+    profile: opts.profile,
+    speculation: opts.speculation,
+    draft_max: opts.draftMax,
+    draft_adaptive: opts.draftAdaptive,
+    backend: opts.backend,
+    device: opts.device,
+  };
+}
+
 /** Scheduler counters and gauges (velo_engine_stats). */
 export interface SpeculationStats {
   drafted: number;
@@ -46,7 +81,27 @@ export interface SpeculationStats {
 }
 /** GPU time by kernel and grid ("matmul_coop_T_q4_0 32x4x1"), slowest first; with `profile` on a GPU backend. */
 export type KernelTimes = Record<string, { ms: number; count: number }>;
-export type EngineStats = Record<string, number> & { profile_ms?: Record<string, number> | null; kernel_ms?: KernelTimes | null; speculation?: SpeculationStats | null };
+/** What the engine holds in memory on its device, worked out before loading (stats().memory). */
+export interface MemoryPlan {
+  backend: string;
+  device: string;
+  weights_bytes: number;
+  kv_bytes: number;
+  scratch_bytes: number;
+  needed_bytes: number;
+  free_bytes: number;
+  total_bytes: number;
+  budget_bytes: number;
+  context_size: number;
+  max_batch_size: number;
+  kv_pages: number;
+  kv_types: string;
+  /** What was changed from the request to fit ("context 131072 → 16384 to fit"). */
+  notes: string[];
+  /** "weights 4.2 GiB + KV 2.0 GiB (f16, 8 × 4096) + scratch 0.3 GiB on <device>" */
+  summary: string;
+}
+export type EngineStats = Record<string, number> & { memory?: MemoryPlan; profile_ms?: Record<string, number> | null; kernel_ms?: KernelTimes | null; speculation?: SpeculationStats | null };
 
 export interface SamplingOptions {
   temperature?: number;
@@ -187,27 +242,18 @@ export class Engine {
 
   /** `draft`: the draft model of speculative decoding (same vocabulary as `model`). */
   static create(model: Model, opts: EngineOptions = {}, draft?: Model): Engine {
-    const json = JSON.stringify({
-      threads: opts.threads,
-      ctx_size: opts.ctxSize,
-      max_batch_size: opts.maxBatchSize,
-      batch_tokens: opts.batchTokens,
-      kv_pages: opts.kvPages,
-      kv_memory_mb: opts.kvMemoryMb,
-      cache_type_k: opts.cacheTypeK,
-      cache_type_v: opts.cacheTypeV,
-      page_size: opts.pageSize,
-      prefix_cache: opts.prefixCache,
-      profile: opts.profile,
-      speculation: opts.speculation,
-      draft_max: opts.draftMax,
-      draft_adaptive: opts.draftAdaptive,
-      backend: opts.backend,
-      device: opts.device,
-    });
+    const json = JSON.stringify(engineOptionsJSON(opts));
     const out = new BigUint64Array(1);
     check(lib().velo_engine_create(model.handle, draft ? draft.handle : null, cstr(json), out));
     return new Engine(Number(out[0]) as Pointer, model);
+  }
+
+  /** The engine option keys the library accepts (velo_engine_option_keys). */
+  static optionKeys(): string[] {
+    const buf = new Uint8Array(4096);
+    const out = new BigInt64Array(1);
+    check(lib().velo_engine_option_keys(buf, buf.length, out));
+    return JSON.parse(decoder.decode(buf.subarray(0, Number(out[0]))));
   }
 
   get handle(): Pointer {
@@ -252,8 +298,14 @@ export class Engine {
 
   stats(): EngineStats {
     const out = new BigInt64Array(1);
-    const buf = new Uint8Array(4096);
-    check(lib().velo_engine_stats(this.handle, buf, buf.length, out));
+    let buf = new Uint8Array(8192);
+    let status = lib().velo_engine_stats(this.handle, buf, buf.length, out);
+    if (status === ErrorCode.bufferTooSmall) {
+      // profiles and the memory plan can outgrow the first buffer: the call says how much it needs
+      buf = new Uint8Array(Number(out[0]) + 1024);
+      status = lib().velo_engine_stats(this.handle, buf, buf.length, out);
+    }
+    check(status);
     return JSON.parse(decoder.decode(buf.subarray(0, Number(out[0]))));
   }
 

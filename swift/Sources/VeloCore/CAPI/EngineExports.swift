@@ -2,10 +2,21 @@
 // Options and requests cross as small JSON documents; events come back as JSON lines.
 
 /// Reads numbers and flags out of a JSON object with type and range checks, naming the
-/// offending field in the error.
+/// offending field in the error. Every key asked for is logged (`asked`), so a reader that asks
+/// for all its keys on every call (as engineOptions does) can refuse the others and list them.
 struct JSONFields {
     let object: JSON
     let what: String
+    final class Log { var keys: [String] = [] }
+    let log = Log()
+    var asked: [String] { log.keys }
+
+    /// The object's keys nothing asked for.
+    var unknownKeys: [String] {
+        guard case .object(let pairs) = object else { return [] }
+        let known = Set(log.keys)
+        return pairs.map(\.0).filter { !known.contains($0) }
+    }
 
     init(_ text: String, what: String) throws {
         let parsed = try JSON.parse(text)
@@ -15,6 +26,7 @@ struct JSONFields {
     }
 
     func int(_ key: String, _ range: ClosedRange<Int>) throws -> Int? {
+        log.keys.append(key)
         guard let v = object[key], v != .null else { return nil }
         guard let i = v.intValue else { throw VeloError(.invalidArgument, "\(key) must be an integer") }
         guard range.contains(i) else { throw VeloError(.invalidArgument, "\(key) must be between \(range.lowerBound) and \(range.upperBound), got \(i)") }
@@ -22,6 +34,7 @@ struct JSONFields {
     }
 
     func float(_ key: String, _ range: ClosedRange<Double>) throws -> Float? {
+        log.keys.append(key)
         guard let v = object[key], v != .null else { return nil }
         guard let d = v.doubleValue, d.isFinite else { throw VeloError(.invalidArgument, "\(key) must be a number") }
         guard range.contains(d) else { throw VeloError(.invalidArgument, "\(key) must be between \(range.lowerBound) and \(range.upperBound), got \(d)") }
@@ -29,24 +42,47 @@ struct JSONFields {
     }
 
     func bool(_ key: String) throws -> Bool? {
+        log.keys.append(key)
         guard let v = object[key], v != .null else { return nil }
         guard let b = v.boolValue else { throw VeloError(.invalidArgument, "\(key) must be true or false") }
         return b
     }
 
     func string(_ key: String) throws -> String? {
+        log.keys.append(key)
         guard let v = object[key], v != .null else { return nil }
         guard let s = v.stringValue else { throw VeloError(.invalidArgument, "\(key) must be a string") }
         return s
     }
 }
 
+/// Engine options from their JSON (the TypeScript side's EngineOptions, snake_cased). Every key
+/// is read on every call, so the keys read are the keys accepted (`engineOptionKeys`); any other
+/// key is refused by name.
 func engineOptions(from text: String) throws -> EngineOptions {
+    let (o, f) = try readEngineOptions(text)
+    if let bad = f.unknownKeys.first {
+        throw VeloError(.invalidArgument, "unknown engine option '\(bad)' (known: \(f.asked.joined(separator: ", ")))")
+    }
+    return o
+}
+
+/// Every key engine options accept.
+var engineOptionKeys: [String] { (try? readEngineOptions("{}").1.asked) ?? [] }
+
+private func readEngineOptions(_ text: String) throws -> (EngineOptions, JSONFields) {
     let f = try JSONFields(text, what: "engine options")
     var o = EngineOptions()
     if let v = try f.int("threads", 0...1024), v > 0 { o.threads = v }
-    if let v = try f.int("ctx_size", 2...1 << 20) { o.contextSize = v }
+    // 0 or absent: the model's trained context, shortened to fit the device
+    if let v = try f.int("ctx_size", 0...1 << 20) {
+        guard v != 1 else { throw VeloError(.invalidArgument, "ctx_size must be 0 (the model's) or at least 2") }
+        o.contextSize = v
+    }
     if let v = try f.int("max_batch_size", 1...1024) { o.maxBatchSize = v }
+    // max_batch_size is a default the engine may lower (after the context) to fit the device
+    o.batchAuto = try f.bool("batch_auto") ?? false
+    if let v = try f.int("memory_budget_mb", 0...1 << 24) { o.memoryBudgetBytes = v << 20 }
     if let v = try f.int("batch_tokens", 1...1 << 16) { o.batchTokens = v }
     if let v = try f.int("kv_pages", 0...1 << 24) { o.kvPages = v }
     if let v = try f.int("page_size", 1...4096) { o.pageSize = v }
@@ -66,7 +102,7 @@ func engineOptions(from text: String) throws -> EngineOptions {
         o.backend = c
     }
     if let d = try f.int("device", -1...1024), d >= 0 { o.device = d }
-    return o
+    return (o, f)
 }
 
 func generationRequest(from text: String, tokenizer: Tokenizer) throws -> GenerationRequest {
@@ -131,6 +167,12 @@ func generationRequest(from text: String, tokenizer: Tokenizer) throws -> Genera
         }
     }
     return r
+}
+
+/// The keys engine options accept, as a JSON array of strings.
+@_cdecl("velo_engine_option_keys")
+public func velo_engine_option_keys(_ out: UnsafeMutablePointer<UInt8>?, _ cap: Int64, _ outLen: UnsafeMutablePointer<Int64>?) -> Int32 {
+    CABI.call { try copyOut(Array(JSON.array(engineOptionKeys.map { .string($0) }).serialized.utf8), out, Int(cap), outLen) }
 }
 
 /// Starts an engine for `model`; `draft` (nullable) is the draft model of speculative decoding.

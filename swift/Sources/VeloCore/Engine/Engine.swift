@@ -29,14 +29,21 @@ public final class Engine: @unchecked Sendable {
     public init(file: ModelFile, options: EngineOptions, draft: ModelFile? = nil) throws {
         self.file = file
         let tokenizer = try file.requireTokenizer()
-        let model = try loadLanguageModel(file, contextSize: options.contextSize)
-        var draftModel: LanguageModel?
-        if let draft {
-            try Engine.checkSameVocabulary(target: tokenizer, draft: try draft.requireTokenizer(), draftPath: draft.path)
-            draftModel = try loadLanguageModel(draft, contextSize: options.contextSize)
+        if let draft { try Engine.checkSameVocabulary(target: tokenizer, draft: try draft.requireTokenizer(), draftPath: draft.path) }
+        // the plan (context, batch, backend) before anything big is allocated; the model is
+        // loaded again if the plan changed its context (some RoPE scalings depend on it)
+        var o = options
+        let first = o.contextSize > 0 ? o.contextSize : 2048
+        var model = try loadLanguageModel(file, contextSize: first)
+        var draftModel = try draft.map { try loadLanguageModel($0, contextSize: first) }
+        var gpu = try openGPUDevice(o.backend, index: o.device)
+        let plan = try Engine.plan(&o, model: model, draft: o.speculation.mode == .draft ? draftModel : nil, gpu: &gpu)
+        if o.contextSize != first {
+            model = try loadLanguageModel(file, contextSize: o.contextSize)
+            draftModel = try draft.map { try loadLanguageModel($0, contextSize: o.contextSize) }
         }
         self.draftFile = draft
-        scheduler = try Scheduler(model: model, tokenizer: tokenizer, options: options, draftModel: draftModel)
+        scheduler = try Scheduler(model: model, tokenizer: tokenizer, options: o, draftModel: draftModel, gpu: gpu, plan: plan)
         stats = scheduler.statsJSON
         pthread_mutex_init(&mutex, nil)
         pthread_cond_init(&wake, nil)
@@ -59,6 +66,28 @@ public final class Engine: @unchecked Sendable {
     }
 
     public var config: ModelConfig { scheduler.model.config }
+
+    /// Fits the options to the device (`MemoryPlanner`): sets the context, batch and KV pages
+    /// the plan chose; moves an `auto` backend to the CPU when the GPU cannot hold the model;
+    /// throws with the numbers when nothing sensible fits.
+    static func plan(_ o: inout EngineOptions, model: LanguageModel, draft: LanguageModel?, gpu: inout GPUDevice?) throws -> MemoryPlan {
+        let planner = MemoryPlanner(model: model, draft: draft, options: o)
+        func attempt(_ device: GPUDevice?) -> (MemoryPlan?, MemoryPlan) { planner.plan(gpu: device) }
+        var (plan, smallest) = attempt(gpu)
+        if plan == nil, gpu != nil, o.backend == .auto {
+            let why = MemoryPlanner.refusal(smallest, gpu: true)
+            let (cpu, cpuSmallest) = attempt(nil)
+            guard var cpu else { throw VeloError(.outOfMemory, MemoryPlanner.refusal(cpuSmallest, gpu: false)) }
+            cpu.notes.insert("the GPU cannot hold the model, so it runs on the CPU (\(why))", at: 0)
+            gpu = nil
+            plan = cpu
+        }
+        guard let plan else { throw VeloError(.outOfMemory, MemoryPlanner.refusal(smallest, gpu: gpu != nil)) }
+        o.contextSize = plan.contextSize
+        o.maxBatchSize = plan.maxBatchSize
+        o.kvPages = plan.kvPages
+        return plan
+    }
 
     /// A draft must speak the target's language token for token, or its guesses mean nothing.
     static func checkSameVocabulary(target: Tokenizer, draft: Tokenizer, draftPath: String) throws {

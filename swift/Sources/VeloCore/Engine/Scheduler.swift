@@ -3,10 +3,15 @@ import CKernels
 /// Engine settings (from the CLI / server flags).
 public struct EngineOptions: Sendable {
     public var threads = max(1, cpuCount())
-    /// Most positions one sequence may hold (prompt + output).
-    public var contextSize = 2048
+    /// Most positions one sequence may hold (prompt + output); 0: the model's trained context,
+    /// shortened to what fits the device (`MemoryPlan`).
+    public var contextSize = 0
     /// Most sequences decoding at once.
     public var maxBatchSize = 1
+    /// maxBatchSize is a default the engine may lower (after the context) to fit the device.
+    public var batchAuto = false
+    /// Pretend the device (GPU memory, or RAM for the CPU) has this many bytes free (0: ask it).
+    public var memoryBudgetBytes = 0
     /// Most tokens in one forward pass (prefill chunks are cut to fit).
     public var batchTokens = 512
     public var pageSize = 16
@@ -62,9 +67,15 @@ final class Scheduler {
     var tokensPrefilled = 0
     var preemptions = 0
 
-    init(model: LanguageModel, tokenizer: Tokenizer, options: EngineOptions, draftModel: LanguageModel? = nil) throws {
+    /// The memory plan the options came from (Engine makes it before loading).
+    let plan: MemoryPlan
+
+    /// `gpu`: the device the plan chose (nil: the CPU).
+    init(model: LanguageModel, tokenizer: Tokenizer, options: EngineOptions, draftModel: LanguageModel? = nil,
+         gpu: GPUDevice?, plan: MemoryPlan) throws {
         var o = options
         let c = model.config
+        self.plan = plan
         guard o.contextSize >= 2 else { throw VeloError(.invalidArgument, "context size must be at least 2") }
         guard o.maxBatchSize >= 1 else { throw VeloError(.invalidArgument, "max batch size must be at least 1") }
         o.batchTokens = max(o.batchTokens, o.maxBatchSize)
@@ -82,7 +93,6 @@ final class Scheduler {
         }
         self.model = model
         self.tokenizer = tokenizer
-        let gpu = try openGPUDevice(o.backend, index: o.device)
         kv = try PagePool(pageCount: o.kvPages, pageSize: o.pageSize, layers: c.layers, kvDim: c.kvDim,
                           typeK: o.cacheTypeK, typeV: o.cacheTypeV, hostStorage: gpu == nil)
         let kv = self.kv
@@ -721,6 +731,7 @@ final class Scheduler {
         pairs.append(("kernel_ms", profiler.enabled ? profiler.kernelJSON : .null))
         pairs.append(("speculation", options.speculation.mode == .off ? .null : specStats.json))
         pairs.append(("speculation_mode", .string(options.speculation.mode.rawValue)))
+        pairs.append(("memory", plan.json))
         return .object(pairs)
     }
 }

@@ -52,6 +52,14 @@ final class Workspace {
         scores = buf(scoreStride * threads * (c.heads / c.kvHeads))
     }
 
+    /// Bytes a workspace of these sizes takes (the fit check, before one is made).
+    static func bytes(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int) -> Int {
+        let widest = max(c.dim, c.qDim, c.ffnDim)
+        let floats = maxTokens * (2 * c.dim + 2 * c.qDim + 2 * c.kvDim + 2 * c.ffnDim) + maxLogitRows * c.vocabSize
+            + (maxContext + 15) / 16 * 16 * threads * (c.heads / max(c.kvHeads, 1))
+        return floats * 4 + (widest * 4 + 63) / 64 * 64 * maxTokens
+    }
+
     deinit {
         for p in [x, xn, q, k, v, attn, gate, up, logits, scores] { p.deallocate() }
         quant.deallocate()

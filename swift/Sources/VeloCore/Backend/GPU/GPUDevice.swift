@@ -15,6 +15,9 @@ protocol GPUDevice: AnyObject {
     /// Whether the tensor-core matmul kernels (matmul_coop_T, Vulkan's cooperative matrices:
     /// 16x16x16 float16 products accumulated in float32) run on this device.
     var cooperativeMatrix: Bool { get }
+    /// The device's memory as the engine's fit check sees it (`MemoryPlan`): bytes it may still
+    /// allocate now (a driver's budget where there is one) and the size of its memory.
+    var memory: (free: Int, total: Int) { get }
 
     func makeBuffer(bytes: Int, memory: GPUMemory, label: String) throws -> GPUBuffer
     /// Copies host memory into a buffer (through a staging buffer where it is not mapped); waits.

@@ -206,6 +206,28 @@ final class GPUForward: ForwardOps {
         for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, ropeStoreKernel, GPUKernels.rope, kvStoreKernel, attentionKernel, attentionTiledKernel, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap] { _ = try pipeline(k) }
     }
 
+    /// Bytes of GPU memory a forward pass of these sizes allocates besides weights and K/V
+    /// (activations, logits, attention partials, step inputs, the prefill and 8-bit scratch),
+    /// as `init` makes them: the fit check, before one is made.
+    static func scratchBytes(device: GPUDevice, model: LanguageModel, maxTokens: Int, maxLogitRows: Int, maxSequences: Int,
+                             maxContext: Int, pageSize: Int) -> Int {
+        let c = model.config
+        var b = max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16)
+        b += maxTokens * Activation.allCases.reduce(0) { $0 + width($1, c) } * 4
+        b += maxLogitRows * c.vocabSize * 4
+        let pagetab = maxSequences * ((maxContext + pageSize - 1) / pageSize + 1) + 16
+        b += maxTokens * 20 + maxLogitRows * 4 + pagetab * 4 + 1280
+        if maxTokens > GPUKernels.matvecMaxRows, let rows = model.gatedPairs.map({ $0.0.rows }).max() { b += maxTokens * 2 * rows * 4 }
+        if maxTokens > GPUKernels.matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
+            b += maxTokens * GPUKernels.f16Row(k) * 2
+        }
+        if GPUKernels.integerDot(device), let k = model.matrices.filter({ GPUKernels.dotTypes.contains($0.type) }).map(\.cols).max() {
+            let q = GPUKernels.q8Bytes(k: k, m: GPUKernels.matvecMaxRows)
+            b += q.values + q.scales
+        }
+        return b
+    }
+
     static func width(_ a: Activation, _ c: ModelConfig) -> Int {
         switch a {
         case .x, .xn: return c.dim

@@ -59,6 +59,12 @@ final class MetalDevice: GPUDevice {
         throw VeloError(.unsupported, "velo.metallib not found (looked in: \(candidates.joined(separator: ", "))); build it with `make metallib`")
     }
 
+    /// What Metal recommends one process keep resident on this GPU, less what is allocated now.
+    var memory: (free: Int, total: Int) {
+        let total = Int(device.recommendedMaxWorkingSetSize)
+        return (max(0, total - device.currentAllocatedSize), total)
+    }
+
     func makeBuffer(bytes: Int, memory: GPUMemory, label: String) throws -> GPUBuffer {
         guard let b = device.makeBuffer(length: max(bytes, 16), options: .storageModeShared) else {
             throw VeloError(.outOfMemory, "\(name): cannot allocate \(label) (\(bytes >> 20) MiB)")

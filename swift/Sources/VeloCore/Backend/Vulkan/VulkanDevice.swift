@@ -24,11 +24,13 @@ final class VulkanDevice: GPUDevice {
     private let pipelineStats: Bool
     /// Packed 4x8-bit integer dot products (VK_KHR_shader_integer_dot_product: matvec_dot_T).
     let integerDot: Bool
+    /// VK_EXT_memory_budget: the driver says how much of a heap this process may still use.
+    private let memoryBudgetExt: Bool
     private let instance: VkInstance
     private let physical: VkPhysicalDevice
     private let device: VkDevice
     private let queue: VkQueue
-    private let memory: VulkanMemory
+    private let memory_: VulkanMemory
     private let commandPool: VkCommandPool
     /// A step is recorded into these in turn: each is submitted once it holds `chunkLimit`
     /// dispatches, so the GPU starts on the first layers while the host records the rest. The
@@ -127,6 +129,7 @@ final class VulkanDevice: GPUDevice {
             pipelineStats = stats
             cooperativeMatrix = coop
             integerDot = Self.integerDotSupported(physical)
+            memoryBudgetExt = Self.hasExtension(physical, "VK_EXT_memory_budget")
             var q: VkQueue?
             vkGetDeviceQueue(device, family, 0, &q)
             queue = q!
@@ -160,7 +163,7 @@ final class VulkanDevice: GPUDevice {
             }
             timeline = sem!
             let memory = VulkanMemory(device: device, physical: physical)
-            self.memory = memory
+            self.memory_ = memory
             params = try memory.buffer(bytes: 4 << 20, memory: .upload,
                                        usage: VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT.rawValue)
             if timestamps {
@@ -184,7 +187,7 @@ final class VulkanDevice: GPUDevice {
         pipelines.values.forEach { $0.destroy(device) }
         if let queryPool { vkDestroyQueryPool(device, queryPool, nil) }
         staging = nil
-        memory.destroy()
+        memory_.destroy()
         vkDestroySemaphore(device, timeline, nil)
         vkDestroyCommandPool(device, commandPool, nil)
         vkDestroyDevice(device, nil)
@@ -368,6 +371,43 @@ final class VulkanDevice: GPUDevice {
         return (device, family, timestamps, coop, stats)
     }
 
+    private static func hasExtension(_ p: VkPhysicalDevice, _ name: String) -> Bool {
+        var n: UInt32 = 0
+        _ = vkEnumerateDeviceExtensionProperties(p, nil, &n, nil)
+        var exts = [VkExtensionProperties](repeating: VkExtensionProperties(), count: Int(n))
+        _ = vkEnumerateDeviceExtensionProperties(p, nil, &n, &exts)
+        return exts.prefix(Int(n)).contains { cString($0.extensionName) == name }
+    }
+
+    /// The largest device-local heap: its budget less its use where the driver has
+    /// VK_EXT_memory_budget, else its size less what this device allocated.
+    var memory: (free: Int, total: Int) {
+        var budget = VkPhysicalDeviceMemoryBudgetPropertiesEXT()
+        budget.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT
+        var props = VkPhysicalDeviceMemoryProperties2()
+        props.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2
+        withUnsafeMutablePointer(to: &budget) { pb in
+            if memoryBudgetExt { props.pNext = UnsafeMutableRawPointer(pb) }
+            vkGetPhysicalDeviceMemoryProperties2(physical, &props)
+            props.pNext = nil
+        }
+        let mp = props.memoryProperties
+        let heaps = withUnsafeBytes(of: mp.memoryHeaps) { Array($0.bindMemory(to: VkMemoryHeap.self).prefix(Int(mp.memoryHeapCount))) }
+        let local = VK_MEMORY_HEAP_DEVICE_LOCAL_BIT.rawValue
+        guard let i = heaps.indices.filter({ heaps[$0].flags & local != 0 }).max(by: { heaps[$0].size < heaps[$1].size })
+                ?? heaps.indices.max(by: { heaps[$0].size < heaps[$1].size }) else { return (0, 0) }
+        let total = Int(heaps[i].size)
+        if memoryBudgetExt {
+            let b = withUnsafeBytes(of: budget.heapBudget) { Array($0.bindMemory(to: VkDeviceSize.self)) }[i]
+            let u = withUnsafeBytes(of: budget.heapUsage) { Array($0.bindMemory(to: VkDeviceSize.self)) }[i]
+            if b > 0 { return (max(0, Int(b) - Int(u)), total) }
+        }
+        return (max(0, total - memoryAllocated), total)
+    }
+
+    /// Bytes of device memory this device has allocated (its sub-allocator's blocks).
+    var memoryAllocated: Int { memory_.allocatedBytes }
+
     /// Whether the device has VK_KHR_shader_integer_dot_product with its feature on.
     private static func integerDotSupported(_ p: VkPhysicalDevice) -> Bool {
         var n: UInt32 = 0
@@ -428,7 +468,7 @@ final class VulkanDevice: GPUDevice {
         let usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT.rawValue | VK_BUFFER_USAGE_TRANSFER_SRC_BIT.rawValue
             | VK_BUFFER_USAGE_TRANSFER_DST_BIT.rawValue
         do {
-            return try memory.buffer(bytes: bytes, memory: kind, usage: usage)
+            return try memory_.buffer(bytes: bytes, memory: kind, usage: usage)
         } catch let e as VeloError {
             throw VeloError(e.code, "\(name): cannot allocate \(label) (\(bytes >> 20) MiB): \(e.message)")
         }
@@ -467,7 +507,7 @@ final class VulkanDevice: GPUDevice {
 
     private func stagingBuffer() throws -> VulkanBuffer {
         if let staging { return staging }
-        let b = try memory.buffer(bytes: 64 << 20, memory: .upload,
+        let b = try memory_.buffer(bytes: 64 << 20, memory: .upload,
                                   usage: VK_BUFFER_USAGE_TRANSFER_SRC_BIT.rawValue | VK_BUFFER_USAGE_TRANSFER_DST_BIT.rawValue)
         staging = b
         return b
@@ -691,6 +731,8 @@ final class VulkanMemory {
     private var blocks: [(memory: VkDeviceMemory, type: UInt32, size: Int, used: Int, mapped: UnsafeMutableRawPointer?)] = []
     private var buffers: [VkBuffer] = []
     static let blockBytes = 256 << 20
+    /// Bytes of all blocks (device and host memory alike).
+    var allocatedBytes: Int { blocks.reduce(0) { $0 + $1.size } }
 
     init(device: VkDevice, physical: VkPhysicalDevice) {
         self.device = device
