@@ -5,6 +5,9 @@ import pkg from "../package.json" with { type: "json" };
 import { benchCommand } from "./commands/bench";
 import { chatCommand } from "./commands/chat";
 import { generateCommand } from "./commands/generate";
+import { lsCommand } from "./commands/ls";
+import { pullCommand } from "./commands/pull";
+import { rmCommand } from "./commands/rm";
 import { serveCommand } from "./commands/serve";
 import { tokenizeCommand } from "./commands/tokenize";
 import { printError } from "./ui";
@@ -21,6 +24,9 @@ program.addCommand(chatCommand());
 program.addCommand(benchCommand());
 program.addCommand(serveCommand());
 program.addCommand(tokenizeCommand());
+program.addCommand(pullCommand());
+program.addCommand(lsCommand());
+program.addCommand(rmCommand());
 for (const c of program.commands) c.exitOverride().configureOutput({ outputError: () => {} });
 
 try {
