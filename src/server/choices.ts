@@ -11,6 +11,10 @@ export class FanIn implements AsyncIterable<ChoiceEvent> {
   #queue: ChoiceEvent[] = [];
   #wake: (() => void) | null = null;
   #open: number;
+  /** Set when the request ran past its deadline: its cancelled choices end as errors saying so. */
+  deadline: { message: string } | null = null;
+  /** Runs once every choice has ended. */
+  onEnd: (() => void) | null = null;
 
   constructor(n: number) {
     this.#open = n;
@@ -28,7 +32,8 @@ export class FanIn implements AsyncIterable<ChoiceEvent> {
         start();
         this.#push({ index, chunk });
       }
-      const finish = await gen.finished;
+      let finish = await gen.finished;
+      if (this.deadline && finish.reason === "cancelled") finish = { ...finish, reason: "error", message: this.deadline.message };
       start();
       this.#push({ index, finish });
     })();
@@ -53,7 +58,7 @@ export class FanIn implements AsyncIterable<ChoiceEvent> {
         continue;
       }
       const e = this.#queue.shift()!;
-      if ("finish" in e) this.#open--;
+      if ("finish" in e && --this.#open === 0) this.onEnd?.();
       yield e;
     }
   }

@@ -10,7 +10,7 @@ import type { ChoiceDelta } from "./choices";
 import type { Finish } from "../engine/engine";
 import { ApiError, anthropicType, badRequest } from "./errors";
 import { type ChatRequest, jsonObject, name64 } from "./schemas";
-import { parseBody, type VeloServer } from "./server";
+import { deadlineError, parseBody, type VeloServer } from "./server";
 
 const block = z.object({ type: z.string() }).loose();
 const content = z.union([z.string(), z.array(block)]);
@@ -280,6 +280,7 @@ export async function createMessage(server: VeloServer, req: Request): Promise<R
         builder.close();
       }
     }
+    if (fan.deadline) throw deadlineError(fan.deadline.message);
     if (state.finish!.reason === "error") throw new ApiError(500, state.finish!.message ?? "generation failed", "server_error", null, "generation_failed");
     return Response.json(message(state.finish));
   }

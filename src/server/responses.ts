@@ -11,7 +11,7 @@ import type { ChoiceDelta, ChoiceState, FanIn } from "./choices";
 import type { Finish, Generation } from "../engine/engine";
 import { ApiError, badRequest, notFound } from "./errors";
 import { type ChatRequest, jsonObject, name64 } from "./schemas";
-import { parseBody, type VeloServer } from "./server";
+import { deadlineError, parseBody, type VeloServer } from "./server";
 
 // ---- the request ----
 
@@ -387,6 +387,7 @@ export async function createResponse(server: VeloServer, req: Request): Promise<
         builder.push(state.end(e.finish));
       }
     }
+    if (fan.deadline) throw deadlineError(fan.deadline.message);
     if (state.finish!.reason === "error") throw new ApiError(500, state.finish!.message ?? "generation failed", "server_error", null, "generation_failed");
     const status = state.finish!.reason === "length" ? "incomplete" : "completed";
     builder.finish(status);

@@ -38,7 +38,21 @@ export interface ServerOptions {
   defaults?: Partial<GenerateRequest>;
   /** A Jinja chat template to use instead of the model's own (its text). */
   chatTemplate?: string;
+  /** Largest request body in bytes (default 8 MiB); larger ones get 413. */
+  maxBodyBytes?: number;
+  /** Seconds a generation may run before it is cancelled (504, or an error event); 0: none (default 600). */
+  requestTimeoutS?: number;
+  /** Seconds a connection may stay silent (slow bodies, idle keep-alive); 0: none (default 60, at most 255). */
+  idleTimeoutS?: number;
+  /** Browser origins allowed by CORS ("*" for any); none (the default): no CORS headers, no preflight. */
+  corsOrigins?: string[];
 }
+
+export const LIMIT_DEFAULTS = { maxBodyBytes: 8 << 20, requestTimeoutS: 600, idleTimeoutS: 60 } as const;
+/** Deepest JSON nesting a request body may have (schemas and tool parameters included). */
+export const MAX_JSON_DEPTH = 64;
+/** Request bodies read by handle() under the size limit, for parseBody. */
+const bodies = new WeakMap<Request, string>();
 
 type Handler = (req: Request, ctx: VeloServer, param: string) => Promise<Response> | Response;
 interface Route {
@@ -118,7 +132,11 @@ export class VeloServer {
     this.server = Bun.serve({
       hostname: this.options.host ?? "127.0.0.1",
       port: this.options.port ?? 8080,
-      idleTimeout: 0, // long generations stream for minutes
+      // slow or silent clients are dropped; generations switch it off for their request (launch)
+      // and run under the request deadline instead
+      idleTimeout: Math.min(255, this.options.idleTimeoutS ?? LIMIT_DEFAULTS.idleTimeoutS),
+      // ours (413, OpenAI-shaped) cuts first: Bun's own limit only backs it up
+      maxRequestBodySize: this.maxBodyBytes * 2 + (1 << 20),
       fetch: (req) => this.handle(req),
     });
     return this.server;
@@ -156,29 +174,71 @@ export class VeloServer {
     return this.engine.stats().context_size!;
   }
 
+  get maxBodyBytes(): number {
+    return this.options.maxBodyBytes ?? LIMIT_DEFAULTS.maxBodyBytes;
+  }
+
   async handle(req: Request): Promise<Response> {
     const path = new URL(req.url).pathname;
     const matches = routes.flatMap((r) => {
-      const param = matchPath(r.path, path);
+      let param: string | null = null;
+      try {
+        param = matchPath(r.path, path);
+      } catch {
+        // a malformed %-escape in an id matches nothing
+      }
       return param === null ? [] : [{ route: r, param }];
     });
+    const origin = this.corsOrigin(req);
+    if (req.method === "OPTIONS" && origin !== null && matches.length) return this.preflight(req, origin, matches.map((m) => m.route.method));
     let res: Response;
     try {
+      const open = matches.length > 0 && matches.every((m) => m.route.open);
+      // the key guards every route but /health, unknown paths included (no probing without it)
+      if (!open) this.authorize(req);
       if (!matches.length) throw notFound(`no such endpoint: ${req.method} ${path}`);
       const match = matches.find((m) => m.route.method === req.method);
       if (!match) throw new ApiError(405, `${req.method} is not allowed on ${path}`, "invalid_request_error", null, "method_not_allowed", { Allow: matches.map((m) => m.route.method).join(", ") });
       const route = match.route;
-      if (!route.open) this.authorize(req);
       if (!route.open && this.state !== "ready") {
         throw new ApiError(503, this.state === "loading" ? "the model is still loading" : `the model failed to load: ${this.loadError}`, "server_error", null, "model_not_ready", { "Retry-After": "1" });
       }
+      if (route.method === "POST") bodies.set(req, await readBody(req, this.maxBodyBytes));
       res = await route.handler(req, this, match.param);
     } catch (e) {
       const err = toApiError(e);
       res = matches[0]?.route.anthropic ? err.toAnthropicResponse() : err.toResponse();
     }
+    if (origin !== null) {
+      res.headers.set("Access-Control-Allow-Origin", origin);
+      res.headers.append("Vary", "Origin");
+    }
     this.metrics.countRequest(matches.length ? matches[0]!.route.path : "other", res.status);
     return res;
+  }
+
+  /** The Access-Control-Allow-Origin value for a request from an allowed browser origin, else null. */
+  corsOrigin(req: Request): string | null {
+    const allowed = this.options.corsOrigins;
+    const origin = req.headers.get("origin");
+    if (!allowed?.length || origin === null) return null;
+    if (allowed.includes("*")) return "*";
+    return allowed.includes(origin) ? origin : null;
+  }
+
+  /** A CORS preflight (OPTIONS) from an allowed origin. */
+  preflight(req: Request, origin: string, methods: string[]): Response {
+    return new Response(null, {
+      status: 204,
+      headers: {
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Allow-Methods": [...new Set([...methods, "OPTIONS"])].join(", "),
+        // SDKs add their own headers (x-stainless-*, anthropic-version): the ones asked for
+        "Access-Control-Allow-Headers": req.headers.get("access-control-request-headers") ?? "Authorization, Content-Type, x-api-key",
+        "Access-Control-Max-Age": "600",
+        Vary: "Origin",
+      },
+    });
   }
 
   authorize(req: Request): void {
@@ -330,7 +390,7 @@ export class VeloServer {
     return {
       kind: "chat",
       tokens,
-      maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
+      maxTokens: this.maxTokens(body.max_completion_tokens ?? body.max_tokens ?? undefined, tokens.length, body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens"),
       grammar,
       grammarParam: forced ? "tools" : (format?.param ?? null),
       logprobs: body.logprobs ? (body.top_logprobs ?? 0) : null,
@@ -354,7 +414,7 @@ export class VeloServer {
     return this.respond(req, body, {
       kind: "text",
       tokens,
-      maxTokens: body.max_tokens ?? 16,
+      maxTokens: this.maxTokens(body.max_tokens ?? 16, tokens.length, "max_tokens"),
       grammar: format ? this.formatGrammar(format) : undefined,
       grammarParam: format?.param ?? null,
       logprobs: body.logprobs ?? null,
@@ -412,6 +472,18 @@ export class VeloServer {
     if (n >= ctx) {
       throw badRequest(`this model's context is ${ctx} tokens and the prompt has ${n} (room is needed for at least one generated token)`, param, "context_length_exceeded");
     }
+  }
+
+  /**
+   * Tokens a request may generate: what it asks for, clamped to the room its prompt leaves in
+   * the context (it then stops with finish_reason "length"); more than the whole context is a 400.
+   */
+  maxTokens(asked: number | undefined, promptTokens: number, param: string): number {
+    const ctx = this.contextSize;
+    if (asked !== undefined && asked > ctx) {
+      throw badRequest(`${param} is ${asked}, more than this model's context of ${ctx} tokens (prompt included)`, param, "max_tokens_too_large");
+    }
+    return Math.min(asked ?? ctx, ctx - promptTokens);
   }
 
   /** Room for `n` more requests in the batch and the queue, else 503. */
@@ -509,6 +581,17 @@ export class VeloServer {
         }
       });
     }
+    // the idle timeout guards reading the request; the deadline guards the generation
+    this.server?.timeout(req, 0);
+    const seconds = this.options.requestTimeoutS ?? LIMIT_DEFAULTS.requestTimeoutS;
+    if (seconds > 0) {
+      const timer = setTimeout(() => {
+        fan.deadline = { message: `the request ran past its deadline of ${seconds} s (--request-timeout)` };
+        aborted = true;
+        for (const g of gens) g.cancel();
+      }, seconds * 1000);
+      fan.onEnd = () => clearTimeout(timer);
+    }
     // a client that goes away cancels its request and frees its pages
     req.signal.addEventListener("abort", () => {
       aborted = true;
@@ -533,6 +616,7 @@ export class VeloServer {
         s.end(e.finish);
       }
     }
+    if (fan.deadline) throw deadlineError(fan.deadline.message);
     const failed = states.find((s) => s.finish!.reason === "error");
     if (failed) throw new ApiError(500, failed.finish!.message ?? "generation failed", "server_error", null, "generation_failed");
   }
@@ -693,14 +777,81 @@ export async function parseBody<T extends z.ZodTypeAny>(req: Request, schema: T,
   if (!type.includes("application/json")) throw badRequest("the request body must be JSON (Content-Type: application/json)");
   let raw: unknown;
   try {
-    raw = JSON.parse(await req.text());
+    raw = JSON.parse(bodies.get(req) ?? (await req.text()));
   } catch (e) {
     throw badRequest(`the request body is not valid JSON: ${(e as Error).message}`);
   }
+  // schemas, tools and templates walk what they are given recursively: bound the depth first;
+  // a lone surrogate (a "\ud800" escape) has no UTF-8 form to tokenize
+  const problem = jsonProblem(raw);
+  if (problem) throw badRequest(problem);
   const parsed = schema.safeParse(endpoint ? applyFieldPolicy(endpoint, raw) : raw);
   if (!parsed.success) {
     const { message, param } = describeIssue(parsed.error);
     throw badRequest(message, param);
   }
   return parsed.data;
+}
+
+/** A generation cut off by --request-timeout. */
+export function deadlineError(message: string): ApiError {
+  return new ApiError(504, message, "server_error", null, "request_timeout");
+}
+
+/**
+ * What makes a parsed body unusable whatever its schema: nesting deeper than MAX_JSON_DEPTH or a
+ * string (value or key) with a lone UTF-16 surrogate. Iterative: the value may be deeper than the stack.
+ */
+export function jsonProblem(v: unknown): string | null {
+  const lone = "the request body has a string with a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape)";
+  const stack: [unknown, number][] = [[v, 1]];
+  while (stack.length) {
+    const [x, d] = stack.pop()!;
+    if (typeof x === "string") {
+      if (!x.isWellFormed()) return lone;
+      continue;
+    }
+    if (x === null || typeof x !== "object") continue;
+    if (d > MAX_JSON_DEPTH) return `the request body nests deeper than ${MAX_JSON_DEPTH} levels`;
+    if (Array.isArray(x)) {
+      for (const c of x) stack.push([c, d + 1]);
+    } else {
+      for (const [k, c] of Object.entries(x)) {
+        if (!k.isWellFormed()) return lone;
+        stack.push([c, d + 1]);
+      }
+    }
+  }
+  return null;
+}
+
+/** A request body as text: at most `limit` bytes (else 413) of valid UTF-8 (else 400). */
+export async function readBody(req: Request, limit: number): Promise<string> {
+  const tooLarge = () => new ApiError(413, `the request body is larger than ${limit} bytes (--max-body)`, "invalid_request_error", null, "request_too_large");
+  const declared = Number(req.headers.get("content-length") ?? 0);
+  if (declared > limit) throw tooLarge();
+  if (!req.body) return "";
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  const reader = req.body.getReader();
+  try {
+    while (true) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      size += value.byteLength;
+      if (size > limit) {
+        void reader.cancel().catch(() => {});
+        throw tooLarge();
+      }
+      parts.push(value);
+    }
+  } catch (e) {
+    if (e instanceof ApiError) throw e;
+    throw badRequest(`the request body could not be read: ${(e as Error).message}`, null, "body_unreadable");
+  }
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(Buffer.concat(parts));
+  } catch {
+    throw badRequest("the request body is not valid UTF-8");
+  }
 }
