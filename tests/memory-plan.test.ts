@@ -9,7 +9,7 @@ import { Engine, type EngineOptions } from "../src/engine/engine";
 import { Model } from "../src/engine/model";
 import { synthesize } from "../src/gguf/synth";
 import { runCli } from "./helpers/cli";
-import { sharedModel } from "./helpers/paths";
+import { repoRoot, sharedModel } from "./helpers/paths";
 
 let dir = "";
 let long = ""; // a random Gemma 3 of test shape, trained (its metadata says) at 131072 positions
@@ -129,5 +129,53 @@ describe("the CLI", () => {
     const bj = JSON.parse(b.stdout);
     expect(bj.memory.kv_types).toBe("q8_0/f16");
     expect(bj.memory.summary).toMatch(/\(q8_0\/f16, 1 × \d+\)/);
+  });
+});
+
+/** Starts `velo serve`, returns its stderr up to the "serving … on http://" line, and stops it. */
+async function serveBanner(args: string[], env: Record<string, string> = {}): Promise<{ text: string; code: number | null }> {
+  const proc = Bun.spawn([process.execPath, join(repoRoot, "cli", "index.ts"), "serve", ...args, "--port", "0"], {
+    stdout: "ignore", stderr: "pipe", env: { ...process.env, NO_COLOR: "1", ...env },
+  });
+  const reader = (proc.stderr as ReadableStream<Uint8Array>).getReader();
+  const dec = new TextDecoder();
+  let text = "";
+  while (!/on http:\/\/[\d.]+:\d+/.test(text)) {
+    const { value, done } = await reader.read();
+    if (done) return { text, code: await proc.exited };
+    text += dec.decode(value);
+  }
+  proc.kill();
+  await proc.exited;
+  return { text, code: null };
+}
+
+describe("serve", () => {
+  test("-c / --ctx-size / VELO_CTX_SIZE; by default the model's context, the plan in its banner", async () => {
+    const model = sharedModel("stories260K.gguf");
+    const plain = await serveBanner([model, "-t", "2"]);
+    expect(plain.text).toMatch(/^weights 1\.1 MiB \+ KV 10\.0 MiB \(f16, 8 × 2048\) \+ scratch [\d.]+ MiB on CPU \(/m);
+    expect(plain.text).toMatch(/velo serving .* \(batch 8, context 2048, /);
+    const c = await serveBanner([model, "-t", "2", "-c", "512", "--cache-type-v", "q8_0"]);
+    expect(c.text).toMatch(/\(f16\/q8_0, 8 × 512\)/);
+    expect(c.text).toMatch(/batch 8, context 512, /);
+    const env = await serveBanner([model, "-t", "2", "--ctx-size", "300"], { VELO_CTX_SIZE: "999" });
+    expect(env.text).toMatch(/context 300, /); // the flag over the variable
+    const envOnly = await serveBanner([model, "-t", "2"], { VELO_CTX_SIZE: "384" });
+    expect(envOnly.text).toMatch(/context 384, /);
+    // the old name still works for now, with a warning
+    const old = await serveBanner([model, "-t", "2", "--context-len", "256"]);
+    expect(old.text).toContain("velo: --context-len is now --ctx-size (-c)");
+    expect(old.text).toMatch(/context 256, /);
+    expect((await runCli(["serve", "--help"])).stdout).not.toContain("--context-len");
+  });
+
+  test("a default batch shrinks to fit and says so; an explicit one that cannot fit is refused", async () => {
+    const shrunk = await serveBanner([long, "-t", "2", "--memory-budget", "80"]);
+    expect(shrunk.text).toContain("velo: context 131072 → 4096 to fit");
+    expect(shrunk.text).toMatch(/velo: batch 8 → \d to fit/);
+    const refused = await serveBanner([long, "-t", "2", "--memory-budget", "80", "--max-batch-size", "8", "-c", "8192"]);
+    expect(refused.code).toBe(1);
+    expect(refused.text).toMatch(/velo: error: not enough memory on CPU .*\(f16, 8 × 8192\)/);
   });
 });

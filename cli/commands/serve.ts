@@ -1,19 +1,18 @@
 import chalk from "chalk";
-import { Command } from "commander";
+import { Command, Option } from "commander";
 import { existsSync, readFileSync } from "node:fs";
 import { VeloServer } from "../../src/server/server";
-import { addBackendOptions, addCommandHelpEnv, addModelOption, chosenModel, addSpeculationOptions, opt, parseIntArg, requireModelPath, type SpeculationFlags } from "../options";
+import { reportPlan } from "../load";
+import { addCommandHelpEnv, addEngineOptions, addModelOption, chosenModel, addSpeculationOptions, type EngineFlags, opt, parseIntArg, requireModelPath } from "../options";
 import { action, CliError, spinner } from "../ui";
 
-interface ServeFlags extends SpeculationFlags {
+interface ServeFlags extends EngineFlags {
   model?: string;
-  backend?: "auto" | "cpu" | "vulkan" | "metal";
-  device?: number;
   host: string;
   port: number;
   apiKey?: string;
-  threads?: number;
   maxBatchSize: number;
+  /** The old name of --ctx-size (hidden; it warns). */
   contextLen?: number;
   kvMemory?: number;
   maxQueue: number;
@@ -21,10 +20,6 @@ interface ServeFlags extends SpeculationFlags {
   prefixCache: boolean;
   prefixCacheFile?: string;
   chatTemplateFile?: string;
-  maxBody: number;
-  requestTimeout: number;
-  idleTimeout: number;
-  cors?: string[];
 }
 
 export function serveCommand(): Command {
@@ -34,37 +29,37 @@ export function serveCommand(): Command {
     .addOption(opt("--host <addr>", "address to bind (127.0.0.1 keeps it local)").default("127.0.0.1"))
     .addOption(opt("--port <n>", "port").default(8080).argParser(parseIntArg("--port", 0, 65535)))
     .addOption(opt("--api-key <key>", "require 'Authorization: Bearer <key>'"))
-    .addOption(opt("-t, --threads <n>", "CPU threads (default: all cores)").argParser(parseIntArg("--threads", 1, 1024)))
-    .addOption(opt("--max-batch-size <n>", "sequences decoded together").default(8).argParser(parseIntArg("--max-batch-size", 1, 1024)))
-    .addOption(opt("-c, --context-len <n>", "context per sequence (default: the model's, at most 4096)").argParser(parseIntArg("--context-len", 2, 1 << 20)))
+    .addOption(opt("--max-batch-size <n>", "sequences decoded together (default 8, fewer if they do not fit at the context)").default(8).argParser(parseIntArg("--max-batch-size", 1, 1024)))
+    .addOption(new Option("--context-len <n>").hideHelp().argParser(parseIntArg("--context-len", 2, 1 << 20)))
     .addOption(opt("--kv-memory <MiB>", "KV cache budget (default: max-batch-size full contexts)").argParser(parseIntArg("--kv-memory", 1, 1 << 24)))
     .addOption(opt("--max-queue <n>", "requests that may wait beyond the batch before 503").default(64).argParser(parseIntArg("--max-queue", 0, 1 << 20)))
     .addOption(opt("--alias <id>", "model id clients use (default: the file name)"))
-    .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"))
     .addOption(opt("--prefix-cache-file <path>", "load this saved prefix at start; POST /prefix-cache/save writes it"))
-    .addOption(opt("--chat-template-file <path>", "a Jinja chat template to use instead of the model's own (tool calling follows its syntax)"))
-    .addOption(opt("--max-body <MiB>", "largest request body; larger ones get 413").default(8).argParser(parseIntArg("--max-body", 1, 1 << 12)))
-    .addOption(opt("--request-timeout <s>", "seconds a request may generate before it is cut off (504, or an error event when streamed); 0 = no deadline").default(600).argParser(parseIntArg("--request-timeout", 0, 1 << 24)))
-    .addOption(opt("--idle-timeout <s>", "seconds a connection may stay silent (slow bodies, idle keep-alive) before it is closed; 0 = never").default(60).argParser(parseIntArg("--idle-timeout", 0, 255)))
-    .addOption(opt("--cors <origin>", "allow this browser origin (repeatable, or comma-separated; '*' for any); CORS is off without it")
-      .argParser((v: string, prev: string[] | undefined) => [...(prev ?? []), ...v.split(",").map((o) => o.trim()).filter(Boolean)]));
+    .addOption(opt("--chat-template-file <path>", "a Jinja chat template to use instead of the model's own (tool calling follows its syntax)"));
   addModelOption(cmd);
+  addEngineOptions(cmd);
   addSpeculationOptions(cmd);
-  addBackendOptions(cmd);
   cmd.action(
     action(async (modelArg: string | undefined, f: ServeFlags) => {
       const modelPath = requireModelPath(chosenModel(cmd, modelArg, f.model));
       const draftPath = f.draft ? requireModelPath(f.draft) : undefined;
       if (f.spec === "draft" && !f.draft) throw new CliError("--spec draft needs --draft MODEL", 2);
+      if (f.contextLen !== undefined) {
+        if (f.ctxSize !== undefined) throw new CliError("--context-len is the old name of --ctx-size: give one", 2);
+        process.stderr.write("velo: --context-len is now --ctx-size (-c)\n");
+      }
       let chatTemplate: string | undefined;
       if (f.chatTemplateFile !== undefined) {
         if (!existsSync(f.chatTemplateFile)) throw new CliError(`chat template file not found: ${f.chatTemplateFile}`);
         chatTemplate = readFileSync(f.chatTemplateFile, "utf8");
       }
       const server = new VeloServer({
-        chatTemplate, maxBodyBytes: f.maxBody << 20, requestTimeoutS: f.requestTimeout, idleTimeoutS: f.idleTimeout, corsOrigins: f.cors,
+        chatTemplate,
         modelPath, draftPath, modelId: f.alias, host: f.host, prefixCacheFile: f.prefixCacheFile, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
-        engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, ctxSize: f.contextLen ?? 4096, kvMemoryMb: f.kvMemory, prefixCache: f.prefixCache,
+        // the context: the model's trained one unless given, and the batch unless given, shortened to fit the device
+        engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, batchAuto: cmd.getOptionValueSource("maxBatchSize") === "default",
+          ctxSize: f.ctxSize ?? f.contextLen, kvMemoryMb: f.kvMemory, prefixCache: f.prefixCache,
+          cacheTypeK: f.cacheTypeK, cacheTypeV: f.cacheTypeV, memoryBudgetMb: f.memoryBudget,
           speculation: f.spec ?? (f.draft ? "draft" : "off"), draftMax: f.draftMax, draftAdaptive: f.specAdapt,
           backend: f.backend, device: f.device },
       });
@@ -83,6 +78,7 @@ export function serveCommand(): Command {
         throw e;
       }
       spin.stop();
+      reportPlan(server.engine, true);
       const stats = server.engine.stats();
       console.error(
         chalk.green(`velo serving '${server.modelId}' on http://${http.hostname}:${http.port}`) +
