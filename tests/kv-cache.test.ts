@@ -227,4 +227,13 @@ describe("the CLI", () => {
     expect(bad.code).not.toBe(0);
     expect(bad.stderr).toMatch(/cache-type-k/);
   });
+
+  test("bench -d runs each test at depth, as llama-bench -d", async () => {
+    const r = await runCli(["bench", sharedModel("stories260K.gguf"), "-p", "16", "-n", "8", "-d", "96", "-r", "2", "-t", "2", "--json", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"]);
+    expect(r.code).toBe(0);
+    const j = JSON.parse(r.stdout);
+    expect(j.results.map((x: { test: string }) => x.test)).toEqual(["pp16 @ d96", "tg8 @ d96"]);
+    for (const x of j.results) expect(x.avg_tps).toBeGreaterThan(0);
+    expect(j.memory.summary).toMatch(/\(q8_0, 1 × 160\)/); // the depth and the longest test (at least 64)
+  });
 });

@@ -4,7 +4,7 @@
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... |
-#                     variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec
+#                     variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
 # for Llama (8b-q4_0), ARCH.SHAPE-TYPE for the others (qwen2.7b-q4_0, gemma2.9b-q4_0,
 # phi3.mini-q4_0; src/gguf/synth.ts lists the shapes). VELO_LIB and VELO_JS choose another build
@@ -95,5 +95,31 @@ case "$what" in
     /tmp/bun "$C/speculative.js" "$(model 8b-q4_0)" --spec ngram -n 128 --runs 3 --backend vulkan > "$OUT/spec-8b-ngram.json"
     /tmp/bun "$C/speculative.js" "$(model 8b-q4_0)" --draft "$(model 3b-q4_0)" -n 128 --runs 3 --backend vulkan > "$OUT/spec-8b-draft3b.json"
     for f in "$OUT"/spec-*.json; do python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print(sys.argv[1].split('/')[-1], round(j['plain_tps'],1), 'adaptive', round(j['adaptive']['speedup'],3), 'fixed', round(j['fixed_k']['speedup'],3), 'acc', round(j['fixed_k']['acceptance'],3), j['verify_cost_vs_one_decode_step'])" "$f"; done ;;
-  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec" >&2; exit 2 ;;
+  kv)  # issue 18 (KV cache types, fit before load) on one model, e.g. 8b-q4_0 (its context
+       # 8192) or llama31.8b-q4_0 (131072, so the plan shortens it):
+       # 1. `velo serve` with no flags: the plan line and banner, then one chat request answered;
+       # 2. `velo bench --max-batch-size 16` at an 8k context;
+       # 3. decode at depth, tg128 after 4096 tokens, with f32, f16 and q8_0 K/V (f16 no slower
+       #    than f32 is the bar), and llama.cpp's llama-bench -d 4096 (f16 and q8_0 caches, flash
+       #    attention on; .llama from bench/gpu/pack-llamacpp.sh) in the same call.
+    f=$(model "$1")
+    velo serve "$f" --backend vulkan --port 8181 > /dev/null 2> "$OUT/kv-serve.log" & sp=$!
+    for _ in $(seq 600); do grep -q "on http://" "$OUT/kv-serve.log" && break; kill -0 $sp 2>/dev/null || break; sleep 1; done
+    cat "$OUT/kv-serve.log"
+    python3 -c "import json,urllib.request as u;b='http://127.0.0.1:8181/v1/';m=json.load(u.urlopen(b+'models'))['data'][0]['id'];q=json.dumps({'model':m,'messages':[{'role':'user','content':'Say hello'}],'max_tokens':16}).encode();print(u.urlopen(u.Request(b+'chat/completions',q,{'Content-Type':'application/json'}),timeout=300).read().decode()[:600])" | tee "$OUT/kv-serve-answer.json"
+    kill $sp 2>/dev/null; wait $sp 2>/dev/null || true
+    velo bench "$f" --backend vulkan --max-batch-size 16 -c 8192 -p 128 -n 128 --json | tr -d '\n' > "$OUT/kv-batched-8k.json"
+    python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('batched at 8k', j['memory']['summary'], [(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']])" "$OUT/kv-batched-8k.json"
+    for t in f32 f16 q8_0; do
+      velo bench "$f" --backend vulkan -p 0 -n 128 -d 4096 -r 3 --cache-type-k $t --cache-type-v $t --json | tr -d '\n' > "$OUT/kv-depth-$t.json"
+      python3 -c "import json,sys,statistics as st;j=json.load(open(sys.argv[1]));print('velo $t', [(r['test'],round(st.median(r['samples_tps']),1)) for r in j['results']], j['memory']['summary'])" "$OUT/kv-depth-$t.json"
+    done
+    if [ -d .llama ]; then
+      L=/tmp/llama; mkdir -p $L; xz -dc .llama/llama.tar.xz | tar -C $L -xf -
+      for t in f16 q8_0; do
+        $L/llama-bench -m "$f" -ngl 99 -p 0 -n 128 -d 4096 -r 3 -fa 1 -ctk $t -ctv $t -o json > "$OUT/kv-llamacpp-$t.json" 2> /tmp/llama-bench.log || tail -20 /tmp/llama-bench.log
+        python3 -c "import json,sys,statistics as st;print('llama.cpp $t', [(r['n_gen'],r.get('n_depth'),round(st.median(r['samples_ts']),1)) for r in json.load(open(sys.argv[1]))])" "$OUT/kv-llamacpp-$t.json"
+      done
+    fi ;;
+  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL" >&2; exit 2 ;;
 esac

@@ -7,6 +7,7 @@ import { action } from "../ui";
 
 interface BenchFlags extends SpeculationFlags {
   model?: string;
+  nDepth: number;
   threads?: number;
   ctxSize?: number;
   nPrompt: number;
@@ -104,30 +105,48 @@ async function timeRun(engine: Engine, promptTokens: number[], maxTokens: number
   return { wall, usage: r.finish.usage };
 }
 
-export async function runBench(engine: Engine, vocab: number, bos: number | null, f: Pick<BenchFlags, "nPrompt" | "nGen" | "repetitions">): Promise<BenchResult[]> {
+export async function runBench(engine: Engine, vocab: number, bos: number | null, f: Pick<BenchFlags, "nPrompt" | "nGen" | "repetitions"> & { nDepth?: number },
+  report: (step: string) => void = () => {}): Promise<BenchResult[]> {
   const results: BenchResult[] = [];
+  const depth = f.nDepth ?? 0;
+  // llama-bench's -d: each test runs after `depth` tokens already in the context (their prefill
+  // not timed). Those tokens are computed once and then come from the prefix cache.
+  const prefix = depth > 0 ? benchTokens(depth, vocab, bos) : [];
+  const at = depth > 0 ? ` @ d${depth}` : "";
+  if (depth > 0) {
+    report(`depth: ${depth} tokens of context`);
+    await timeRun(engine, prefix, 1);
+  }
   if (f.nPrompt > 0) {
-    const prompt = benchTokens(f.nPrompt, vocab, bos);
-    await timeRun(engine, prompt, 1); // warm-up: page in the weights, bring the GPU's clocks up
+    // every repetition its own tokens after the prefix, so none of them is cached
+    const prompt = (i: number) => (depth > 0 ? [...prefix, ...benchTokens(f.nPrompt, vocab, null, 777 + i)] : benchTokens(f.nPrompt, vocab, bos));
+    report(`pp${f.nPrompt}${at}: warm-up`);
+    await timeRun(engine, prompt(-1), 1); // warm-up: page in the weights, bring the GPU's clocks up
     engine.resetProfile();
     const samples: number[] = [];
     for (let i = 0; i < f.repetitions; i++) {
-      const { usage } = await timeRun(engine, prompt, 1);
-      samples.push((f.nPrompt / usage.prompt_ms) * 1000);
+      report(`pp${f.nPrompt}${at}: repetition ${i + 1}/${f.repetitions}`);
+      const { usage } = await timeRun(engine, prompt(i), 1);
+      samples.push(((usage.prompt_tokens - usage.cached_tokens) / usage.prompt_ms) * 1000);
     }
-    results.push({ test: `pp${f.nPrompt}`, n: f.nPrompt, samples_tps: samples, avg_tps: mean(samples), stddev_tps: stddev(samples) });
+    results.push({ test: `pp${f.nPrompt}${at}`, n: f.nPrompt, samples_tps: samples, avg_tps: mean(samples), stddev_tps: stddev(samples) });
   }
   if (f.nGen > 0) {
-    const prompt = benchTokens(1, vocab, bos);
+    const prompt = depth > 0 ? [...prefix, ...benchTokens(1, vocab, null, 999)] : benchTokens(1, vocab, bos);
+    report(`tg${f.nGen}${at}: warm-up`);
     await timeRun(engine, prompt, Math.min(8, f.nGen));
     if (f.nPrompt === 0) engine.resetProfile();
     const samples: number[] = [];
     for (let i = 0; i < f.repetitions; i++) {
+      report(`tg${f.nGen}${at}: repetition ${i + 1}/${f.repetitions}`);
       const { usage } = await timeRun(engine, prompt, f.nGen);
-      // every generated token is one decode step: the first comes from the 1-token prompt
-      samples.push((usage.completion_tokens / (usage.prompt_ms + usage.generation_ms)) * 1000);
+      // without depth every generated token is one decode step, the first from the 1-token
+      // prompt; at depth the first comes with the prompt's prefill and is left out
+      samples.push(depth > 0
+        ? ((usage.completion_tokens - 1) / usage.generation_ms) * 1000
+        : (usage.completion_tokens / (usage.prompt_ms + usage.generation_ms)) * 1000);
     }
-    results.push({ test: `tg${f.nGen}`, n: f.nGen, samples_tps: samples, avg_tps: mean(samples), stddev_tps: stddev(samples) });
+    results.push({ test: `tg${f.nGen}${at}`, n: f.nGen, samples_tps: samples, avg_tps: mean(samples), stddev_tps: stddev(samples) });
   }
   return results;
 }
@@ -139,6 +158,7 @@ export function benchCommand(): Command {
     .addOption(opt("-p, --n-prompt <n>", "prompt tokens for the pp test (0 = skip)").default(512).argParser(parseIntArg("--n-prompt", 0, 1 << 20)))
     .addOption(opt("-n, --n-gen <n>", "tokens for the tg test (0 = skip)").default(128).argParser(parseIntArg("--n-gen", 0, 1 << 20)))
     .addOption(opt("-r, --repetitions <n>", "repetitions of each test").default(5).argParser(parseIntArg("--repetitions", 1, 1000)))
+    .addOption(opt("-d, --n-depth <n>", "run each test after this many tokens of context, as llama-bench -d (their prefill is not timed)").default(0).argParser(parseIntArg("--n-depth", 0, 1 << 20)))
     .addOption(opt("--max-batch-size <n>", "batched decoding: 1, 2, 4 … n concurrent sequences (prompt -p, generation -n)").argParser(parseIntArg("--max-batch-size", 1, 1024)))
     .addOption(opt("--profile", "also report where the time went, by kind of op"))
     .addOption(opt("--json", "print the results as JSON"));
@@ -149,8 +169,9 @@ export function benchCommand(): Command {
     action(async (modelArg: string | undefined, flags: BenchFlags) => {
       const modelPath = requireModelPath(chosenModel(cmd, modelArg, flags.model));
       if (flags.maxBatchSize) return batchBench(modelPath, flags);
-      const ctx = flags.ctxSize ?? Math.max(flags.nPrompt + 2, flags.nGen + 2, 64);
-      const loaded = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { batchTokens: Math.max(512, flags.nPrompt), profile: flags.profile, prefixCache: false });
+      const ctx = flags.ctxSize ?? flags.nDepth + Math.max(flags.nPrompt + 2, flags.nGen + 2, 64);
+      // at depth the prefix cache holds the depth's tokens (each test's own are never reused)
+      const loaded = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { batchTokens: Math.max(512, flags.nPrompt), profile: flags.profile, prefixCache: flags.nDepth > 0 });
       const { model, engine } = loaded;
       try {
         const info = model.info();
