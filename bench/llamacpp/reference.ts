@@ -72,11 +72,14 @@ export async function runReference(model: string, prompts: number[][], opts: Run
   return JSON.parse(out) as ReferenceRun;
 }
 
-/** Velo's greedy runs of `prompts` on one engine (prefix cache off, so nothing is shared between them). */
-export async function runVelo(model: string, prompts: number[][], opts: RunOptions & { backend?: EngineOptions["backend"] } = {}): Promise<PromptRun[]> {
+/**
+ * Velo's greedy runs of `prompts` on one engine (prefix cache off, so nothing is shared between
+ * them). `engine`: further engine options (e.g. the KV cache's types).
+ */
+export async function runVelo(model: string, prompts: number[][], opts: RunOptions & { backend?: EngineOptions["backend"]; engine?: Partial<EngineOptions> } = {}): Promise<PromptRun[]> {
   const m = Model.open(model);
   try {
-    const engine = Engine.create(m, { ctxSize: opts.ctx ?? 512, threads: opts.threads ?? 2, backend: opts.backend ?? "cpu", prefixCache: false, speculation: "off" });
+    const engine = Engine.create(m, { ...opts.engine, ctxSize: opts.ctx ?? 512, threads: opts.threads ?? 2, backend: opts.backend ?? "cpu", prefixCache: false, speculation: "off" });
     try {
       const runs: PromptRun[] = [];
       for (const prompt of prompts) {

@@ -119,6 +119,64 @@ export function parseGGUFMetadata(bytes: Uint8Array, fileSize = bytes.length): G
 
 /** Reads a GGUF's metadata from disk, reading only as much of the file as the metadata needs. */
 export function readGGUFMetadata(path: string): GGUFMetadata {
+  return readPrefix(path, parseGGUFMetadata);
+}
+
+/** One entry of the tensor table. */
+export interface GGUFTensorInfo {
+  name: string;
+  /** ggml order: dims[0] is the row length. */
+  dims: number[];
+  /** ggml type id (writer.ts: GGMLTypeId). */
+  type: number;
+  /** Byte offset of the data in the file (the table's offset plus the data section's start). */
+  offset: number;
+}
+
+export interface GGUFTensorTable extends GGUFMetadata {
+  tensors: GGUFTensorInfo[];
+  /** Where the data section starts (the table's end rounded up to general.alignment, default 32). */
+  dataOffset: number;
+}
+
+/** Parses the header, the metadata and the tensor table from the start of a GGUF file. */
+export function parseGGUFTensorTable(bytes: Uint8Array, fileSize = bytes.length): GGUFTensorTable {
+  const md = parseGGUFMetadata(bytes, fileSize);
+  const c = new Cursor(bytes, fileSize);
+  c.pos = md.end;
+  const table: Omit<GGUFTensorInfo, "offset">[] = [];
+  const rel: bigint[] = [];
+  for (let i = 0; i < md.tensorCount; i++) {
+    const name = c.string(`name of tensor #${i}`);
+    const nDims = c.u32(`dimension count of ${name}`);
+    if (nDims < 1 || nDims > 4) throw new GGUFFormatError(`${name}: ${nDims} dimensions`);
+    const dims: number[] = [];
+    for (let d = 0; d < nDims; d++) dims.push(c.count(`dimension ${d} of ${name}`, 0));
+    const type = c.u32(`type of ${name}`);
+    c.need(8, `offset of ${name}`);
+    rel.push(new DataView(bytes.buffer, bytes.byteOffset + c.pos, 8).getBigUint64(0, true));
+    c.pos += 8;
+    table.push({ name, dims, type });
+  }
+  const align = md.kvs.find((kv) => kv.key === "general.alignment");
+  const alignment = align ? Number(decodeValue(align.raw)) : 32;
+  if (!Number.isInteger(alignment) || alignment < 1) throw new GGUFFormatError(`general.alignment ${alignment}`);
+  const dataOffset = Math.ceil(c.pos / alignment) * alignment;
+  const tensors = table.map((t, i): GGUFTensorInfo => {
+    const offset = dataOffset + Number(rel[i]!);
+    if (offset > fileSize) throw new GGUFFormatError(`${t.name}: data offset ${offset} is past the end of the file (${fileSize} bytes)`);
+    return { ...t, offset };
+  });
+  return { ...md, tensors, dataOffset };
+}
+
+/** Reads a GGUF's metadata and tensor table from disk (not the tensor data). */
+export function readGGUFTensorTable(path: string): GGUFTensorTable {
+  return readPrefix(path, parseGGUFTensorTable);
+}
+
+/** Runs `parse` on a growing prefix of the file until it has all it needs. */
+function readPrefix<T>(path: string, parse: (bytes: Uint8Array, fileSize: number) => T): T {
   const fd = openSync(path, "r");
   try {
     const size = fstatSync(fd).size;
@@ -132,7 +190,7 @@ export function readGGUFMetadata(path: string): GGUFMetadata {
         got += n;
       }
       try {
-        return parseGGUFMetadata(buf.subarray(0, got), size);
+        return parse(buf.subarray(0, got), size);
       } catch (e) {
         if (!(e instanceof NeedMoreBytes) || want >= size) throw e;
       }

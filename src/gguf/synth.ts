@@ -6,6 +6,7 @@
 // llama.cpp's (test shapes, tests/architectures.test.ts).
 //   bun src/gguf/synth.ts OUT.gguf [--arch llama] --shape tiny|1b|3b|8b|test --type q4_0 [--vocab VOCAB.gguf] [--seed N]
 //   bun src/gguf/synth.ts OUT.gguf --arch qwen2|qwen3|gemma2|gemma3|phi3|llama31 --shape test --type q8_0
+//   bun src/gguf/synth.ts OUT.gguf --shape test256 --type q2_k --pure   (every 2-D weight in Q2_K)
 // Weights are random but well-formed: quantized blocks are made directly (random quants,
 // scales chosen so each weight has a standard deviation near 0.02, like a fresh init; on test
 // shapes 1/√(row length), with norm gains and biases random too), so activations stay finite
@@ -84,6 +85,9 @@ export const SHAPES: Record<string, Shape> = {
   // Llama-3-8B
   "8b": { dim: 4096, ffn: 14336, layers: 32, heads: 32, kvHeads: 8, ropeBase: 500000, ctx: 8192, vocab: LLAMA3_VOCAB },
   test: { ...TEST_BASE, ropeBase: 10000 },
+  // 256 wide with a 512-wide FFN, so every row is a whole number of 256-value K-quant / IQ4_XS
+  // blocks (the 128-wide shapes fall back to 32-value types): tests/weight-types.test.ts
+  test256: { ...TEST_BASE, dim: 256, ffn: 512, ropeBase: 10000 },
 };
 
 /** The shapes of each architecture: `--arch A --shape S`. Real shapes keep gains of 1 and σ 0.02 everywhere. */
@@ -345,6 +349,11 @@ export interface SynthOptions {
   /** Vocabulary GGUF whose tokenizer.* metadata is copied (default: the shape's own). */
   vocab?: string;
   seed?: number;
+  /**
+   * Every 2-D weight in the type's main type, output.weight and ffn_down too (llama.cpp's
+   * `llama-quantize --pure`); rows that do not fit its blocks are still an error, not a fallback.
+   */
+  pure?: boolean;
 }
 
 export function shapeOf(arch: string, shape: string): Shape {
@@ -428,7 +437,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   const k = (key: string) => `${gguArch}.${key}`;
   const metadata: [string, MetaValue][] = [
     ["general.architecture", meta.str(gguArch)],
-    ["general.name", meta.str(`synthetic-${arch === "llama" ? "" : arch + "-"}${opts.shape}-${opts.type}`)],
+    ["general.name", meta.str(`synthetic-${arch === "llama" ? "" : arch + "-"}${opts.shape}-${opts.type}${opts.pure ? "-pure" : ""}`)],
     ["general.file_type", meta.u32(types.fileType)],
     [k("context_length"), meta.u32(shape.ctx)],
     [k("embedding_length"), meta.u32(dim)],
@@ -489,7 +498,8 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   const tensors: TensorSpec[] = [];
   const streamSeed = () => (seed * 0x10001 + tensors.length) | 0; // each tensor its own stream
   const weight = (name: string, type: GGMLTypeName, rowLength: number, rows: number) => {
-    const t = typeForRow(type, rowLength, name);
+    const t = opts.pure ? type : typeForRow(type, rowLength, name);
+    if (rowLength % blockLayout[t][0] !== 0) throw new Error(`${name}: rows of ${rowLength} do not fit ${t} blocks of ${blockLayout[t][0]} (--pure)`);
     const s = streamSeed();
     const sigma = shape.unitInit ? 1 / Math.sqrt(rowLength) : SIGMA;
     tensors.push({ name, type: t, dims: [rowLength, rows], data: () => tensorData(t, rowLength * rows, s, sigma) });
@@ -521,7 +531,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
     vector("rope_factors_short.weight", () => short, ropeDim / 2);
   }
 
-  const big = types.big ?? types.main;
+  const big = opts.pure ? types.main : types.big ?? types.main;
   const main = types.main;
   weight("token_embd.weight", main, dim, nVocab);
   for (let i = 0; i < shape.layers; i++) {
@@ -571,13 +581,14 @@ if (import.meta.main) {
       type: { type: "string", default: "q4_0" },
       vocab: { type: "string" },
       seed: { type: "string", default: "1" },
+      pure: { type: "boolean", default: false },
     },
   });
   const arch = values.arch!;
   const shape = values.shape ?? (arch === "llama" ? "1b" : "test");
   if (positionals.length !== 1) {
     const shapes = Object.entries(ARCH_SHAPES).map(([a, s]) => `${a}: ${Object.keys(s).join("|")}`).join("; ");
-    console.error(`usage: bun src/gguf/synth.ts OUT.gguf [--arch ${Object.keys(ARCH_SHAPES).join("|")}] --shape S --type ${Object.keys(TYPES).join("|")} [--vocab VOCAB.gguf] [--seed N]\nshapes: ${shapes}`);
+    console.error(`usage: bun src/gguf/synth.ts OUT.gguf [--arch ${Object.keys(ARCH_SHAPES).join("|")}] --shape S --type ${Object.keys(TYPES).join("|")} [--pure] [--vocab VOCAB.gguf] [--seed N]\nshapes: ${shapes}`);
     process.exit(2);
   }
   const seed = Number(values.seed);
@@ -587,9 +598,9 @@ if (import.meta.main) {
   }
   const t0 = performance.now();
   try {
-    const r = synthesize({ out: positionals[0]!, arch, shape, type: values.type!, vocab: values.vocab, seed });
+    const r = synthesize({ out: positionals[0]!, arch, shape, type: values.type!, vocab: values.vocab, seed, pure: values.pure });
     const secs = ((performance.now() - t0) / 1000).toFixed(1);
-    console.log(`${positionals[0]}: ${arch === "llama" ? "" : arch + " "}${shape} ${values.type}, ${r.tensors} tensors, ${(r.bytes / 2 ** 20).toFixed(1)} MiB in ${secs} s`);
+    console.log(`${positionals[0]}: ${arch === "llama" ? "" : arch + " "}${shape} ${values.type}${values.pure ? " (pure)" : ""}, ${r.tensors} tensors, ${(r.bytes / 2 ** 20).toFixed(1)} MiB in ${secs} s`);
   } catch (e) {
     console.error(`synth: ${(e as Error).message}`);
     process.exit(1);
