@@ -4,6 +4,7 @@ import type { Server } from "bun";
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { existsSync } from "node:fs";
 import type { z } from "zod";
+import { InjectionError, tokenizeChat } from "../chat/prompt";
 import { type ChatMessage, ChatTemplate } from "../chat/template";
 import { alwaysParsed, type Tool, toolCallRoot, type ToolFamily } from "../chat/tools";
 import { Engine, type EngineOptions, type Finish, type GenerateRequest, type Generation } from "../engine/engine";
@@ -295,7 +296,7 @@ export class VeloServer {
     let tokens: number[];
     if (body.messages) {
       const messages = body.messages.map((m) => ({ role: m.role === "developer" ? ("system" as const) : m.role, content: m.content }));
-      tokens = this.promptTokens(this.template.render(messages, false), "messages");
+      tokens = this.chatTokens((ms) => this.template.render(ms, false), messages, "messages");
     } else if (body.prompt !== undefined) {
       tokens = this.promptTokens(body.prompt, "prompt");
     } else {
@@ -357,13 +358,14 @@ export class VeloServer {
     const useTools = tools.length > 0 && choice !== "none";
     const family = this.template.family;
 
-    let prompt: string;
-    try {
-      prompt = this.template.render(messages, true, { tools: useTools ? tools : undefined });
-    } catch (e) {
-      throw badRequest((e as Error).message, "messages");
-    }
-    const tokens = this.promptTokens(prompt, "messages");
+    const render = (ms: ChatMessage[]) => {
+      try {
+        return this.template.render(ms, true, { tools: useTools ? tools : undefined });
+      } catch (e) {
+        throw badRequest((e as Error).message, "messages");
+      }
+    };
+    const tokens = this.chatTokens(render, messages, "messages");
 
     const format = this.formatConstraint(body, formatParam);
     let grammar: string | undefined;
@@ -462,6 +464,22 @@ export class VeloServer {
     const bos = this.model.info().tokenizer?.bos;
     // templates that write the BOS text themselves would otherwise get it twice
     if (bos != null && tokens[0] === bos && tokens[1] === bos) tokens.shift();
+    this.checkLength(tokens.length, param);
+    return tokens;
+  }
+
+  /**
+   * Tokens of a rendered chat prompt: the template's markup may become control tokens, the
+   * messages' own text never does (src/chat/prompt.ts).
+   */
+  chatTokens<M extends ChatMessage>(render: (messages: M[]) => string, messages: M[], param: string): number[] {
+    let tokens: number[];
+    try {
+      tokens = tokenizeChat(this.model, render, messages, this.model.info().tokenizer?.bos);
+    } catch (e) {
+      if (e instanceof InjectionError) throw badRequest(e.message, param, "control_token_in_message");
+      throw e;
+    }
     this.checkLength(tokens.length, param);
     return tokens;
   }
