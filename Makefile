@@ -17,7 +17,7 @@ LIB := .build/release/libVelo.$(LIB_EXT)
 TEST_SCRATCH := .build-test
 BUN := node_modules/bun/bin/bun.exe
 
-.PHONY: all setup deps root lib test test-swift test-bun test-neon clean shaders metallib FORCE
+.PHONY: all setup deps root lib test test-swift test-bun test-neon test-fuzz fuzz clean shaders metallib FORCE
 all: setup lib
 
 setup: deps root
@@ -46,7 +46,7 @@ export VELO_METALLIB ?= $(CURDIR)/gen/metal/velo.metallib
 test-swift: metallib
 endif
 
-test: setup lib test-swift test-bun test-neon
+test: setup lib test-swift test-bun test-neon test-fuzz
 
 # GPU kernels and the Vulkan backend are tested on lavapipe (Mesa's CPU Vulkan driver) unless
 # VK_DRIVER_FILES already names a driver.
@@ -59,6 +59,14 @@ test-swift: shaders
 # pass alone fail on a busy machine. Tests that need more give their own limit.
 test-bun:
 	$(IN_ROOT) $(BUN) test --timeout 120000
+
+# libFuzzer on the C ABI (fuzz/run.sh): a few seconds of each harness and every saved crash
+# replayed; `make fuzz` runs each for FUZZ_SECONDS (default 1800) with kept corpora.
+test-fuzz:
+	fuzz/run.sh short
+
+fuzz:
+	fuzz/run.sh long $${FUZZ_SECONDS:-1800}
 
 # The arm64 NEON kernels (CKernels), built for aarch64 with clang and checked against the scalar
 # ones under qemu-aarch64 (natively on arm64 and macOS machines); the build root carries the

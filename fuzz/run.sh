@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Fuzzing Velo's C ABI with libFuzzer (clang from the build root's Swift toolchain).
+#
+#   fuzz/run.sh build                 build the harnesses (fuzz/.build/<name>) against .build/release/libVelo.so
+#   fuzz/run.sh short                 each harness for FUZZ_SECONDS (default 5) from its seeds; part of make test
+#   fuzz/run.sh long [SECONDS]        each harness for SECONDS (default 1800), corpora kept in fuzz/.corpus
+#   fuzz/run.sh regress               every saved crash in fuzz/regressions/<name>/ replayed (must not crash)
+#
+# Harnesses: gguf (velo_model_open on arbitrary files, then info/tokenize/pieces), tokenize
+# (arbitrary bytes through 12 tokenizer vocabularies, arbitrary ids through detokenize),
+# grammar (arbitrary text as a GBNF grammar through velo_engine_submit). Seeds: the GGUF files
+# of ../shared/models, the tokenizer vectors (*.inp), the repo's grammars. A crash input is
+# written to fuzz/.build/crash-*; copy it into fuzz/regressions/<name>/ once fixed.
+set -euo pipefail
+[ "$(uname -s)" = Linux ] || { echo "fuzz: skipped (libFuzzer comes from the Linux build root)"; exit 0; }
+HERE=$(CDPATH= cd -P "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(dirname "$HERE")
+SHARED=${VELO_SHARED:-$REPO/../shared}
+MODELS=$SHARED/models
+OUT=$HERE/.build
+HARNESSES=(gguf tokenize grammar)
+TC=("$REPO/scripts/toolchain.sh" run)
+"$REPO/scripts/toolchain.sh" needed || TC=()
+CLANG=${CLANG:-/usr/libexec/swift/bin/clang}
+LIB=$REPO/.build/release
+
+build() {
+  mkdir -p "$OUT" && rm -f "${HARNESSES[@]/#/$OUT/}"
+  [ -f "$LIB/libVelo.so" ] || { echo "fuzz: $LIB/libVelo.so missing: run make lib" >&2; exit 2; }
+  for h in "${HARNESSES[@]}"; do
+    "${TC[@]}" "$CLANG" -g -O1 -fsanitize=fuzzer,address -I"$HERE" "$HERE/$h.c" -L"$LIB" -lVelo -Wl,-rpath,"$LIB" -o "$OUT/$h" 2>&1 | { grep -v 'eh_frame' || true; }
+    [ -x "$OUT/$h" ] || { echo "fuzz: building $h failed" >&2; exit 1; }
+  done
+}
+
+# seeds: a folder per harness, rebuilt each time (small files only)
+seeds() {
+  local d=$OUT/seeds
+  rm -rf "$d" && mkdir -p "$d/gguf" "$d/tokenize" "$d/grammar"
+  # GGUF: the small models whole, the large one cut (the header and metadata are what is parsed)
+  for f in "$MODELS"/*.gguf "$MODELS"/vocab/*.gguf; do head -c 262144 "$f" > "$d/gguf/$(basename "$f")"; done
+  local i=0
+  for f in "$MODELS"/vocab/*.inp; do
+    # each vector file is tests separated by __ggml_vocab_test__ lines: one seed per test
+    awk -v dir="$d/tokenize" -v base="$(basename "$f")" 'BEGIN{RS="\n__ggml_vocab_test__\n"} {n++; printf "%s", $0 > (dir "/" base "." n)}' "$f"
+  done
+  for f in "$d/tokenize"/*; do i=$((i + 1)); printf "\\x$(printf %02x $((i % 256)))" | cat - "$f" > "$f.x" && mv "$f.x" "$f"; done
+  cp "$REPO"/gen/*.gbnf "$d/grammar/" 2>/dev/null || true
+  printf 'root ::= "a" | "b"' > "$d/grammar/alt"
+  printf 'root ::= [0-9]+ ("." [0-9]+)?\n' > "$d/grammar/num"
+  printf 'root ::= obj\nobj ::= "{" ws (str ":" ws val ("," ws str ":" ws val)*)? "}"\nstr ::= "\\"" [^"]* "\\""\nval ::= str | obj | [0-9]+\nws ::= [ \\t\\n]*\n' > "$d/grammar/json"
+}
+
+run() {
+  local secs=$1 keep=$2 total=0
+  for h in "${HARNESSES[@]}"; do
+    local corpus=$OUT/corpus-$h
+    [ "$keep" = 1 ] && corpus=$HERE/.corpus/$h
+    mkdir -p "$corpus"
+    local log=$OUT/$h.log
+    (cd "$OUT" && "${TC[@]}" env ASAN_OPTIONS=detect_leaks=0 VELO_MODELS_DIR="$MODELS" "$OUT/$h" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -detect_leaks=0 -max_len=65536 \
+      -artifact_prefix="$OUT/crash-$h-" "$corpus" "$OUT/seeds/$h") >"$log" 2>&1 || { tail -30 "$log"; echo "fuzz: $h FAILED (input in $OUT/crash-$h-*)"; exit 1; }
+    local execs; execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
+    [ -n "$execs" ] || execs=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#')
+    echo "fuzz: $h ok, ${execs:-?} executions in ${secs}s"
+  done
+}
+
+regress() {
+  for h in "${HARNESSES[@]}"; do
+    local dir=$HERE/regressions/$h
+    [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ] || continue
+    "${TC[@]}" env ASAN_OPTIONS=detect_leaks=0 VELO_MODELS_DIR="$MODELS" "$OUT/$h" -detect_leaks=0 "$dir"/* >"$OUT/$h-regress.log" 2>&1 || { tail -30 "$OUT/$h-regress.log"; echo "fuzz: $h regression FAILED"; exit 1; }
+    echo "fuzz: $h regressions ok ($(ls "$dir" | wc -l) inputs)"
+  done
+}
+
+case "${1:-short}" in
+  build) build ;;
+  short) build; seeds; regress; run "${FUZZ_SECONDS:-5}" 0 ;;
+  long) build; seeds; regress; run "${2:-1800}" 1 ;;
+  regress) build; regress ;;
+  *) echo "usage: fuzz/run.sh build|short|long [SECONDS]|regress" >&2; exit 2 ;;
+esac
