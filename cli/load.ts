@@ -1,8 +1,12 @@
+import { statSync } from "node:fs";
+import { totalmem } from "node:os";
+import { basename } from "node:path";
 import { Engine, type EngineOptions } from "../src/engine/engine";
 import { Model } from "../src/engine/model";
 import type { EngineFlags } from "./options";
 import { requireModelPath } from "./options";
 import { chalkStderr } from "chalk";
+import { formatBytes, ProgressBar } from "./progress";
 import { CliError, spinner } from "./ui";
 
 /**
@@ -26,17 +30,57 @@ export interface Loaded {
   close(): void;
 }
 
-/** Opens a model and starts its engine, with a spinner on a terminal. */
-export function loadEngine(path: string | undefined, flags: EngineFlags, extra: EngineOptions = {}): Loaded {
+/** Files at least this big get a load progress bar on a terminal, and one line otherwise. */
+export const LOAD_REPORT_BYTES = 64 * 2 ** 20;
+
+/**
+ * Reads the model files once through the page cache, with a progress bar: the library maps the
+ * file and its loads then find the pages resident. The library has no progress callback, so
+ * this is the part of loading TypeScript can measure; opening the model and starting the engine
+ * (the GPU upload) are one blocking call after it, shown as a line and the time it took.
+ * Skipped for files that would not fit in half the memory (reading them would only evict
+ * themselves) and for small ones.
+ */
+async function preread(files: string[], tty: boolean): Promise<void> {
+  const total = files.reduce((a, f) => a + statSync(f).size, 0);
+  if (total < LOAD_REPORT_BYTES || total > totalmem() / 2) return;
+  const label = `reading ${basename(files[0]!)}${files.length > 1 ? " and its draft" : ""}`;
+  const bar = tty ? new ProgressBar({ label, total, tty }) : undefined;
+  let done = 0;
+  for (const f of files) {
+    const reader = Bun.file(f).stream().getReader();
+    for (;;) {
+      const { done: end, value } = await reader.read();
+      if (end) break;
+      done += value.length;
+      bar?.update(done);
+    }
+  }
+  bar?.stop();
+}
+
+/**
+ * Opens a model and starts its engine. On a terminal: a progress bar while the file is read
+ * (models of 64 MiB and more), then a line while the engine starts (the weights go to the GPU),
+ * then the time each took. Elsewhere: one line for models of 64 MiB and more, nothing for small
+ * ones (scripts that read stderr stay quiet).
+ */
+export async function loadEngine(path: string | undefined, flags: EngineFlags, extra: EngineOptions = {}): Promise<Loaded> {
   const file = requireModelPath(path);
-  const spin = spinner(`loading ${file}`).start();
+  const draftFile = flags.draft ? requireModelPath(flags.draft) : undefined;
+  const tty = process.stderr.isTTY === true;
+  const bytes = statSync(file).size + (draftFile ? statSync(draftFile).size : 0);
   const t0 = performance.now();
+  await preread(draftFile ? [file, draftFile] : [file], tty);
+  const tRead = performance.now();
+  // the library call blocks the event loop: the spinner shows one frame until it returns
+  const spin = spinner(`loading ${basename(file)} (${formatBytes(bytes)}): opening it and starting the engine${flags.backend === "vulkan" || flags.backend === "metal" ? " (uploading the weights to the GPU)" : ""}`).start();
   let model: Model | undefined;
   let draft: Model | undefined;
   try {
     model = Model.open(file);
     if (flags.spec === "draft" && !flags.draft) throw new CliError("--spec draft needs --draft MODEL", 2);
-    if (flags.draft) draft = Model.open(requireModelPath(flags.draft));
+    if (draftFile) draft = Model.open(draftFile);
     const engine = Engine.create(
       model,
       {
@@ -57,7 +101,11 @@ export function loadEngine(path: string | undefined, flags: EngineFlags, extra: 
       draft,
     );
     const loadMs = performance.now() - t0;
-    spin.succeed(`loaded ${model.info().name ?? file}${draft ? ` with draft ${flags.draft}` : ""} in ${(loadMs / 1000).toFixed(2)} s`);
+    const backend = (engine.stats() as { backend?: string }).backend ?? "cpu";
+    const phases = tRead - t0 > 50 ? ` (reading ${((tRead - t0) / 1000).toFixed(2)} s, engine on ${backend} ${((loadMs - (tRead - t0)) / 1000).toFixed(2)} s)` : ` on ${backend}`;
+    const done = `loaded ${model.info().name ?? file}${draft ? ` with draft ${flags.draft}` : ""}, ${formatBytes(bytes)}, in ${(loadMs / 1000).toFixed(2)} s${phases}`;
+    spin.succeed(done);
+    if (!tty && bytes >= LOAD_REPORT_BYTES) process.stderr.write(`velo: ${done}\n`);
     reportPlan(engine);
     const m = model, d = draft;
     return { model: m, engine, loadMs, draft: d, close: () => { engine.close(); m.close(); d?.close(); } };

@@ -3,7 +3,7 @@ import Table from "cli-table3";
 import type { Engine } from "../../src/engine/engine";
 import { loadEngine } from "../load";
 import { addCommandHelpEnv, addEngineOptions, addModelOption, chosenModel, requireModelPath, addSpeculationOptions, opt, parseIntArg, type SpeculationFlags } from "../options";
-import { action } from "../ui";
+import { action, spinner } from "../ui";
 
 interface BenchFlags extends SpeculationFlags {
   model?: string;
@@ -171,11 +171,12 @@ export function benchCommand(): Command {
       if (flags.maxBatchSize) return batchBench(modelPath, flags);
       const ctx = flags.ctxSize ?? flags.nDepth + Math.max(flags.nPrompt + 2, flags.nGen + 2, 64);
       // at depth the prefix cache holds the depth's tokens (each test's own are never reused)
-      const loaded = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { batchTokens: Math.max(512, flags.nPrompt), profile: flags.profile, prefixCache: flags.nDepth > 0 });
+      const loaded = await loadEngine(modelPath, { ...flags, ctxSize: ctx }, { batchTokens: Math.max(512, flags.nPrompt), profile: flags.profile, prefixCache: flags.nDepth > 0 });
       const { model, engine } = loaded;
       try {
         const info = model.info();
-        const results = await runBench(engine, info.tokenizer?.vocab_size ?? 256, info.tokenizer?.bos ?? null, flags);
+        const step = stepReporter();
+        const results = await runBench(engine, info.tokenizer?.vocab_size ?? 256, info.tokenizer?.bos ?? null, flags, step.report).finally(step.done);
         const stats = engine.stats();
         const meta = {
           model: info.name ?? modelPath, path: modelPath, size_bytes: info.tensor_bytes, params: info.parameter_count,
@@ -223,16 +224,26 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
   const maxB = flags.maxBatchSize!;
   const pp = flags.nPrompt, tg = Math.max(2, flags.nGen);
   const ctx = flags.ctxSize ?? pp + tg + 16;
-  const loaded = loadEngine(modelPath, { ...flags, ctxSize: ctx }, { maxBatchSize: maxB, batchTokens: Math.max(512, maxB), prefixCache: false, profile: flags.profile });
+  const loaded = await loadEngine(modelPath, { ...flags, ctxSize: ctx }, { maxBatchSize: maxB, batchTokens: Math.max(512, maxB), prefixCache: false, profile: flags.profile });
   const { model, engine } = loaded;
   try {
     const info = model.info();
     const vocab = info.tokenizer?.vocab_size ?? 256, bos = info.tokenizer?.bos ?? null;
-    await runBatchBench(engine, vocab, bos, 1, Math.min(pp, 32), 4); // warm-up: page in the weights
+    const step = stepReporter();
     const results: BatchResult[] = [];
-    for (let b = 1; b <= maxB; b *= 2) {
-      results.push(await runBatchBench(engine, vocab, bos, b, pp, tg));
-      if (b < maxB && b * 2 > maxB) results.push(await runBatchBench(engine, vocab, bos, maxB, pp, tg));
+    try {
+      step.report("warm-up");
+      await runBatchBench(engine, vocab, bos, 1, Math.min(pp, 32), 4); // warm-up: page in the weights
+      for (let b = 1; b <= maxB; b *= 2) {
+        step.report(`B=${b}: ${b} × (pp${pp} + tg${tg})`);
+        results.push(await runBatchBench(engine, vocab, bos, b, pp, tg));
+        if (b < maxB && b * 2 > maxB) {
+          step.report(`B=${maxB}: ${maxB} × (pp${pp} + tg${tg})`);
+          results.push(await runBatchBench(engine, vocab, bos, maxB, pp, tg));
+        }
+      }
+    } finally {
+      step.done();
     }
     if (flags.json) {
       const stats = engine.stats();
@@ -248,6 +259,32 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
   } finally {
     loaded.close();
   }
+}
+
+/**
+ * Which test is running: a spinner with the step and the elapsed time on a terminal, one line per
+ * test (not per repetition) otherwise.
+ */
+function stepReporter() {
+  const t0 = performance.now();
+  const elapsed = () => `${((performance.now() - t0) / 1000).toFixed(1)} s`;
+  let current = "";
+  let lastTest = "";
+  const spin = spinner("bench").start();
+  const tick = process.stderr.isTTY ? setInterval(() => (spin.text = `bench ${current} · ${elapsed()}`), 200) : undefined;
+  return {
+    report(step: string) {
+      current = step;
+      spin.text = `bench ${step} · ${elapsed()}`;
+      const test = step.split(":")[0]!;
+      if (!process.stderr.isTTY && test !== lastTest) process.stderr.write(`bench: running ${test} (${elapsed()} so far)\n`);
+      lastTest = test;
+    },
+    done() {
+      if (tick) clearInterval(tick);
+      spin.stop();
+    },
+  };
 }
 
 function formatParams(n: number): string {

@@ -39,7 +39,7 @@ export function chatCommand(): Command {
 
 async function runChat(modelPath: string, flags: ChatFlags) {
   const interactive = process.stdin.isTTY === true;
-  const loaded = loadEngine(modelPath, flags);
+  const loaded = await loadEngine(modelPath, flags);
   const { model, engine } = loaded;
   const info = model.info();
   const piece = (id: number | null) => (id === null ? "" : new TextDecoder().decode(model.pieceBytes(id)));

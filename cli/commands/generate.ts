@@ -45,7 +45,7 @@ export function generateCommand(): Command {
       const modelPath = requireModelPath(chosenModel(cmd, modelArg, flags.model));
       const grammar = grammarFromFlags(flags);
       const prompt = await readTextInput(promptArg, flags.file, "prompt");
-      const loaded = loadEngine(modelPath, flags);
+      const loaded = await loadEngine(modelPath, flags);
       const { model, engine, loadMs } = loaded;
       try {
         const promptTokens = model.tokenize(prompt, { addSpecial: flags.bos, parseSpecial: flags.parseSpecial === true });
