@@ -1,7 +1,8 @@
 // Chat templates (real models' Jinja templates through @huggingface/jinja) and `velo chat`
 // driven through piped stdin, as a script would.
 import { describe, expect, test } from "bun:test";
-import { readdirSync, readFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ChatTemplate, FALLBACK_TEMPLATE } from "../src/chat/template";
 import { Model } from "../src/engine/model";
@@ -91,6 +92,38 @@ describe("velo chat with piped stdin", () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("(conversation cleared)");
     expect(r.stdout).toContain("(system prompt set; conversation restarted)");
+  });
+
+  test('""" blocks, /set, /save and /load', async () => {
+    const dir = mkdtempSync(join(tmpdir(), "velo-chat-"));
+    const file = join(dir, "conv.json");
+    const input = ['"""Once upon a time', "there was a dog", '"""', "/set temp 0.25", "/set top-k 7", "/set", "/set warmth 3", `/save ${file}`, "/bye"].join("\n") + "\n";
+    const r = await runCli(["chat", sharedModel("stories260K.gguf"), "--temp", "0", "-n", "8", "-c", "512"], { stdin: input });
+    expect(r.stdout).toContain("(temp = 0.25)");
+    expect(r.stdout).toMatch(/^top-k 7$/m);
+    expect(r.stderr).toMatch(/velo: error: usage: \/set NAME VALUE/);
+    expect(r.code).toBe(1); // the bad /set, reported; the session went on
+    const saved = JSON.parse(readFileSync(file, "utf8"));
+    expect(saved.messages.length).toBe(2);
+    expect(saved.messages[0]).toEqual({ role: "user", content: "Once upon a time\nthere was a dog" });
+    expect(saved.messages[1].role).toBe("assistant");
+    expect(saved.settings).toMatchObject({ temperature: 0.25, topK: 7 });
+    const back = await runCli(["chat", sharedModel("stories260K.gguf"), "-n", "4", "-c", "512"], { stdin: `/load ${file}\n/set\n/save ${file}.2\n` });
+    expect(back.code).toBe(0);
+    expect(back.stdout).toContain(`(loaded 2 messages from ${file})`);
+    expect(back.stdout).toMatch(/^temp 0.25$/m);
+    expect(JSON.parse(readFileSync(`${file}.2`, "utf8")).messages).toEqual(saved.messages);
+    const bad = await runCli(["chat", sharedModel("stories260K.gguf"), "-c", "512"], { stdin: `/load ${join(dir, "none.json")}\n` });
+    expect(bad.stderr).toMatch(/velo: error: file not found/);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test("a conversation that outgrows the context drops its oldest turns, keeps the system prompt, and goes on", async () => {
+    const lines = ["Once upon a time there was a little girl named Lily", "She liked to play with her ball in the park", "One day she met a big dog", "The dog was very friendly and happy", "They played all day long"];
+    const r = await runCli(["chat", sharedModel("stories260K.gguf"), "--temp", "0", "-n", "16", "-c", "64", "--system", "Tell a story"], { stdin: lines.join("\n") + "\n" });
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe("");
+    expect(r.stdout).toMatch(/\(context full: dropped the oldest \d+ messages?, kept the system prompt\)/);
   });
 
   test("a prompt that outgrows the context is an error, not a truncation", async () => {
