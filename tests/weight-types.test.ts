@@ -70,10 +70,12 @@ const PROMPTS = randomPrompts([5, 20, 40], 32000, 1);
 const CTX = 512;
 // Velo's KV cache in float32 like llama.cpp's here (engines whose default is f16 take the option)
 const VELO_ENGINE = { cacheTypeK: "f32", cacheTypeV: "f32" } as Partial<EngineOptions>;
-// a 2-core machine shared with builds: llama.cpp took 9-25 s a file, Velo's CPU 0.2-10 s, the
-// float64 pass 2-9 s, lavapipe 7-15 s (pipelines built first); generous limits
-const SLOW = 300_000;
-const GPU_SLOW = 600_000;
+// a 2-core machine shared with builds and other test runs: llama.cpp took 9-25 s a file, Velo's
+// CPU 0.2-10 s, the float64 pass 2-9 s, lavapipe 7-15 s (pipelines built first), the whole file
+// 4.3 min; at a load average of 13 (another whole test suite beside it) a llama.cpp run passed
+// 300 s and the file took 14 min: generous limits
+const SLOW = 900_000;
+const GPU_SLOW = 900_000;
 const gpuBackend = process.platform === "darwin" ? "metal" : "vulkan";
 
 function tolerance(type: GGMLTypeName, what: "llama.cpp" | "reference" | "gpu-float" | "gpu-llama.cpp"): Tolerance {
