@@ -1,6 +1,6 @@
 // Which model file a command runs: a path, a name in the model store (velo pull / ls / rm), or,
 // when none is given, the default embedded in the repository (models/stories260K.gguf).
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { CliError } from "./ui";
@@ -83,12 +83,17 @@ export function resolveModel(arg: string | undefined, what = "model"): string {
   throw new CliError(`model file not found: ${arg} (no such file, and no stored model of that name: velo ls lists them)`);
 }
 
-/** Whether an argument names a model (an existing file, a stored name, or a .gguf path). */
+/** Whether an argument names a model: a .gguf path, a file that starts with GGUF, a stored name or spec. */
 export function looksLikeModel(arg: string): boolean {
-  if (/\.gguf$/i.test(arg)) return true;
+  if (/\.gguf$/i.test(arg) || /^hf:/.test(arg)) return true;
   if (existsSync(arg)) {
     try {
-      return statSync(arg).isFile();
+      if (!statSync(arg).isFile()) return false;
+      const fd = openSync(arg, "r");
+      const head = Buffer.alloc(4);
+      readSync(fd, head, 0, 4, 0);
+      closeSync(fd);
+      return head.toString("latin1") === "GGUF";
     } catch {
       return false;
     }

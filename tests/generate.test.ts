@@ -144,6 +144,8 @@ describe("velo generate", () => {
     expect((await runCli(["generate", "-m", stories, "Once upon a time", "-n", "12", "--temp", "0"])).stdout).toBe(want);
     expect((await runCli(["generate", "-n", "12", "--temp", "0"], { stdin: "Once upon a time" })).stdout).toBe(want);
     expect((await runCli(["generate", stories, "-n", "12", "--temp", "0"], { stdin: "Once upon a time" })).stdout).toBe(want);
+    // a lone argument that is a file but not a GGUF is still the prompt
+    expect((await runCli(["generate", `${import.meta.dir}/../package.json`, "-n", "2", "--temp", "0"])).code).toBe(0);
     const both = await runCli(["generate", stories, "Once", "-m", stories]);
     expect(both.stderr).toMatch(/either as an argument or with --model/);
   });
