@@ -35,7 +35,7 @@ export interface ProgressOptions {
 export class ProgressBar {
   private done: number;
   private readonly t0 = performance.now();
-  private lastDraw = 0;
+  private lastDraw = -Infinity;
   private lastLineStep = -1;
   private lastLineAt = 0;
   private readonly tty: boolean;
