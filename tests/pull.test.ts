@@ -3,7 +3,7 @@
 // resolve/main/FILE answered with a redirect to a CDN on another origin, and a CDN that serves
 // ranges (206) and can drop a connection half-way. VELO_HF_ENDPOINT points velo at it.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ProgressBar } from "../cli/progress";
@@ -46,6 +46,8 @@ const GOOD_TOKEN = "hf_good";
 
 /** What the CDN saw: path, Range header, Authorization header. */
 const cdnLog: { path: string; range: string | null; auth: string | null }[] = [];
+/** Paths served slowly. */
+const slow = new Set<string>();
 /** Paths whose next request is cut after this many bytes (once). */
 const dropOnce = new Map<string, number>();
 
@@ -77,6 +79,19 @@ beforeAll(() => {
       }
       const body = bytes.subarray(start);
       const headers = { "content-length": String(body.length), "accept-ranges": "bytes", ...(range ? { "content-range": `bytes ${start}-${bytes.length - 1}/${bytes.length}` } : {}) };
+      if (slow.has(url.pathname)) {
+        // 64 KiB every 50 ms: slow enough to be interrupted half-way
+        let off = 0;
+        const stream = new ReadableStream({
+          async pull(c) {
+            if (off >= body.length) return c.close();
+            await Bun.sleep(50);
+            c.enqueue(body.subarray(off, off + 65536));
+            off += 65536;
+          },
+        });
+        return new Response(stream, { status: range ? 206 : 200, headers });
+      }
       const cut = dropOnce.get(url.pathname);
       if (cut !== undefined) {
         dropOnce.delete(url.pathname);
@@ -219,6 +234,30 @@ describe("velo pull from a hub", () => {
     expect(cdnLog.slice(from).find((x) => x.path === path)!.range).toMatch(/^bytes=[1-9]\d*-$/);
     expect(sha256(stored("stories260K-F32"))).toBe(sha256(f32));
     expect(existsSync(join(store, "stories260K-F32.gguf.part"))).toBe(false);
+  });
+
+  test("Ctrl-C keeps the partial download, and the next pull resumes it", async () => {
+    const path = `/blobs/${sha256(f32)}`;
+    rmSync(join(store, "ctrlc.gguf"), { force: true });
+    slow.add(path);
+    const proc = Bun.spawn([process.execPath, join(repoRoot, "cli", "index.ts"), "pull", "hf:tiny/single", "--name", "ctrlc"], {
+      env: { ...process.env, NO_COLOR: "1", ...env }, stdout: "pipe", stderr: "pipe",
+    });
+    const part = join(store, "ctrlc.gguf.part");
+    for (let i = 0; i < 200 && !(existsSync(part) && statSync(part).size > 0); i++) await Bun.sleep(25);
+    proc.kill("SIGINT");
+    const [code, stderr] = await Promise.all([proc.exited, new Response(proc.stderr).text()]);
+    slow.delete(path);
+    expect(code).toBe(130);
+    expect(stderr).toMatch(/interrupted: the partial download is kept/);
+    const kept = statSync(part).size;
+    expect(kept).toBeGreaterThan(0);
+    expect(kept).toBeLessThan(f32.length);
+    const from = cdnLog.length;
+    const r = await velo(["pull", "hf:tiny/single", "--name", "ctrlc"]);
+    expect(r.code).toBe(0);
+    expect(cdnLog.slice(from).find((x) => x.path === path)!.range).toBe(`bytes=${kept}-`);
+    expect(sha256(stored("ctrlc"))).toBe(sha256(f32));
   });
 
   test("gated repositories: 401 without HF_TOKEN, 403 with a token that has no access, and the token never reaches the CDN", async () => {
