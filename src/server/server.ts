@@ -204,7 +204,12 @@ export class VeloServer {
       if (!route.open && this.state !== "ready") {
         throw new ApiError(503, this.state === "loading" ? "the model is still loading" : `the model failed to load: ${this.loadError}`, "server_error", null, "model_not_ready", { "Retry-After": "1" });
       }
-      if (route.method === "POST") bodies.set(req, await readBody(req, this.maxBodyBytes));
+      if (route.method === "POST") {
+        bodies.set(req, await readBody(req, this.maxBodyBytes));
+        // the idle timeout guards reading the request; checking and tokenizing a large body may
+        // take longer without a byte on the wire, and a generation runs under --request-timeout
+        this.server?.timeout(req, 0);
+      }
       res = await route.handler(req, this, match.param);
     } catch (e) {
       const err = toApiError(e);
@@ -599,8 +604,7 @@ export class VeloServer {
         }
       });
     }
-    // the idle timeout guards reading the request; the deadline guards the generation
-    this.server?.timeout(req, 0);
+    // the idle timeout guarded reading the request (handle); the deadline guards the generation
     const seconds = this.options.requestTimeoutS ?? LIMIT_DEFAULTS.requestTimeoutS;
     if (seconds > 0) {
       const timer = setTimeout(() => {
@@ -802,7 +806,7 @@ export async function parseBody<T extends z.ZodTypeAny>(req: Request, schema: T,
   // schemas, tools and templates walk what they are given recursively: bound the depth first;
   // a lone surrogate (a "\ud800" escape) has no UTF-8 form to tokenize
   const problem = jsonProblem(raw);
-  if (problem) throw badRequest(problem);
+  if (problem) throw badRequest(problem.message, problem.param);
   const parsed = schema.safeParse(endpoint ? applyFieldPolicy(endpoint, raw) : raw);
   if (!parsed.success) {
     const { message, param } = describeIssue(parsed.error);
@@ -820,23 +824,32 @@ export function deadlineError(message: string): ApiError {
  * What makes a parsed body unusable whatever its schema: nesting deeper than MAX_JSON_DEPTH or a
  * string (value or key) with a lone UTF-16 surrogate. Iterative: the value may be deeper than the stack.
  */
-export function jsonProblem(v: unknown): string | null {
-  const lone = "the request body has a string with a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape)";
-  const stack: [unknown, number][] = [[v, 1]];
+export function jsonProblem(v: unknown): { message: string; param: string | null } | null {
+  interface Entry { value: unknown; depth: number; parent: Entry | null; key: string }
+  // the field to blame: down to its schema ("…schema", "…parameters", "json_schema") if in one
+  const param = (e: Entry | null): string | null => {
+    const path: string[] = [];
+    for (; e?.parent; e = e.parent) path.unshift(e.key);
+    const last = path.findLastIndex((k) => k === "schema" || k === "parameters" || k === "json_schema");
+    return path.length ? path.slice(0, last >= 0 ? last + 1 : 1).join(".") : null;
+  };
+  const lone = (e: Entry) => ({ message: "the request body has a string with a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape)", param: param(e) });
+  const stack: Entry[] = [{ value: v, depth: 1, parent: null, key: "" }];
   while (stack.length) {
-    const [x, d] = stack.pop()!;
+    const e = stack.pop()!;
+    const x = e.value;
     if (typeof x === "string") {
-      if (!x.isWellFormed()) return lone;
+      if (!x.isWellFormed()) return lone(e);
       continue;
     }
     if (x === null || typeof x !== "object") continue;
-    if (d > MAX_JSON_DEPTH) return `the request body nests deeper than ${MAX_JSON_DEPTH} levels`;
+    if (e.depth > MAX_JSON_DEPTH) return { message: `the request body nests deeper than ${MAX_JSON_DEPTH} levels`, param: param(e) };
     if (Array.isArray(x)) {
-      for (const c of x) stack.push([c, d + 1]);
+      x.forEach((c, i) => stack.push({ value: c, depth: e.depth + 1, parent: e, key: String(i) }));
     } else {
       for (const [k, c] of Object.entries(x)) {
-        if (!k.isWellFormed()) return lone;
-        stack.push([c, d + 1]);
+        if (!k.isWellFormed()) return lone(e);
+        stack.push({ value: c, depth: e.depth + 1, parent: e, key: k });
       }
     }
   }
