@@ -20,6 +20,10 @@ interface ServeFlags extends EngineFlags {
   prefixCache: boolean;
   prefixCacheFile?: string;
   chatTemplateFile?: string;
+  maxBody: number;
+  requestTimeout: number;
+  idleTimeout: number;
+  cors?: string[];
 }
 
 export function serveCommand(): Command {
@@ -35,7 +39,12 @@ export function serveCommand(): Command {
     .addOption(opt("--max-queue <n>", "requests that may wait beyond the batch before 503").default(64).argParser(parseIntArg("--max-queue", 0, 1 << 20)))
     .addOption(opt("--alias <id>", "model id clients use (default: the file name)"))
     .addOption(opt("--prefix-cache-file <path>", "load this saved prefix at start; POST /prefix-cache/save writes it"))
-    .addOption(opt("--chat-template-file <path>", "a Jinja chat template to use instead of the model's own (tool calling follows its syntax)"));
+    .addOption(opt("--chat-template-file <path>", "a Jinja chat template to use instead of the model's own (tool calling follows its syntax)"))
+    .addOption(opt("--max-body <MiB>", "largest request body; larger ones get 413").default(8).argParser(parseIntArg("--max-body", 1, 1 << 12)))
+    .addOption(opt("--request-timeout <s>", "seconds a request may generate before it is cut off (504, or an error event when streamed); 0 = no deadline").default(600).argParser(parseIntArg("--request-timeout", 0, 1 << 24)))
+    .addOption(opt("--idle-timeout <s>", "seconds a connection may stay silent (slow bodies, idle keep-alive) before it is closed; 0 = never").default(60).argParser(parseIntArg("--idle-timeout", 0, 255)))
+    .addOption(opt("--cors <origin>", "allow this browser origin (repeatable, or comma-separated; '*' for any); CORS is off without it")
+      .argParser((v: string, prev: string[] | undefined) => [...(prev ?? []), ...v.split(",").map((o) => o.trim()).filter(Boolean)]));
   addModelOption(cmd);
   addEngineOptions(cmd);
   addSpeculationOptions(cmd);
@@ -54,7 +63,7 @@ export function serveCommand(): Command {
         chatTemplate = readFileSync(f.chatTemplateFile, "utf8");
       }
       const server = new VeloServer({
-        chatTemplate,
+        chatTemplate, maxBodyBytes: f.maxBody << 20, requestTimeoutS: f.requestTimeout, idleTimeoutS: f.idleTimeout, corsOrigins: f.cors,
         modelPath, draftPath, modelId: f.alias, host: f.host, prefixCacheFile: f.prefixCacheFile, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
         // the context: the model's trained one unless given, and the batch unless given, shortened to fit the device
         engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, batchAuto: cmd.getOptionValueSource("maxBatchSize") === "default",
