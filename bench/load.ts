@@ -12,7 +12,7 @@ import { startServer } from "../tests/helpers/server";
 const clients = Number(process.argv[2] ?? 64);
 const rounds = Number(process.argv[3] ?? 4);
 const modelFile = process.argv[4] ?? sharedModel("stories260K.gguf");
-const server = await startServer([modelFile, "--max-batch-size", "8", "--max-queue", "24", "--context-len", "256"]);
+const server = await startServer([modelFile, "--max-batch-size", "8", "--max-queue", "24", "--ctx-size", "256"]);
 const model = (await (await fetch(`${server.url}/v1/models`)).json()).data[0].id;
 
 let seed = 42;

@@ -13,7 +13,7 @@ const MODEL = "stories260K";
 let server: Running;
 
 beforeAll(async () => {
-  server = await startServer([sharedModel("stories260K.gguf"), "--context-len", "256", "--max-body", "1", "--idle-timeout", "3", "--max-batch-size", "4", "--max-queue", "256"]);
+  server = await startServer([sharedModel("stories260K.gguf"), "--ctx-size", "256", "--max-body", "1", "--idle-timeout", "3", "--max-batch-size", "4", "--max-queue", "256"]);
 });
 afterAll(() => server?.proc.kill());
 

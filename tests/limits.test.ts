@@ -11,8 +11,8 @@ let strict: Running; // small limits, a key, CORS for one origin
 
 beforeAll(async () => {
   [plain, strict] = await Promise.all([
-    startServer([sharedModel("stories260K.gguf"), "--context-len", "256"]),
-    startServer([sharedModel("stories260K.gguf"), "--context-len", "2048", "--max-body", "1", "--request-timeout", "1", "--idle-timeout", "2",
+    startServer([sharedModel("stories260K.gguf"), "--ctx-size", "256"]),
+    startServer([sharedModel("stories260K.gguf"), "--ctx-size", "2048", "--max-body", "1", "--request-timeout", "1", "--idle-timeout", "2",
       "--api-key", KEY, "--cors", "http://app.example", "--max-batch-size", "16"]),
   ]);
 });
@@ -142,7 +142,7 @@ describe("time limits", () => {
     expect(closed).toBeGreaterThan(1000);
     expect(closed).toBeLessThan(40_000);
     // a non-streamed generation sends nothing for longer than the idle timeout and still completes
-    const idle = await startServer([sharedModel("stories260K.gguf"), "--context-len", "2048", "--idle-timeout", "1", "--request-timeout", "0", "--max-batch-size", "16"]);
+    const idle = await startServer([sharedModel("stories260K.gguf"), "--ctx-size", "2048", "--idle-timeout", "1", "--request-timeout", "0", "--max-batch-size", "16"]);
     try {
       const r = await post(idle, "/v1/completions", { model: MODEL, prompt: "Once", max_tokens: 400, n: 16, temperature: 0 });
       expect(r.status).toBe(200);

@@ -90,7 +90,7 @@ describe("message text never becomes a control token", () => {
 describe("through the server", () => {
   let server: Running;
   beforeAll(async () => {
-    server = await startServer([sharedModel(MODEL_FILE), "--context-len", "512", "--chat-template-file", sharedModel(`templates/${TEMPLATES[0]}`)]);
+    server = await startServer([sharedModel(MODEL_FILE), "--ctx-size", "512", "--chat-template-file", sharedModel(`templates/${TEMPLATES[0]}`)]);
   });
   afterAll(() => server?.proc.kill());
 
