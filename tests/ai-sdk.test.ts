@@ -13,7 +13,7 @@ let server: Running;
 let velo: ReturnType<typeof createOpenAICompatible>;
 
 beforeAll(async () => {
-  server = await startServer([sharedModel(`${MODEL}.gguf`), "--context-len", "4096", "--max-batch-size", "4"]);
+  server = await startServer([sharedModel(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4"]);
   velo = createOpenAICompatible({ name: "velo", baseURL: `${server.url}/v1`, apiKey: "unused", includeUsage: true, supportsStructuredOutputs: true });
 });
 afterAll(() => server?.proc.kill());

@@ -83,7 +83,7 @@ describe("the table", () => {
 describe("walking the table against a server", () => {
   let server: Running;
   beforeAll(async () => {
-    server = await startServer([sharedModel("stories260K.gguf"), "--context-len", "256", "--max-batch-size", "4"]);
+    server = await startServer([sharedModel("stories260K.gguf"), "--ctx-size", "256", "--max-batch-size", "4"]);
   });
   afterAll(() => server?.proc.kill());
 

@@ -11,7 +11,7 @@ const MODEL = "stories260K";
 const messages = [{ role: "user" as const, content: "Tell me a story about a dog." }];
 
 beforeAll(async () => {
-  server = await startServer([sharedModel("stories260K.gguf"), "--max-batch-size", "8", "--context-len", "512"]);
+  server = await startServer([sharedModel("stories260K.gguf"), "--max-batch-size", "8", "--ctx-size", "512"]);
   openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
 });
 afterAll(() => server?.proc.kill());

@@ -163,10 +163,10 @@ describe("serve", () => {
     expect(env.text).toMatch(/context 300, /); // the flag over the variable
     const envOnly = await serveBanner([model, "-t", "2"], { VELO_CTX_SIZE: "384" });
     expect(envOnly.text).toMatch(/context 384, /);
-    // the old name still works for now, with a warning
-    const old = await serveBanner([model, "-t", "2", "--context-len", "256"]);
-    expect(old.text).toContain("velo: --context-len is now --ctx-size (-c)");
-    expect(old.text).toMatch(/context 256, /);
+    // one name per thing: the old --context-len is gone
+    const old = await runCli(["serve", model, "--context-len", "256"]);
+    expect(old.code).not.toBe(0);
+    expect(old.stderr).toContain("unknown option '--context-len'");
     expect((await runCli(["serve", "--help"])).stdout).not.toContain("--context-len");
   });
 

@@ -16,7 +16,7 @@ let server: Running;
 let client: Anthropic;
 
 beforeAll(async () => {
-  server = await startServer([sharedModel(`${MODEL}.gguf`), "--context-len", "4096", "--max-batch-size", "4", "--api-key", KEY]);
+  server = await startServer([sharedModel(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4", "--api-key", KEY]);
   client = new Anthropic({ baseURL: server.url, apiKey: KEY, maxRetries: 0 });
 });
 afterAll(() => server?.proc.kill());

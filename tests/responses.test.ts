@@ -14,7 +14,7 @@ let server: Running;
 let openai: OpenAI;
 
 beforeAll(async () => {
-  server = await startServer([sharedModel(`${MODEL}.gguf`), "--context-len", "4096", "--max-batch-size", "4"]);
+  server = await startServer([sharedModel(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4"]);
   openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
 });
 afterAll(() => server?.proc.kill());

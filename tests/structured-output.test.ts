@@ -55,7 +55,7 @@ let openai: OpenAI;
 const MODEL = "stories260K";
 
 beforeAll(async () => {
-  stories = await startServer([sharedModel("stories260K.gguf"), "--max-batch-size", "8", "--context-len", "512"]);
+  stories = await startServer([sharedModel("stories260K.gguf"), "--max-batch-size", "8", "--ctx-size", "512"]);
   openai = new OpenAI({ baseURL: `${stories.url}/v1`, apiKey: "unused", maxRetries: 0 });
 });
 afterAll(() => stories?.proc.kill());
@@ -92,7 +92,7 @@ describe("json_schema: valid output over many seeds", () => {
   }, 60_000);
 
   test("a random-weight Llama 3 (128k-token vocabulary), 8 seeds", async () => {
-    const s = await startServer([sharedModel("tiny-random-llama3-bpe.gguf"), "--max-batch-size", "4", "--context-len", "1024"]);
+    const s = await startServer([sharedModel("tiny-random-llama3-bpe.gguf"), "--max-batch-size", "4", "--ctx-size", "1024"]);
     try {
       const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "x", maxRetries: 0 });
       for (const seed of [1, 5]) {

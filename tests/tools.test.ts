@@ -280,7 +280,7 @@ const families: [string, string][] = [
 describe("tool round trips with the openai client, per template family", () => {
   for (const [label, file] of families) {
     test(label, async () => {
-      const args = [sharedModel(`${MODEL}.gguf`), "--context-len", "4096", "--max-batch-size", "4"];
+      const args = [sharedModel(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4"];
       if (file) args.push("--chat-template-file", join(modelsDir, "templates", file));
       const s = await startServer(args);
       try {
@@ -335,7 +335,7 @@ describe("parallel calls and the tools API's errors", () => {
   let s: Running;
   let openai: OpenAI;
   beforeAll(async () => {
-    s = await startServer([sharedModel(`${MODEL}.gguf`), "--context-len", "4096", "--max-batch-size", "4", "--chat-template-file", join(modelsDir, "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")]);
+    s = await startServer([sharedModel(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4", "--chat-template-file", join(modelsDir, "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")]);
     openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "x", maxRetries: 0 });
   });
   afterAll(() => s?.proc.kill());

@@ -1,5 +1,5 @@
 import chalk from "chalk";
-import { Command, Option } from "commander";
+import { Command } from "commander";
 import { existsSync, readFileSync } from "node:fs";
 import { VeloServer } from "../../src/server/server";
 import { reportPlan } from "../load";
@@ -12,8 +12,6 @@ interface ServeFlags extends EngineFlags {
   port: number;
   apiKey?: string;
   maxBatchSize: number;
-  /** The old name of --ctx-size (hidden; it warns). */
-  contextLen?: number;
   kvMemory?: number;
   maxQueue: number;
   alias?: string;
@@ -34,7 +32,6 @@ export function serveCommand(): Command {
     .addOption(opt("--port <n>", "port").default(8080).argParser(parseIntArg("--port", 0, 65535)))
     .addOption(opt("--api-key <key>", "require 'Authorization: Bearer <key>'"))
     .addOption(opt("--max-batch-size <n>", "sequences decoded together (default 8, fewer if they do not fit at the context)").default(8).argParser(parseIntArg("--max-batch-size", 1, 1024)))
-    .addOption(new Option("--context-len <n>").hideHelp().argParser(parseIntArg("--context-len", 2, 1 << 20)))
     .addOption(opt("--kv-memory <MiB>", "KV cache budget (default: max-batch-size full contexts)").argParser(parseIntArg("--kv-memory", 1, 1 << 24)))
     .addOption(opt("--max-queue <n>", "requests that may wait beyond the batch before 503").default(64).argParser(parseIntArg("--max-queue", 0, 1 << 20)))
     .addOption(opt("--alias <id>", "model id clients use (default: the file name)"))
@@ -53,10 +50,6 @@ export function serveCommand(): Command {
       const modelPath = requireModelPath(chosenModel(cmd, modelArg, f.model));
       const draftPath = f.draft ? requireModelPath(f.draft) : undefined;
       if (f.spec === "draft" && !f.draft) throw new CliError("--spec draft needs --draft MODEL", 2);
-      if (f.contextLen !== undefined) {
-        if (f.ctxSize !== undefined) throw new CliError("--context-len is the old name of --ctx-size: give one", 2);
-        process.stderr.write("velo: --context-len is now --ctx-size (-c)\n");
-      }
       let chatTemplate: string | undefined;
       if (f.chatTemplateFile !== undefined) {
         if (!existsSync(f.chatTemplateFile)) throw new CliError(`chat template file not found: ${f.chatTemplateFile}`);
@@ -67,7 +60,7 @@ export function serveCommand(): Command {
         modelPath, draftPath, modelId: f.alias, host: f.host, prefixCacheFile: f.prefixCacheFile, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
         // the context: the model's trained one unless given, and the batch unless given, shortened to fit the device
         engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, batchAuto: cmd.getOptionValueSource("maxBatchSize") === "default",
-          ctxSize: f.ctxSize ?? f.contextLen, kvMemoryMb: f.kvMemory, prefixCache: f.prefixCache,
+          ctxSize: f.ctxSize, kvMemoryMb: f.kvMemory, prefixCache: f.prefixCache,
           cacheTypeK: f.cacheTypeK, cacheTypeV: f.cacheTypeV, memoryBudgetMb: f.memoryBudget,
           speculation: f.spec ?? (f.draft ? "draft" : "off"), draftMax: f.draftMax, draftAdaptive: f.specAdapt,
           backend: f.backend, device: f.device },
