@@ -74,7 +74,7 @@ export function addCommandHelpEnv(cmd: Command): Command {
 export function addEngineOptions(cmd: Command): Command {
   cmd
     .addOption(opt("-t, --threads <n>", "CPU threads (default: all cores)").argParser(parseIntArg("--threads", 1, 1024)))
-    .addOption(opt("-c, --ctx-size <n>", "context size per sequence (default: the model's, at most 4096)").argParser(parseIntArg("--ctx-size", 2, 1 << 20)))
+    .addOption(opt("-c, --ctx-size <n>", "context size per sequence (default: the model's trained context, shortened to what fits the device)").argParser(parseIntArg("--ctx-size", 2, 1 << 20)))
     .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"));
   addCacheTypeOptions(cmd);
   addMemoryBudgetOption(cmd);
