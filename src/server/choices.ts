@@ -11,6 +11,7 @@ export class FanIn implements AsyncIterable<ChoiceEvent> {
   #queue: ChoiceEvent[] = [];
   #wake: (() => void) | null = null;
   #open: number;
+  #unfinished: number;
   /** Set when the request ran past its deadline: its cancelled choices end as errors saying so. */
   deadline: { message: string } | null = null;
   /** Runs once every choice has ended. */
@@ -18,6 +19,7 @@ export class FanIn implements AsyncIterable<ChoiceEvent> {
 
   constructor(n: number) {
     this.#open = n;
+    this.#unfinished = n;
   }
 
   /** Forwards a generation's events; `onStart` runs once its prompt is done (first event). */
@@ -46,6 +48,9 @@ export class FanIn implements AsyncIterable<ChoiceEvent> {
   }
 
   #push(e: ChoiceEvent) {
+    // when the last choice ends, whether or not anyone still reads (a stream whose client left
+    // stops reading): the deadline timer must not keep the request alive
+    if ("finish" in e && --this.#unfinished === 0) this.onEnd?.();
     this.#queue.push(e);
     this.#wake?.();
   }
@@ -58,7 +63,7 @@ export class FanIn implements AsyncIterable<ChoiceEvent> {
         continue;
       }
       const e = this.#queue.shift()!;
-      if ("finish" in e && --this.#open === 0) this.onEnd?.();
+      if ("finish" in e) this.#open--;
       yield e;
     }
   }
