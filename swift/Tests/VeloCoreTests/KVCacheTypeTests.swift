@@ -407,7 +407,8 @@ final class KVCacheTypeTests: XCTestCase {
 /// same greedy tokens as one buffer and as the CPU, with a draft model packed into the same
 /// pages, and prefix files whose pages read and write across the buffers.
 final class KVPoolBuffersTests: XCTestCase {
-    static let models = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../../shared/models").standardized.path
+    static let models = ProcessInfo.processInfo.environment["VELO_SHARED"].flatMap { $0.isEmpty ? nil : $0 + "/models" }
+        ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../../shared/models").standardized.path
 
     func greedy(_ engine: Engine, _ prompt: [Int32], _ n: Int) throws -> [Int32] {
         var req = GenerationRequest(prompt: prompt)

@@ -6,7 +6,8 @@ import XCTest
 /// shrink (context, then batch), refusals with the numbers, and `auto` leaving a GPU that
 /// cannot hold the model for the CPU.
 final class MemoryPlanTests: XCTestCase {
-    static let models = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../../shared/models").standardized.path
+    static let models = ProcessInfo.processInfo.environment["VELO_SHARED"].flatMap { $0.isEmpty ? nil : $0 + "/models" }
+        ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../../shared/models").standardized.path
 
     /// A GPU with a given amount of free memory that runs nothing (the planner only asks it
     /// about memory and features).
