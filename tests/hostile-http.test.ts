@@ -291,7 +291,7 @@ test("1000+ hostile requests: every answer a well-shaped 4xx, the server up, gre
       let status = 0;
       let body: any = null;
       try {
-        const res = await fetch(`${server.url}${c.path}`, { method: c.method ?? "POST", headers, body: c.body });
+        const res = await fetch(`${server.url}${c.path}`, { method: c.method ?? "POST", headers, body: c.body as BodyInit | undefined });
         status = res.status;
         const text = await res.text();
         try {
