@@ -57,7 +57,10 @@ test-swift: shaders
 
 # Bun 1.4 ignores a timeout in bunfig.toml: without the flag every test gets 5 s, and tests that
 # pass alone fail on a busy machine. Tests that need more give their own limit.
+# The llama.cpp reference (node-llama-cpp) is installed on the host first: npm and the registry
+# are there, not in the build root where the tests run.
 test-bun:
+	bench/setup-llamacpp.sh
 	$(IN_ROOT) $(BUN) test --timeout 120000
 
 # libFuzzer on the C ABI (fuzz/run.sh): a few seconds of each harness and every saved crash
