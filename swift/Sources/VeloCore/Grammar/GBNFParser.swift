@@ -264,7 +264,7 @@ struct GBNFParser {
     /// Code point ranges as one item: a byte set when every character is one byte, else a rule
     /// whose alternatives are the UTF-8 byte-range runs.
     private mutating func classRule(_ ranges: [(UInt32, UInt32)]) throws -> GrammarBuilder.Item {
-        var single = GrammarBuilder.ByteSet()
+        var single = ByteSet()
         var multi: [[GrammarBuilder.Item]] = []
         for (lo, hi) in ranges {
             for run in Self.utf8Runs(lo, hi) {
@@ -272,7 +272,7 @@ struct GBNFParser {
             }
         }
         if multi.isEmpty { return .bytes(single) }
-        if single != GrammarBuilder.ByteSet() { multi.insert([.bytes(single)], at: 0) }
+        if single != ByteSet() { multi.insert([.bytes(single)], at: 0) }
         return .rule(try b.anonymous("class", multi))
     }
 

@@ -17,7 +17,7 @@ public final class Grammar: @unchecked Sendable {
     let elements: [Element]
     let alternatives: [[Int32]]
     /// 256-bit sets as four words each.
-    let byteSets: [(UInt64, UInt64, UInt64, UInt64)]
+    let byteSets: [ByteSet]
     let root: Int32
     /// Token masks already computed, by matcher state (`GrammarMatcher.mask`); engine thread only.
     var maskCache: [[[Int32]]: [UInt64]] = [:]
@@ -29,7 +29,7 @@ public final class Grammar: @unchecked Sendable {
     var transitions: [[Int32]] = []
     static let maxStates = 1 << 14
 
-    init(elements: [Element], alternatives: [[Int32]], byteSets: [(UInt64, UInt64, UInt64, UInt64)], root: Int32) {
+    init(elements: [Element], alternatives: [[Int32]], byteSets: [ByteSet], root: Int32) {
         self.elements = elements
         self.alternatives = alternatives
         self.byteSets = byteSets
@@ -42,21 +42,71 @@ public final class Grammar: @unchecked Sendable {
         try self.init(builder: b)
     }
 
-    @inline(__always) func matches(_ set: Int32, _ byte: UInt8) -> Bool {
-        let s = byteSets[Int(set)]
-        let w: UInt64
-        switch byte >> 6 {
-        case 0: w = s.0
-        case 1: w = s.1
-        case 2: w = s.2
-        default: w = s.3
-        }
-        return w >> UInt64(byte & 63) & 1 != 0
-    }
+    @inline(__always) func matches(_ set: Int32, _ byte: UInt8) -> Bool { byteSets[Int(set)].contains(byte) }
 
     /// Limits that keep a hostile grammar from taking the engine's memory or time.
     static let maxElements = 1 << 20
     static let maxRules = 1 << 16
+}
+
+/// A set of byte values (256 bits): a grammar element's bytes, the bytes below a trie node,
+/// the bytes a matcher state loops on.
+struct ByteSet: Hashable {
+    private var w: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+
+    static func == (a: ByteSet, b: ByteSet) -> Bool { a.w == b.w }
+    func hash(into h: inout Hasher) { h.combine(w.0); h.combine(w.1); h.combine(w.2); h.combine(w.3) }
+
+    static func range(_ lo: UInt8, _ hi: UInt8) -> ByteSet {
+        var s = ByteSet()
+        for b in lo...hi { s.insert(b) }
+        return s
+    }
+
+    @inline(__always) func contains(_ b: UInt8) -> Bool {
+        let word: UInt64
+        switch b >> 6 {
+        case 0: word = w.0
+        case 1: word = w.1
+        case 2: word = w.2
+        default: word = w.3
+        }
+        return word >> UInt64(b & 63) & 1 != 0
+    }
+
+    mutating func insert(_ b: UInt8) {
+        let bit = UInt64(1) << UInt64(b & 63)
+        switch b >> 6 {
+        case 0: w.0 |= bit
+        case 1: w.1 |= bit
+        case 2: w.2 |= bit
+        default: w.3 |= bit
+        }
+    }
+
+    mutating func insert(_ lo: UInt8, _ hi: UInt8) { for b in lo...hi { insert(b) } }
+
+    func isDisjoint(with o: ByteSet) -> Bool {
+        w.0 & o.w.0 == 0 && w.1 & o.w.1 == 0 && w.2 & o.w.2 == 0 && w.3 & o.w.3 == 0
+    }
+
+    func subtracting(_ o: ByteSet) -> ByteSet {
+        var s = ByteSet()
+        s.w = (w.0 & ~o.w.0, w.1 & ~o.w.1, w.2 & ~o.w.2, w.3 & ~o.w.3)
+        return s
+    }
+
+    var elements: [UInt8] {
+        var out: [UInt8] = []
+        for (k, word) in [w.0, w.1, w.2, w.3].enumerated() {
+            var x = word
+            while x != 0 {
+                out.append(UInt8(k << 6 | x.trailingZeroBitCount))
+                x &= x - 1
+            }
+        }
+        return out
+    }
 }
 
 /// Rules as lists of alternatives of element sequences, before flattening into a `Grammar`.
@@ -64,29 +114,6 @@ struct GrammarBuilder {
     enum Item: Hashable {
         case bytes(ByteSet)
         case rule(Int)
-    }
-
-    /// A set of byte values.
-    struct ByteSet: Hashable {
-        var w: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-        static func == (a: ByteSet, b: ByteSet) -> Bool { a.w == b.w }
-        func hash(into h: inout Hasher) { h.combine(w.0); h.combine(w.1); h.combine(w.2); h.combine(w.3) }
-        mutating func insert(_ lo: UInt8, _ hi: UInt8) {
-            for b in Int(lo)...Int(hi) {
-                let bit = UInt64(1) << UInt64(b & 63)
-                switch b >> 6 {
-                case 0: w.0 |= bit
-                case 1: w.1 |= bit
-                case 2: w.2 |= bit
-                default: w.3 |= bit
-                }
-            }
-        }
-        static func range(_ lo: UInt8, _ hi: UInt8) -> ByteSet {
-            var s = ByteSet()
-            s.insert(lo, hi)
-            return s
-        }
     }
 
     var names: [String] = []
@@ -131,8 +158,8 @@ extension Grammar {
         }
         let rules = b.rules.map { $0! }
         try Grammar.checkLeftRecursion(rules, names: b.names)
-        var sets: [GrammarBuilder.ByteSet] = []
-        var setIndex: [GrammarBuilder.ByteSet: Int32] = [:]
+        var sets: [ByteSet] = []
+        var setIndex: [ByteSet: Int32] = [:]
         var elements: [Element] = []
         var alternatives: [[Int32]] = []
         for alts in rules {
@@ -154,7 +181,7 @@ extension Grammar {
             }
             alternatives.append(starts)
         }
-        self.init(elements: elements, alternatives: alternatives, byteSets: sets.map(\.w), root: Int32(root))
+        self.init(elements: elements, alternatives: alternatives, byteSets: sets, root: Int32(root))
     }
 
     /// A rule that can begin with itself (directly or through rules that may match nothing)

@@ -152,7 +152,7 @@ private struct MaskWalk {
     let matcher: GrammarMatcher
     let trie: TokenTrie
     var sorted: [UInt64]
-    var loops: [Int32: (yes: TokenTrie.ByteSet, no: TokenTrie.ByteSet)] = [:]
+    var loops: [Int32: (yes: ByteSet, no: ByteSet)] = [:]
 
     init(matcher: GrammarMatcher, trie: TokenTrie) {
         self.matcher = matcher
@@ -161,8 +161,8 @@ private struct MaskWalk {
     }
 
     /// Every byte of `bytes` steps state `st` to itself.
-    mutating func closed(_ st: Int32, under bytes: TokenTrie.ByteSet) -> Bool {
-        var known = loops[st] ?? (TokenTrie.ByteSet(), TokenTrie.ByteSet())
+    mutating func closed(_ st: Int32, under bytes: ByteSet) -> Bool {
+        var known = loops[st] ?? (ByteSet(), ByteSet())
         defer { loops[st] = known }
         if !bytes.isDisjoint(with: known.no) { return false }
         for b in bytes.subtracting(known.yes).elements {
@@ -226,40 +226,6 @@ struct GrammarStats {
 /// tokens ending at the node first. Node 0 is the root; a node's children are consecutive.
 /// Control tokens and tokens with no bytes are left out (a grammar never produces them).
 final class TokenTrie: @unchecked Sendable {
-    /// A set of byte values.
-    struct ByteSet: Equatable {
-        var w: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-        static func == (a: ByteSet, b: ByteSet) -> Bool { a.w == b.w }
-        mutating func insert(_ b: UInt8) {
-            let bit = UInt64(1) << UInt64(b & 63)
-            switch b >> 6 {
-            case 0: w.0 |= bit
-            case 1: w.1 |= bit
-            case 2: w.2 |= bit
-            default: w.3 |= bit
-            }
-        }
-        mutating func formUnion(_ o: ByteSet) { w = (w.0 | o.w.0, w.1 | o.w.1, w.2 | o.w.2, w.3 | o.w.3) }
-        func isSubset(of o: ByteSet) -> Bool { subtracting(o) == ByteSet() }
-        func isDisjoint(with o: ByteSet) -> Bool {
-            w.0 & o.w.0 == 0 && w.1 & o.w.1 == 0 && w.2 & o.w.2 == 0 && w.3 & o.w.3 == 0
-        }
-        func subtracting(_ o: ByteSet) -> ByteSet {
-            ByteSet(w: (w.0 & ~o.w.0, w.1 & ~o.w.1, w.2 & ~o.w.2, w.3 & ~o.w.3))
-        }
-        var elements: [UInt8] {
-            var out: [UInt8] = []
-            for (k, word) in [w.0, w.1, w.2, w.3].enumerated() {
-                var x = word
-                while x != 0 {
-                    out.append(UInt8(k << 6 | x.trailingZeroBitCount))
-                    x &= x - 1
-                }
-            }
-            return out
-        }
-    }
-
     let vocabSize: Int
     /// Each token's bytes (empty for those left out).
     let bytes: [[UInt8]]
