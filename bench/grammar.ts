@@ -55,7 +55,12 @@ async function run(seed: number, grammar?: string) {
 
 await run(0);
 await run(0, GRAMMAR); // builds the vocabulary trie once
-const before = engine.stats().grammar as { tokens: number; fast_path: number; masks_computed: number; mask_ms: number; choice_ms: number };
+interface GrammarStats {
+  tokens: number; fast_path: number; masks_computed: number; mask_ms: number; choice_ms: number;
+  overhead_us_p50: number; overhead_us_p90: number; overhead_us_p99: number; overhead_us_mean: number;
+}
+engine.resetProfile(); // the overhead percentiles count from here
+const before = engine.stats().grammar as GrammarStats;
 const plain: number[] = [], constrained: number[] = [];
 let sample = "";
 for (let i = 1; i <= reps; i++) {
@@ -74,6 +79,9 @@ const result = {
   fast_path_share: (after.fast_path - before.fast_path) / tokens,
   masks_walked: masks,
   mask_walk_us: masks ? (1000 * (after.mask_ms - before.mask_ms)) / masks : 0,
+  // what the grammar adds per token beyond the choice a plain decode makes (the tokens of these
+  // runs, up to the latest 4096)
+  overhead_us: { p50: after.overhead_us_p50, p90: after.overhead_us_p90, p99: after.overhead_us_p99, mean: after.overhead_us_mean },
   vocab: model.info().tokenizer?.vocab_size,
 };
 engine.close();
@@ -85,6 +93,8 @@ if (values.json) {
   console.log(`  plain        ${result.plain_tps.toFixed(1)} t/s`);
   console.log(`  constrained  ${result.constrained_tps.toFixed(1)} t/s   (${result.ratio.toFixed(3)}x)`);
   console.log(`  choosing a constrained token: ${result.choice_us_per_token.toFixed(1)} µs mean; the unconstrained choice kept ${(100 * result.fast_path_share).toFixed(0)} %`);
+  const o = result.overhead_us;
+  console.log(`  grammar overhead per token (beyond the plain choice): p50 ${o.p50.toFixed(1)} µs, p90 ${o.p90.toFixed(1)}, p99 ${o.p99.toFixed(1)}, mean ${o.mean.toFixed(1)}`);
   console.log(`  masks walked from the trie: ${masks}, ${result.mask_walk_us.toFixed(0)} µs each (the rest from the cache)`);
   console.log(`  sample: ${JSON.stringify(sample.slice(0, 160))}`);
 }

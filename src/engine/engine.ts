@@ -309,7 +309,7 @@ export class Engine {
     return JSON.parse(decoder.decode(buf.subarray(0, Number(out[0]))));
   }
 
-  /** Clears stats().profile_ms and kernel_ms (after a benchmark's warm-up). */
+  /** Clears stats().profile_ms, kernel_ms and the grammar's overhead percentiles (after a benchmark's warm-up). */
   resetProfile(): void {
     check(lib().velo_engine_reset_profile(this.handle));
   }

@@ -482,3 +482,69 @@ int64_t ck_argmax_f32(const float *x, int64_t n) {
         if (x[i] == top) return i;
     return 0;
 }
+
+/* The k largest values, optionally among `allowed` (bit i of allowed[i / 64]; NULL: all), sorted
+ * descending, ties to the lower index; returns how many were found (fewer than k when fewer are
+ * allowed). A min-heap of the best so far; each block of 64 is first tested against the heap's
+ * worst through its (vectorizing) maximum, so after the first blocks a 128K vocabulary costs
+ * one pass of comparisons. NaNs are never chosen. This is the sampler's top-k and a grammar's
+ * masked choice: one scan instead of writing -inf over the vocabulary and scanning again. */
+static int ck_worse(float va, int32_t ia, float vb, int32_t ib) { return va < vb || (va == vb && ia > ib); }
+
+static void ck_sift_down(float *v, int32_t *id, int64_t n, int64_t i) {
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && ck_worse(v[l], id[l], v[w], id[w])) w = l;
+        if (r < n && ck_worse(v[r], id[r], v[w], id[w])) w = r;
+        if (w == i) return;
+        float tv = v[i]; v[i] = v[w]; v[w] = tv;
+        int32_t ti = id[i]; id[i] = id[w]; id[w] = ti;
+        i = w;
+    }
+}
+
+static void ck_heap_offer(float *v, int32_t *id, int64_t *count, int64_t k, float x, int32_t i) {
+    if (x != x) return;
+    if (*count < k) {
+        int64_t j = (*count)++;
+        v[j] = x; id[j] = i;
+        while (j > 0) {  /* sift up: the worst stays at the root */
+            int64_t p = (j - 1) / 2;
+            if (!ck_worse(v[j], id[j], v[p], id[p])) break;
+            float tv = v[j]; v[j] = v[p]; v[p] = tv;
+            int32_t ti = id[j]; id[j] = id[p]; id[p] = ti;
+            j = p;
+        }
+    } else if (x > v[0]) {  /* a later index never wins a tie */
+        v[0] = x; id[0] = i;
+        ck_sift_down(v, id, k, 0);
+    }
+}
+
+int64_t ck_top_k_f32(const float *x, int64_t n, const uint64_t *allowed, int64_t k, int32_t *ids, float *vals) {
+    if (k <= 0) return 0;
+    int64_t count = 0;
+    for (int64_t b = 0; b < n; b += 64) {
+        int64_t len = n - b < 64 ? n - b : 64;
+        uint64_t word = allowed ? allowed[b / 64] : ~(uint64_t)0;
+        if (len < 64) word &= ((uint64_t)1 << len) - 1;
+        if (word == 0) continue;
+        if (count == k) {
+            float m = -INFINITY;
+            for (int64_t j = 0; j < len; j++) m = x[b + j] > m ? x[b + j] : m;
+            if (!(m > vals[0])) continue;
+        }
+        while (word) {
+            int j = __builtin_ctzll(word);
+            word &= word - 1;
+            ck_heap_offer(vals, ids, &count, k, x[b + j], (int32_t)(b + j));
+        }
+    }
+    /* heap sort: repeatedly move the worst to the end, leaving the best first */
+    for (int64_t end = count - 1; end > 0; end--) {
+        float tv = vals[0]; vals[0] = vals[end]; vals[end] = tv;
+        int32_t ti = ids[0]; ids[0] = ids[end]; ids[end] = ti;
+        ck_sift_down(vals, ids, end, 0);
+    }
+    return count;
+}

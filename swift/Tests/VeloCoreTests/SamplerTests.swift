@@ -25,4 +25,37 @@ final class SamplerTests: XCTestCase {
             v.withUnsafeBufferPointer { XCTAssertEqual(Sampler.argmax($0.baseAddress!, n), Int32(n / 2)) }
         }
     }
+
+    /// Indices by value, descending, ties to the lower index.
+    func ranked(_ ids: [Int], _ v: [Float]) -> [Int] {
+        ids.sorted { (a: Int, b: Int) -> Bool in v[a] > v[b] || (v[a] == v[b] && a < b) }
+    }
+
+    /// The masked top-k scan against sorting every allowed value: ties (lower id first), a
+    /// partial last mask word, fewer allowed tokens than k, none allowed, and NaNs left out.
+    func testTopKMatchesSortOfAllowedValues() {
+        var rng = SystemRandomNumberGenerator()
+        for n in [1, 7, 64, 65, 1000, 128_256] {
+            for k in [1, 3, 40, 64] {
+                var v = (0..<n).map { _ in Float(Int.random(in: -30...30, using: &rng)) }
+                if n > 10 { v[5] = .nan }
+                for density in [0.0, 0.001, 0.3, 1.0] {
+                    var bits = [UInt64](repeating: 0, count: (n + 63) / 64)
+                    for i in 0..<n where Double.random(in: 0..<1, using: &rng) < density { bits[i >> 6] |= 1 << UInt64(i & 63) }
+                    let allowed: [Int] = (0..<n).filter { (i: Int) -> Bool in (bits[i >> 6] >> UInt64(i & 63)) & 1 == 1 && !v[i].isNaN }
+                    let expected: [Int32] = ranked(allowed, v).prefix(k).map { Int32($0) }
+                    let got = v.withUnsafeBufferPointer { vp in
+                        bits.withUnsafeBufferPointer { Sampler.topCandidates(vp.baseAddress!, vocab: n, k: min(k, n), allowed: $0.baseAddress!) }
+                    }
+                    XCTAssertEqual(got.map(\.id), Array(expected), "n=\(n) k=\(k) density=\(density)")
+                    XCTAssertEqual(got.map(\.logit), expected.map { v[Int($0)] })
+                }
+                if k < n {
+                    let all = v.withUnsafeBufferPointer { Sampler.topCandidates($0.baseAddress!, vocab: n, k: k) }
+                    let ref = ranked((0..<n).filter { !v[$0].isNaN }, v).prefix(k)
+                    XCTAssertEqual(all.map(\.id), ref.map { Int32($0) }, "unmasked n=\(n) k=\(k)")
+                }
+            }
+        }
+    }
 }

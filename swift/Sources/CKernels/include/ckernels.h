@@ -89,6 +89,8 @@ void ck_geglu(const float *gate, const float *up, float *y, int64_t n);         
 void ck_softmax(float *x, int64_t n);                                            /* in place */
 void ck_add_f32(const float *a, const float *b, float *y, int64_t n);
 int64_t ck_argmax_f32(const float *x, int64_t n); /* first index of the largest value */
+/* the k largest values among allowed (bits; NULL: all), descending, ties to the lower index: how many */
+int64_t ck_top_k_f32(const float *x, int64_t n, const uint64_t *allowed, int64_t k, int32_t *ids, float *vals);
 void ck_f16_to_f32(const uint16_t *x, float *y, int64_t n);
 void ck_f32_to_f16(const float *x, uint16_t *y, int64_t n);
 

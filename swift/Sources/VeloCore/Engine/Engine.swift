@@ -206,10 +206,12 @@ public final class Engine: @unchecked Sendable {
         return try onEngineThread { try PrefixFile.save(tokens, scheduler: $0, modelTag: tag, path: path) }
     }
 
-    /// Clears the profile (stats' profile_ms and kernel_ms), on the engine thread between steps.
+    /// Clears the profile (stats' profile_ms and kernel_ms) and the grammar's per-token overhead
+    /// samples, on the engine thread between steps (after a benchmark's warm-up).
     public func resetProfile() throws {
         let snapshot = try onEngineThread { scheduler -> JSON in
             scheduler.profiler.reset()
+            scheduler.clearGrammarOverhead()
             return scheduler.statsJSON
         }
         locked { stats = snapshot }

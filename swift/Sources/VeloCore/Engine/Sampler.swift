@@ -95,6 +95,20 @@ public struct Sampler: Sendable {
         return draw(distribution(logits, vocab: vocab))
     }
 
+    /// `choose` among the tokens whose bits are set in `allowed` (the others as if their logits
+    /// were -inf), in one masked scan; nil when none is allowed. Without top-k truncation the
+    /// caller masks the logits instead (the distribution spans the vocabulary anyway).
+    mutating func choose(_ logits: UnsafeMutablePointer<Float>, vocab: Int, allowed: UnsafePointer<UInt64>) -> Int32? {
+        let k = params.isGreedy ? 1 : params.topK
+        precondition(k > 0 && k < vocab, "masked choice needs top-k truncation")
+        let cands = Sampler.topCandidates(logits, vocab: vocab, k: k, allowed: allowed)
+        if cands.isEmpty { return nil }
+        return params.isGreedy ? cands[0].id : draw(distribution(cands))
+    }
+
+    /// Whether `choose(_:vocab:allowed:)` applies (greedy, or sampling with top-k).
+    func choosesMasked(vocab: Int) -> Bool { params.isGreedy || (params.topK > 0 && params.topK < vocab) }
+
     /// The distribution `sample` draws from, normalised (greedy: all mass on the argmax).
     /// Speculative decoding compares the target's and the draft's with it.
     public mutating func probabilities(_ logits: UnsafeMutablePointer<Float>, vocab: Int, history: ArraySlice<Int32>) -> [(id: Int32, p: Double)] {
@@ -120,7 +134,12 @@ public struct Sampler: Sendable {
 
     /// The candidates left after truncation, with unnormalised probabilities, most likely first.
     func distribution(_ logits: UnsafeMutablePointer<Float>, vocab: Int) -> [(id: Int32, p: Double)] {
-        var cands = Sampler.topCandidates(logits, vocab: vocab, k: params.topK > 0 ? min(params.topK, vocab) : vocab)
+        distribution(Sampler.topCandidates(logits, vocab: vocab, k: params.topK > 0 ? min(params.topK, vocab) : vocab))
+    }
+
+    /// The same from the top-k candidates, most likely first.
+    func distribution(_ candidates: [(id: Int32, logit: Float)]) -> [(id: Int32, p: Double)] {
+        var cands = candidates
         // top-p (on the softmax at temperature 1, like llama.cpp)
         let maxLogit = Double(cands[0].logit)
         var probs = cands.map { exp(Double($0.logit) - maxLogit) }
@@ -175,26 +194,15 @@ public struct Sampler: Sendable {
         Int32(ck_argmax_f32(logits, Int64(n)))
     }
 
-    /// The k largest logits, sorted descending (ties: lower id first, for determinism).
-    static func topCandidates(_ logits: UnsafePointer<Float>, vocab: Int, k: Int) -> [(id: Int32, logit: Float)] {
-        var all: [(id: Int32, logit: Float)] = []
-        if k >= vocab {
-            all = (0..<vocab).map { (Int32($0), logits[$0]) }
-        } else {
-            // keep a running threshold: only values above the k-th best so far are kept
-            all.reserveCapacity(4 * k)
-            var threshold = -Float.infinity
-            for i in 0..<vocab where logits[i] > threshold || all.count < k {
-                all.append((Int32(i), logits[i]))
-                if all.count >= 4 * k {
-                    all.sort { $0.logit > $1.logit || ($0.logit == $1.logit && $0.id < $1.id) }
-                    all.removeLast(all.count - k)
-                    threshold = all[k - 1].logit
-                }
-            }
+    /// The k largest logits, sorted descending (ties: lower id first, for determinism), among
+    /// the `allowed` bits when given.
+    static func topCandidates(_ logits: UnsafePointer<Float>, vocab: Int, k: Int, allowed: UnsafePointer<UInt64>? = nil) -> [(id: Int32, logit: Float)] {
+        if k >= vocab && allowed == nil {
+            return (0..<vocab).map { (Int32($0), logits[$0]) }.sorted { $0.logit > $1.logit || ($0.logit == $1.logit && $0.id < $1.id) }
         }
-        all.sort { $0.logit > $1.logit || ($0.logit == $1.logit && $0.id < $1.id) }
-        if all.count > k { all.removeLast(all.count - k) }
-        return all
+        let k = min(k, vocab)
+        var ids = [Int32](repeating: 0, count: k), vals = [Float](repeating: 0, count: k)
+        let n = Int(ck_top_k_f32(logits, Int64(vocab), allowed, Int64(k), &ids, &vals))
+        return (0..<n).map { (ids[$0], vals[$0]) }
     }
 }

@@ -570,6 +570,7 @@ final class Scheduler {
     }
 
     private var grammarStats = GrammarStats()
+    func clearGrammarOverhead() { grammarStats.clearOverhead() }
     /// The end-of-generation tokens as mask bits (allowed when a grammar is complete).
     private lazy var endMask: [UInt64] = {
         var bits = [UInt64](repeating: 0, count: (model.config.vocabSize + 63) / 64)
@@ -581,48 +582,36 @@ final class Scheduler {
 
     /// The next token of a constrained sequence from prepared logits: the unconstrained choice
     /// when the grammar allows it (for a draw this is rejection sampling: the same distribution
-    /// as drawing from the masked logits), else the choice among allowed tokens, with the
-    /// others' logits set to -inf. nil: no token is allowed.
+    /// as drawing from the masked logits), else the choice among allowed tokens in one masked
+    /// scan (greedy, top-k), or with the others' logits set to -inf (no truncation, or when
+    /// logprobs must see the masked logits). nil: no token is allowed.
     private func constrainedChoice(_ s: Sequence, _ m: GrammarMatcher, _ logits: UnsafeMutablePointer<Float>, fullMask: Bool) -> Int32? {
         let vocab = model.config.vocabSize, trie = tokenTrie
         let t0 = nowNanos()
+        var unconstrained: UInt64 = 0 // the choice a plain decode makes too: not the grammar's cost
         grammarStats.tokens += 1
-        defer { grammarStats.choiceNanos += nowNanos() - t0 }
-        func allowed(_ t: Int32) -> Bool {
-            if tokenizer.isEndOfGeneration(t) { return m.isComplete }
-            let b = trie.bytes[Int(t)]
-            return !b.isEmpty && m.allows(b)
+        defer {
+            let total = nowNanos() - t0
+            grammarStats.choiceNanos += total
+            grammarStats.recordOverhead(total - unconstrained)
         }
         if !fullMask {
             let t = s.sampler.choose(logits, vocab: vocab)
-            if allowed(t) {
+            unconstrained = nowNanos() - t0
+            let allowed = tokenizer.isEndOfGeneration(t) ? m.isComplete : (!trie.bytes[Int(t)].isEmpty && m.allows(trie.bytes[Int(t)]))
+            if allowed {
                 grammarStats.fastPath += 1
                 return t
             }
         }
-        let bits = m.mask(trie, &grammarStats)
-        let complete = m.isComplete
-        if !fullMask {
-            // few allowed tokens: choose among them alone, without touching the other logits
-            var ids: [Int32] = []
-            for w in 0..<bits.count {
-                var a = complete ? bits[w] | endMask[w] : bits[w]
-                while a != 0 {
-                    ids.append(Int32(w << 6 | a.trailingZeroBitCount))
-                    a &= a - 1
-                }
-                if ids.count > vocab / 8 { break }
-            }
-            if ids.isEmpty { return nil }
-            if ids.count <= vocab / 8 {
-                var compact = ids.map { logits[Int($0)] }
-                let k = compact.withUnsafeMutableBufferPointer { s.sampler.choose($0.baseAddress!, vocab: ids.count) }
-                return ids[Int(k)]
-            }
+        var bits = m.mask(trie, &grammarStats)
+        if m.isComplete { for w in 0..<bits.count { bits[w] |= endMask[w] } }
+        if !fullMask && s.sampler.choosesMasked(vocab: vocab) {
+            return bits.withUnsafeBufferPointer { s.sampler.choose(logits, vocab: vocab, allowed: $0.baseAddress!) }
         }
         var any = false
         for w in 0..<bits.count {
-            let allowed = complete ? bits[w] | endMask[w] : bits[w]
+            let allowed = bits[w]
             if allowed != 0 { any = true }
             if allowed == ~0 { continue }
             let base = w << 6

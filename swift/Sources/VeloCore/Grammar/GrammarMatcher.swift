@@ -214,10 +214,34 @@ struct GrammarStats {
     var maskNanos: UInt64 = 0
     /// All time spent choosing constrained tokens (checks, masks, the choice itself).
     var choiceNanos: UInt64 = 0
+    /// Per token, what the grammar added to the choice a plain decode makes (the check, the
+    /// mask, the masked choice): the latest `overheadWindow` tokens, for percentiles.
+    private(set) var overheadNanos: [UInt64] = []
+    private var overheadNext = 0
+    static let overheadWindow = 4096
+
+    mutating func recordOverhead(_ nanos: UInt64) {
+        if overheadNanos.count < Self.overheadWindow {
+            overheadNanos.append(nanos)
+        } else {
+            overheadNanos[overheadNext] = nanos
+            overheadNext = (overheadNext + 1) % Self.overheadWindow
+        }
+    }
+
+    mutating func clearOverhead() {
+        overheadNanos.removeAll()
+        overheadNext = 0
+    }
 
     var json: JSON {
-        .object([("tokens", .int(tokens)), ("fast_path", .int(fastPath)), ("masks_computed", .int(masksComputed)),
-                 ("mask_ms", .number(Double(maskNanos) / 1e6)), ("choice_ms", .number(Double(choiceNanos) / 1e6))])
+        let sorted = overheadNanos.sorted()
+        func us(_ q: Double) -> Double { sorted.isEmpty ? 0 : Double(sorted[min(sorted.count - 1, Int(q * Double(sorted.count)))]) / 1e3 }
+        let mean = sorted.isEmpty ? 0 : Double(sorted.reduce(0, +)) / Double(sorted.count) / 1e3
+        return .object([("tokens", .int(tokens)), ("fast_path", .int(fastPath)), ("masks_computed", .int(masksComputed)),
+                        ("mask_ms", .number(Double(maskNanos) / 1e6)), ("choice_ms", .number(Double(choiceNanos) / 1e6)),
+                        ("overhead_us_p50", .number(us(0.5))), ("overhead_us_p90", .number(us(0.9))),
+                        ("overhead_us_p99", .number(us(0.99))), ("overhead_us_mean", .number(mean))])
     }
 }
 
