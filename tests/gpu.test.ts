@@ -55,6 +55,23 @@ describe(`${backend} backend`, () => {
     });
   }, SLOW);
 
+  test("more sequences than matvec takes (tiled logits, staged through device memory as on a discrete card) give what each gives alone", async () => {
+    // 20 sequences decode together: logits of more than 16 rows come from the tiled matmul, and
+    // VELO_GPU_STAGE_READBACK makes lavapipe write them to device memory and copy them back
+    const prompts = Array.from({ length: 20 }, (_, s) => [1, ...Array.from({ length: 3 + (s % 5) }, (_, i) => 3 + ((i * 53 + s * 29) % 500))]);
+    const run = async (env: Record<string, string>) => {
+      const p = Bun.spawn([process.execPath, join(import.meta.dir, "helpers/batched-greedy.ts"), "stories260K.gguf", backend, "12", JSON.stringify(prompts)],
+        { env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe" });
+      const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+      if (code !== 0) throw new Error(err);
+      return JSON.parse(out) as number[][];
+    };
+    const alone: number[][] = [];
+    for (const p of prompts) alone.push(await greedy("stories260K.gguf", { ctxSize: 128, backend: "cpu", threads: 2 }, p, 12));
+    expect(await run({})).toEqual(alone);
+    expect(await run({ VELO_GPU_STAGE_READBACK: "1" })).toEqual(alone);
+  }, SLOW);
+
   test("long prompts (prefill attention in FlashAttention tiles) give the CPU's tokens, alone and together", async () => {
     // deterministic token ids in stories260K's vocabulary; 90 and 47 tokens, chunks of 64
     const prompts = [90, 47].map((n, s) => [1, ...Array.from({ length: n - 1 }, (_, i) => 3 + ((i * 37 + s * 101) % 500))]);

@@ -3,7 +3,8 @@
 # lends: no Swift, Bun or Vulkan loader there). Everything it needs travels in .carry/ and .gl/
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
-#   bench/gpu/h100.sh golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... |
+#   bench/gpu/h100.sh golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... |
+#                     grammar MODELS... | tune MODEL SHAPES... |
 #                     variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
 # for Llama (8b-q4_0), ARCH.SHAPE-TYPE for the others (qwen2.7b-q4_0, gemma2.9b-q4_0,
@@ -51,6 +52,26 @@ case "$what" in
       velo bench "$f" --backend vulkan --max-batch-size 16 -p 128 -n 128 --json | tr -d '\n' >> "$OUT/batched.jsonl"; echo >> "$OUT/batched.jsonl"
       tail -1 "$OUT/batched.jsonl" | python3 -c "import json,sys;j=json.load(sys.stdin);print('$m batched',[(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']])"
     done ;;
+  rows)  # batched decode (1 … 64 sequences of 128 + 128 tokens) of one model with matvec up to
+         # ROWS activation rows and the tiled/tensor-core matmul above: VELO_GPU_MATVEC_MAX_ROWS
+    f=$(model "$1"); shift
+    for r in "$@"; do
+      VELO_GPU_MATVEC_MAX_ROWS=$r velo bench "$f" --backend vulkan --max-batch-size 64 -c 512 -p 128 -n 128 --json | tr -d '\n' > "$OUT/rows-$r.json"
+      python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('matvec up to $r rows',[(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']])" "$OUT/rows-$r.json"
+    done ;;
+  batchprof)  # where batched decode's time goes: one model, 1 … B sequences of 128 + 128 tokens
+              # with the per-kernel profile (summed over every B), the slowest kernels printed
+    f=$(model "$1")
+    velo bench "$f" --backend vulkan --max-batch-size "$2" -c 512 -p 128 -n 128 --profile --json | tr -d '\n' > "$OUT/batchprof-$1-$2.json"
+    python3 -c "
+import json,sys;j=json.load(open(sys.argv[1]));print([(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']]);print('profile_ms',{k:round(v) for k,v in (j.get('profile_ms') or {}).items()})
+k=j.get('kernel_ms') or {};t=sum(v if isinstance(v,(int,float)) else v.get('ms',0) for v in k.values()) if k else 0
+items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) else kv[1].get('ms',0)))[:14]
+[print(' ',n,v) for n,v in items]" "$OUT/batchprof-$1-$2.json" ;;
+  grammar)  # decode with a JSON grammar against plain decode (bench/grammar.ts) on each model
+    for m in "$@"; do
+      /tmp/bun "$C/grammar.js" "$(model "$m")" --backend vulkan -n 128 -r 5 | tee "$OUT/grammar-$m.txt"
+    done ;;
   tune)  # decode (tg128) of one model for each matrix×vector shape, VELO_GPU_MATVEC=THREADS,ROWS
     f=$(model "$1"); shift
     for s in "$@"; do
@@ -80,7 +101,7 @@ case "$what" in
       grep -m3 -iE "ggml_vulkan: [0-9]|matrix cores" /tmp/llama-bench.log || true
       python3 -c "import json,sys,statistics as st;print('llama.cpp $m medians (n_prompt, n_gen, flash_attn, t/s)',[(r['n_prompt'],r['n_gen'],r['flash_attn'],round(st.median(r['samples_ts']),1)) for r in json.load(open(sys.argv[1]))])" "$OUT/llamacpp-$m.json"
       case $m in 8b-*)
-        $L/llama-batched-bench -m "$f" -ngl 99 -c 4608 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 1,2,4,8,16 -fa on 2>/dev/null \
+        $L/llama-batched-bench -m "$f" -ngl 99 -c 16896 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 1,2,4,8,16,32,64 -fa on 2>/dev/null \
           | tee "$OUT/llamacpp-batched-$m.txt" | grep -E "^\|" ;;
       esac
     done ;;
@@ -121,5 +142,5 @@ case "$what" in
         python3 -c "import json,sys,statistics as st;print('llama.cpp $t', [(r['n_gen'],r.get('n_depth'),round(st.median(r['samples_ts']),1)) for r in json.load(open(sys.argv[1]))])" "$OUT/kv-llamacpp-$t.json"
       done
     fi ;;
-  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL" >&2; exit 2 ;;
+  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | grammar MODELS... | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL" >&2; exit 2 ;;
 esac

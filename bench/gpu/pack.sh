@@ -13,6 +13,7 @@ $B cli/index.ts --outfile .carry/velo.js >/dev/null
 $B src/gguf/synth.ts --outfile .carry/synth.js >/dev/null
 $B bench/gpu/golden.ts --outfile .carry/golden.js >/dev/null
 $B bench/speculative.ts --outfile .carry/speculative.js >/dev/null
+$B bench/grammar.ts --outfile .carry/grammar.js >/dev/null
 $B bench/gpu/coopmat-check.ts --outfile .carry/coopmat-check.js >/dev/null
 cp "$S/models/vocab/ggml-vocab-llama-spm.gguf" .carry/shared/models/vocab/
 cp "$S/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf" .carry/shared/models/vocab/reconstructed/

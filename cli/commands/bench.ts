@@ -247,7 +247,7 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
     }
     if (flags.json) {
       const stats = engine.stats();
-      console.log(JSON.stringify({ model: info.name ?? modelPath, path: modelPath, backend: backendLabel(stats), threads: stats.threads, results, profile_ms: stats.profile_ms ?? undefined, memory: stats.memory }, null, 2));
+      console.log(JSON.stringify({ model: info.name ?? modelPath, path: modelPath, backend: backendLabel(stats), threads: stats.threads, results, profile_ms: stats.profile_ms ?? undefined, kernel_ms: stats.kernel_ms ?? undefined, memory: stats.memory }, null, 2));
       return;
     }
     const table = new Table({ head: ["B", "PP", "TG", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "per seq t/s", "TTFT ms", "KV pages"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });

@@ -17,6 +17,7 @@ final class MemoryPlanTests: XCTestCase {
         let maxBindingBytes = 1 << 30
         let bindingAlignment = 16
         let cooperativeMatrix = false
+        let stagesReadback = false
         let memory: (free: Int, total: Int)
         init(free: Int) { memory = (free, free) }
         func makeBuffer(bytes: Int, memory: GPUMemory, label: String) throws -> GPUBuffer { throw VeloError(.unsupported, "fake") }
@@ -25,6 +26,7 @@ final class MemoryPlanTests: XCTestCase {
         func pipeline(_ name: String, buffers: Int, constants: [UInt32]) throws -> GPUPipeline { throw VeloError(.unsupported, "fake") }
         func begin() throws {}
         func dispatch(_ pipeline: GPUPipeline, _ buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int), op: Profiler.Op) {}
+        func copy(_ src: GPUBuffer, to dst: GPUBuffer, bytes: Int, op: Profiler.Op) {}
         func commit(profiler: Profiler?) throws {}
     }
 

@@ -15,6 +15,10 @@ protocol GPUDevice: AnyObject {
     /// Whether the tensor-core matmul kernels (matmul_coop_T, Vulkan's cooperative matrices:
     /// 16x16x16 float16 products accumulated in float32) run on this device.
     var cooperativeMatrix: Bool { get }
+    /// Whether host-read (`.readback`) buffers sit across a bus from the GPU (a discrete card),
+    /// so that kernels writing many scattered pieces into them are better given device memory
+    /// and a `copy` of the bytes the host reads.
+    var stagesReadback: Bool { get }
     /// The device's memory as the engine's fit check sees it (`MemoryPlan`): bytes it may still
     /// allocate now (a driver's budget where there is one) and the size of its memory.
     var memory: (free: Int, total: Int) { get }
@@ -32,6 +36,9 @@ protocol GPUDevice: AnyObject {
     func begin() throws
     /// Records one dispatch; it runs after every dispatch recorded before it and sees its writes.
     func dispatch(_ pipeline: GPUPipeline, _ buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int), op: Profiler.Op)
+    /// Records a copy of the first `bytes` of `src` into `dst`; it runs after every dispatch
+    /// recorded before it, and the dispatches after it see its writes.
+    func copy(_ src: GPUBuffer, to dst: GPUBuffer, bytes: Int, op: Profiler.Op)
     /// Submits the step and waits for it; adds per-kernel GPU time to `profiler` when it is on.
     func commit(profiler: Profiler?) throws
 }

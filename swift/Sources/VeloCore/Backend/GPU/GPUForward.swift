@@ -23,6 +23,8 @@ final class GPUForward: ForwardOps {
     /// fills all three.
     private var views: [(buffer: GPUBuffer, offset: Int, stride: Int)] = []
     private let logitsBuffer: GPUBuffer
+    /// Where the tiled matmul writes logits on a discrete card, copied to `logitsBuffer` after.
+    private let logitsStaging: GPUBuffer?
     /// Per-step inputs, host-written: token ids, positions, page-table starts, logit rows,
     /// page tables (sections at aligned offsets of one mapped buffer).
     private let inputs: GPUBuffer
@@ -112,6 +114,8 @@ final class GPUForward: ForwardOps {
             }
         }
         logitsBuffer = try device.makeBuffer(bytes: maxLogitRows * c.vocabSize * 4, memory: .readback, label: "logits")
+        logitsStaging = Self.stagesLogits(device, maxLogitRows: maxLogitRows)
+            ? try device.makeBuffer(bytes: maxLogitRows * c.vocabSize * 4, memory: .device, label: "logits (staging)") : nil
         pagetabCapacity = maxSequences * ((maxContext + kv.pageSize - 1) / kv.pageSize + 1) + 16
         func align(_ x: Int) -> Int { (x + 255) / 256 * 256 }
         let t = 0, p = align(t + maxTokens * 4), pt = align(p + maxTokens * 4), rs = align(pt + maxTokens * 4),
@@ -214,7 +218,7 @@ final class GPUForward: ForwardOps {
         let c = model.config
         var b = max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16)
         b += maxTokens * Activation.allCases.reduce(0) { $0 + width($1, c) } * 4
-        b += maxLogitRows * c.vocabSize * 4
+        b += maxLogitRows * c.vocabSize * 4 * (stagesLogits(device, maxLogitRows: maxLogitRows) ? 2 : 1)
         let pagetab = maxSequences * ((maxContext + pageSize - 1) / pageSize + 1) + 16
         b += maxTokens * 20 + maxLogitRows * 4 + pagetab * 4 + 1280
         if maxTokens > GPUKernels.matvecMaxRows, let rows = model.gatedPairs.map({ $0.0.rows }).max() { b += maxTokens * 2 * rows * 4 }
@@ -496,16 +500,25 @@ final class GPUForward: ForwardOps {
         }
     }
 
+    /// Logits go through device memory when the tiled matmul writes them on a discrete card:
+    /// its 16 x 16 tile stores cross the bus in 64-byte pieces (8B, 64 rows: 11 ms a step on an
+    /// H100), where one copy of the rows moves at the bus's speed. Matvec writes whole rows.
+    private static func stagesLogits(_ device: GPUDevice, maxLogitRows: Int) -> Bool {
+        device.stagesReadback && maxLogitRows > GPUKernels.matvecMaxRows
+    }
+
     func logits(norm w: WeightVector, output: WeightMatrix, softcap: Float) {
         let rows = batch.logitRows.count
         guard rows > 0 else { return }
         norm(.x, w, rows: rows, selected: true, into: act(.xn))
-        multiply(output, act(.xn), rows: rows, xStride: config.dim, into: GPUBinding(logitsBuffer), yStride: config.vocabSize, op: .output)
+        let staged = rows > GPUKernels.matvecMaxRows ? logitsStaging : nil
+        let target = GPUBinding(staged ?? logitsBuffer)
+        multiply(output, act(.xn), rows: rows, xStride: config.dim, into: target, yStride: config.vocabSize, op: .output)
+        let count = rows * config.vocabSize
         if softcap > 0 {
-            let count = rows * config.vocabSize
-            dispatch(GPUKernels.softcap, [GPUBinding(logitsBuffer)], [UInt32(count), softcap.bitPattern],
-                     (min((count + 255) / 256, 65535), 1, 1), .output)
+            dispatch(GPUKernels.softcap, [target], [UInt32(count), softcap.bitPattern], (min((count + 255) / 256, 65535), 1, 1), .output)
         }
+        if let staged { device.copy(staged, to: logitsBuffer, bytes: count * 4, op: .output) }
     }
 
     func finish() throws -> UnsafeMutablePointer<Float> {

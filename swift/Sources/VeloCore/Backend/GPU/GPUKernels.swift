@@ -43,8 +43,15 @@ enum GPUKernels {
         }
         return (UInt32(f[0]), f[1])
     }()
-    /// Up to this many activation rows go through matvec, reading each weight once.
-    static let matvecMaxRows = 16
+    /// Up to this many activation rows go through matvec, reading each weight once; more go
+    /// through the tiled (tensor-core where there are some) matmul. VELO_GPU_MATVEC_MAX_ROWS
+    /// (1…16) moves the crossover (tuning runs on a device).
+    static let matvecMaxRows: Int = {
+        guard let e = getenv("VELO_GPU_MATVEC_MAX_ROWS") else { return 16 }
+        if let v = Int(String(cString: e)), (1...16).contains(v) { return v }
+        fputs("velo: ignoring VELO_GPU_MATVEC_MAX_ROWS=\(String(cString: e)) (expected 1…16)\n", stderr)
+        return 16
+    }()
     // tiled matrix × matrix (prefill)
     static let matmulBM = 64
     static let matmulBN = 64

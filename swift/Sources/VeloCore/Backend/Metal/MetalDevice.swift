@@ -11,6 +11,8 @@ import Foundation
 final class MetalDevice: GPUDevice {
     let name: String
     let isSoftware = false
+    /// One memory: kernels write readback buffers in place.
+    let stagesReadback = false
     /// matmul_coop_T is Vulkan-only (no MSL translation of cooperative matrices).
     let cooperativeMatrix = false
     let maxBindingBytes: Int
@@ -154,6 +156,17 @@ final class MetalDevice: GPUDevice {
         words.withUnsafeBytes { enc.setBytes($0.baseAddress!, length: $0.count, index: buffers.count) }
         enc.dispatchThreadgroups(MTLSize(width: groups.0, height: groups.1, depth: groups.2),
                                  threadsPerThreadgroup: MTLSize(width: p.threads, height: 1, depth: 1))
+    }
+
+    func copy(_ src: GPUBuffer, to dst: GPUBuffer, bytes: Int, op: Profiler.Op) {
+        // a blit between two compute passes of the step's command buffer keeps the order
+        guard let cb = commandBuffer, let enc = encoder, bytes > 0 else { return }
+        enc.endEncoding()
+        if let blit = cb.makeBlitCommandEncoder() {
+            blit.copy(from: (src as! MetalBuffer).buffer, sourceOffset: 0, to: (dst as! MetalBuffer).buffer, destinationOffset: 0, size: bytes)
+            blit.endEncoding()
+        }
+        encoder = cb.makeComputeCommandEncoder(dispatchType: .serial)
     }
 
     func commit(profiler: Profiler?) throws {

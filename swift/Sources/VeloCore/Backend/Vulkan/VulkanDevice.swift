@@ -14,6 +14,7 @@ import Darwin
 final class VulkanDevice: GPUDevice {
     let name: String
     let isSoftware: Bool
+    let stagesReadback: Bool
     let maxBindingBytes: Int
     let bindingAlignment: Int
     /// Tensor cores through VK_KHR_cooperative_matrix (matmul_coop_T), see createDevice.
@@ -115,6 +116,8 @@ final class VulkanDevice: GPUDevice {
         vkGetPhysicalDeviceProperties(physical, &props)
         name = cString(props.deviceName)
         isSoftware = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU
+        // VELO_GPU_STAGE_READBACK (any value): the discrete card's path elsewhere (tests on lavapipe)
+        stagesReadback = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU || getenv("VELO_GPU_STAGE_READBACK") != nil
         maxBindingBytes = Int(props.limits.maxStorageBufferRange)
         bindingAlignment = max(16, Int(props.limits.minStorageBufferOffsetAlignment))
         paramsAlign = max(Int(props.limits.minUniformBufferOffsetAlignment), 16)
@@ -588,20 +591,10 @@ final class VulkanDevice: GPUDevice {
             writeScratch[i].pBufferInfo = UnsafePointer(infoScratch + i)
         }
         vkCmdPushDescriptorSetKHR(commandBuffer, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, UInt32(count), writeScratch)
-        let timed = queryPool != nil && timedOps.count < Self.maxTimedDispatches
-        if timed { vkCmdWriteTimestamp(commandBuffer, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queryPool, UInt32(2 * timedOps.count)) }
-        vkCmdDispatch(commandBuffer, UInt32(groups.0), UInt32(groups.1), UInt32(groups.2))
-        if timed {
-            vkCmdWriteTimestamp(commandBuffer, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queryPool, UInt32(2 * timedOps.count + 1))
-            timedOps.append((op, p.name, groups))
-        }
+        timed(op, p.name, groups) { vkCmdDispatch($0, UInt32(groups.0), UInt32(groups.1), UInt32(groups.2)) }
         // each dispatch sees the writes of the ones before it
-        var barrier = VkMemoryBarrier()
-        barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
-        barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT.rawValue
-        barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT.rawValue | VK_ACCESS_SHADER_WRITE_BIT.rawValue
-        vkCmdPipelineBarrier(commandBuffer, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue,
-                             0, 1, &barrier, 0, nil, 0, nil)
+        memoryBarrier(access: (VK_ACCESS_SHADER_WRITE_BIT.rawValue, VK_ACCESS_SHADER_READ_BIT.rawValue | VK_ACCESS_SHADER_WRITE_BIT.rawValue),
+                      stages: (VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue))
         // barriers order work across command buffers of one queue in submission order
         dispatchesInChunk += 1
         if dispatchesInChunk >= chunkLimit {
@@ -617,6 +610,38 @@ final class VulkanDevice: GPUDevice {
         }
     }
 
+    func copy(_ src: GPUBuffer, to dst: GPUBuffer, bytes: Int, op: Profiler.Op) {
+        precondition(recording, "copy outside begin()/commit()")
+        guard bytes > 0 else { return }
+        // after the kernels that wrote the source; before any that read or overwrite either buffer
+        memoryBarrier(access: (VK_ACCESS_SHADER_WRITE_BIT.rawValue, VK_ACCESS_TRANSFER_READ_BIT.rawValue | VK_ACCESS_TRANSFER_WRITE_BIT.rawValue),
+                      stages: (VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue, VK_PIPELINE_STAGE_TRANSFER_BIT.rawValue))
+        var region = VkBufferCopy(srcOffset: 0, dstOffset: 0, size: VkDeviceSize(bytes))
+        timed(op, "copy", (1, 1, 1)) { vkCmdCopyBuffer($0, (src as! VulkanBuffer).buffer, (dst as! VulkanBuffer).buffer, 1, &region) }
+        memoryBarrier(access: (VK_ACCESS_TRANSFER_WRITE_BIT.rawValue,
+                               VK_ACCESS_SHADER_READ_BIT.rawValue | VK_ACCESS_SHADER_WRITE_BIT.rawValue | VK_ACCESS_HOST_READ_BIT.rawValue),
+                      stages: (VK_PIPELINE_STAGE_TRANSFER_BIT.rawValue, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue | VK_PIPELINE_STAGE_HOST_BIT.rawValue))
+    }
+    /// Orders what `stages.0` wrote (`access.0`) before what `stages.1` reads or writes (`access.1`).
+    private func memoryBarrier(access: (UInt32, UInt32), stages: (UInt32, UInt32)) {
+        var b = VkMemoryBarrier()
+        b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
+        b.srcAccessMask = access.0
+        b.dstAccessMask = access.1
+        vkCmdPipelineBarrier(commandBuffer, stages.0, stages.1, 0, 1, &b, 0, nil, 0, nil)
+    }
+
+    /// Records `command` between two timestamps when the profiler is on (and has room).
+    private func timed(_ op: Profiler.Op, _ name: String, _ groups: (Int, Int, Int), _ command: (VkCommandBuffer?) -> Void) {
+        let on = queryPool != nil && timedOps.count < Self.maxTimedDispatches
+        if on { vkCmdWriteTimestamp(commandBuffer, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queryPool, UInt32(2 * timedOps.count)) }
+        command(commandBuffer)
+        if on {
+            vkCmdWriteTimestamp(commandBuffer, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queryPool, UInt32(2 * timedOps.count + 1))
+            timedOps.append((op, name, groups))
+        }
+    }
+
     /// A submission that failed mid-step; commit() reports it.
     private var chunkError: Error?
 
@@ -624,12 +649,8 @@ final class VulkanDevice: GPUDevice {
         precondition(recording, "commit without begin()")
         recording = false
         // make the step's writes visible to the host (logits in mapped memory)
-        var barrier = VkMemoryBarrier()
-        barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
-        barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT.rawValue
-        barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT.rawValue
-        vkCmdPipelineBarrier(commandBuffer, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue, VK_PIPELINE_STAGE_HOST_BIT.rawValue,
-                             0, 1, &barrier, 0, nil, 0, nil)
+        memoryBarrier(access: (VK_ACCESS_SHADER_WRITE_BIT.rawValue, VK_ACCESS_HOST_READ_BIT.rawValue),
+                      stages: (VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue, VK_PIPELINE_STAGE_HOST_BIT.rawValue))
         try submit()
         try wait(timelineValue)
         if let e = chunkError {
