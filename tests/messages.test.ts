@@ -196,6 +196,12 @@ describe("errors and auth", () => {
     expect(e.message).toMatch(/thinking is not supported by this server/);
     e = await create({ model: MODEL, max_tokens: 4, messages: [{ role: "user", content: "x" }], tool_choice: { type: "any" } }).catch((x) => x);
     expect(e.message).toMatch(/tool_choice needs tools/);
+    // (the SDK itself refuses a limit this large without streaming: the raw request)
+    const big = await fetch(`${server.url}/v1/messages`, { method: "POST", headers: { "Content-Type": "application/json", "x-api-key": KEY }, body: JSON.stringify({ model: MODEL, max_tokens: 99_999_999, messages: [{ role: "user", content: "x" }] }) });
+    expect(big.status).toBe(400);
+    const bigBody = await big.json();
+    expect(bigBody.error.message).toMatch(/max_tokens/);
+    expect(bigBody.error.message).not.toMatch(/max_completion_tokens/);
   }, 60_000);
 
   test("x-api-key is checked", async () => {

@@ -263,6 +263,12 @@ describe("errors", () => {
     expect(e.message).toMatch(/input is empty/);
     e = await bad({ input: "x", model: "gpt-5" });
     expect(e).toBeInstanceOf(OpenAI.NotFoundError);
+    // a limit past the context is named as this API names it
+    e = await bad({ input: "x", max_output_tokens: 99_999_999 });
+    expect(e).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(e.param).toBe("max_output_tokens");
+    expect(e.message).toMatch(/max_output_tokens/);
+    expect(e.message).not.toMatch(/max_completion_tokens/);
   }, 60_000);
 });
 

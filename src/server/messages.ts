@@ -240,14 +240,14 @@ function messageUsage(f: Finish) {
 
 export async function countMessageTokens(server: VeloServer, req: Request): Promise<Response> {
   const body = await parseBody(req, countTokensRequest, "messages.count_tokens");
-  const plan = server.planChat(chatRequest(body), "output_config.format");
+  const plan = server.planChat(chatRequest(body), { format: "output_config.format", maxTokens: "max_tokens" });
   return Response.json({ input_tokens: plan.tokens.length });
 }
 
 export async function createMessage(server: VeloServer, req: Request): Promise<Response> {
   const body = await parseBody(req, messagesRequest, "messages");
   const chat = chatRequest(body);
-  const plan = server.planChat(chat, "output_config.format");
+  const plan = server.planChat(chat, { format: "output_config.format", maxTokens: "max_tokens" });
   const { fan, states, gens } = server.launch(req, chat, plan, 1);
   const state = states[0]!;
   const id = `msg_${randomBytes(12).toString("hex")}`;

@@ -333,7 +333,7 @@ export async function createResponse(server: VeloServer, req: Request): Promise<
       : format.type === "json_object" ? { type: "json_object" }
       : { type: "json_schema", json_schema: { name: format.name, schema: format.schema, strict: format.strict } },
   };
-  const plan = server.planChat(chat, "text.format");
+  const plan = server.planChat(chat, { format: "text.format", maxTokens: "max_output_tokens" });
   const { fan, states, gens } = server.launch(req, chat, plan, 1);
 
   const id = newId("resp");

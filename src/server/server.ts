@@ -325,9 +325,11 @@ export class VeloServer {
   /**
    * What to run for a chat request (also what /v1/responses and /v1/messages become):
    * the prompt through the template with the tools, the grammar of a forced call or format.
-   * `formatParam` names the request's format field in errors.
+   * `names` are the request's own names of the format and token-limit fields, for errors
+   * (/v1/responses says text.format and max_output_tokens).
    */
-  planChat(body: ChatRequest, formatParam = "response_format"): Plan {
+  planChat(body: ChatRequest, names: { format?: string; maxTokens?: string } = {}): Plan {
+    const formatParam = names.format ?? "response_format";
     this.checkCommon(body);
     if (body.top_logprobs != null && body.logprobs !== true) throw badRequest("top_logprobs needs logprobs: true", "top_logprobs");
     const messages: ChatMessage[] = body.messages.map((m) => {
@@ -397,7 +399,8 @@ export class VeloServer {
     return {
       kind: "chat",
       tokens,
-      maxTokens: this.maxTokens(body.max_completion_tokens ?? body.max_tokens ?? undefined, tokens.length, body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens"),
+      maxTokens: this.maxTokens(body.max_completion_tokens ?? body.max_tokens ?? undefined, tokens.length,
+        names.maxTokens ?? (body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens")),
       grammar,
       grammarParam: forced ? "tools" : (format?.param ?? null),
       logprobs: body.logprobs ? (body.top_logprobs ?? 0) : null,
