@@ -8,9 +8,12 @@
 #
 # Harnesses: gguf (velo_model_open on arbitrary files, then info/tokenize/pieces), tokenize
 # (arbitrary bytes through 12 tokenizer vocabularies, arbitrary ids through detokenize),
-# grammar (arbitrary text as a GBNF grammar through velo_engine_submit). Seeds: the GGUF files
-# of ../shared/models, the tokenizer vectors (*.inp), the repo's grammars. A crash input is
-# written to fuzz/.build/crash-*; copy it into fuzz/regressions/<name>/ once fixed.
+# grammar (arbitrary text as a GBNF grammar through velo_engine_submit), and template (chat
+# templates: hostile messages through every real template, hostile templates; fuzz/template.ts
+# under Jazzer.js, libFuzzer's engine on Node with coverage from its instrumentation). Seeds:
+# the GGUF files of ../shared/models, the tokenizer vectors (*.inp), the repo's grammars, the
+# templates. A crash input is written to fuzz/.build/crash-*; copy it into
+# fuzz/regressions/<name>/ once fixed.
 set -euo pipefail
 [ "$(uname -s)" = Linux ] || { echo "fuzz: skipped (libFuzzer comes from the Linux build root)"; exit 0; }
 HERE=$(CDPATH= cd -P "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,7 +21,7 @@ REPO=$(dirname "$HERE")
 SHARED=${VELO_SHARED:-$REPO/../shared}
 MODELS=$SHARED/models
 OUT=$HERE/.build
-HARNESSES=(gguf tokenize grammar)
+HARNESSES=(gguf tokenize grammar template)
 TC=("$REPO/scripts/toolchain.sh" run)
 "$REPO/scripts/toolchain.sh" needed || TC=()
 CLANG=${CLANG:-/usr/libexec/swift/bin/clang}
@@ -27,7 +30,13 @@ LIB=$REPO/.build/release
 build() {
   mkdir -p "$OUT" && rm -f "${HARNESSES[@]/#/$OUT/}"
   [ -f "$LIB/libVelo.so" ] || { echo "fuzz: $LIB/libVelo.so missing: run make lib" >&2; exit 2; }
+  # the template harness: one CommonJS bundle for Node (Jazzer.js finds `fuzz` in the shim)
+  "$REPO/node_modules/bun/bin/bun.exe" build "$HERE/template.ts" --target=node --format=cjs --external @jazzer.js/core \
+    --outfile "$OUT/template-bundle.cjs" >/dev/null
+  printf 'module.exports.fuzz = require("./template-bundle.cjs").fuzz;\n' > "$OUT/template.cjs"
+  "${TC[@]}" sh -c 'command -v node >/dev/null' || { echo "fuzz: the template harness needs Node.js (make setup installs it in the build root)" >&2; exit 2; }
   for h in "${HARNESSES[@]}"; do
+    [ "$h" = template ] && continue
     "${TC[@]}" "$CLANG" -g -O1 -fsanitize=fuzzer,address -I"$HERE" "$HERE/$h.c" -L"$LIB" -lVelo -Wl,-rpath,"$LIB" -o "$OUT/$h" 2>&1 | { grep -v 'eh_frame' || true; }
     [ -x "$OUT/$h" ] || { echo "fuzz: building $h failed" >&2; exit 1; }
   done
@@ -36,7 +45,8 @@ build() {
 # seeds: a folder per harness, rebuilt each time (small files only)
 seeds() {
   local d=$OUT/seeds
-  rm -rf "$d" && mkdir -p "$d/gguf" "$d/tokenize" "$d/grammar"
+  rm -rf "$d" && mkdir -p "$d/gguf" "$d/tokenize" "$d/grammar" "$d/template"
+  cp "$MODELS"/templates/*.jinja "$d/template/"
   # GGUF: the small models whole, the large one cut (the header and metadata are what is parsed)
   for f in "$MODELS"/*.gguf "$MODELS"/vocab/*.gguf; do head -c 262144 "$f" > "$d/gguf/$(basename "$f")"; done
   local i=0
@@ -58,19 +68,24 @@ run() {
     [ "$keep" = 1 ] && corpus=$HERE/.corpus/$h
     mkdir -p "$corpus"
     local log=$OUT/$h.log
-    (cd "$OUT" && "${TC[@]}" env ASAN_OPTIONS=detect_leaks=0 VELO_MODELS_DIR="$MODELS" "$OUT/$h" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -detect_leaks=0 -max_len=65536 \
-      -artifact_prefix="$OUT/crash-$h-" "$corpus" "$OUT/seeds/$h") >"$log" 2>&1 || { tail -30 "$log"; echo "fuzz: $h FAILED (input in $OUT/crash-$h-*)"; exit 1; }
+    (cd "$OUT" && "${TC[@]}" env ASAN_OPTIONS=detect_leaks=0 VELO_MODELS_DIR="$MODELS" VELO_SHARED="$SHARED" $(harness "$h") "$corpus" "$OUT/seeds/$h" \
+      $(options "$h") -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -max_len=65536 -artifact_prefix="$OUT/crash-$h-") >"$log" 2>&1 \
+      || { tail -30 "$log"; echo "fuzz: $h FAILED (input in $OUT/crash-$h-*)"; exit 1; }
     local execs; execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
     [ -n "$execs" ] || execs=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#')
     echo "fuzz: $h ok, ${execs:-?} executions in ${secs}s"
   done
 }
 
+# the command that runs harness $1, and what goes before libFuzzer's own options
+harness() { if [ "$1" = template ]; then echo "node $REPO/node_modules/@jazzer.js/core/dist/cli.js $OUT/template.cjs"; else echo "$OUT/$1"; fi; }
+options() { if [ "$1" = template ]; then echo "--sync --"; else echo "-detect_leaks=0"; fi; }
+
 regress() {
   for h in "${HARNESSES[@]}"; do
     local dir=$HERE/regressions/$h
     [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ] || continue
-    "${TC[@]}" env ASAN_OPTIONS=detect_leaks=0 VELO_MODELS_DIR="$MODELS" "$OUT/$h" -detect_leaks=0 "$dir"/* >"$OUT/$h-regress.log" 2>&1 || { tail -30 "$OUT/$h-regress.log"; echo "fuzz: $h regression FAILED"; exit 1; }
+    (cd "$OUT" && "${TC[@]}" env ASAN_OPTIONS=detect_leaks=0 VELO_MODELS_DIR="$MODELS" VELO_SHARED="$SHARED" $(harness "$h") "$dir"/* $(options "$h")) >"$OUT/$h-regress.log" 2>&1 || { tail -30 "$OUT/$h-regress.log"; echo "fuzz: $h regression FAILED"; exit 1; }
     echo "fuzz: $h regressions ok ($(ls "$dir" | wc -l) inputs)"
   done
 }

@@ -39,7 +39,7 @@ setup() {
   [ "$(id -u)" = 0 ] || die "provisioning the build root needs root (debootstrap, chroot); run as root or set VELO_ROOT to a provisioned root"
   local bun; bun=$(bun_bin)
   [ -x "$bun" ] || die "Bun is missing: run 'npm ci' first (make does)"
-  BUN_BIN="$bun" EXTRA_PKGS="xz-utils" "$HERE/provision-root.sh" "$ROOT"
+  BUN_BIN="$bun" EXTRA_PKGS="xz-utils nodejs" "$HERE/provision-root.sh" "$ROOT"
 }
 
 binds() {
