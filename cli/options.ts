@@ -3,7 +3,7 @@
 import { type Command, Option } from "commander";
 import { existsSync, readFileSync } from "node:fs";
 import { jsonSchemaToGrammar, SchemaError } from "../src/grammar/json-schema";
-import { resolveModel } from "./models";
+import { looksLikeModel, resolveModel } from "./models";
 import { type KVCacheType, kvCacheTypes } from "../src/engine/engine";
 import { CliError } from "./ui";
 
@@ -52,6 +52,16 @@ export function chosenModel(cmd: Command, positional: string | undefined, option
     throw new CliError("give the model either as an argument or with --model, not both", 2);
   }
   return positional ?? option;
+}
+
+/**
+ * `COMMAND [model] [text]`: the model and the text argument, where one argument that names no
+ * model (or comes with --model) is the text (`velo generate "Once upon a time"`).
+ */
+export function modelAndText(cmd: Command, first: string | undefined, second: string | undefined, option: string | undefined): { model: string; text: string | undefined } {
+  let [modelArg, textArg] = [first, second];
+  if (second === undefined && first !== undefined && (option !== undefined || !looksLikeModel(first))) [modelArg, textArg] = [undefined, first];
+  return { model: requireModelPath(chosenModel(cmd, modelArg, option)), text: textArg };
 }
 
 /** Reads the text input of a command: an argument, --file, or piped stdin (exactly one). */

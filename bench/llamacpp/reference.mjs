@@ -22,9 +22,8 @@
 // --kv: the KV cache type; f32 by default (Velo keeps its KV cache in float32; llama.cpp's own
 // default, f16, rounds every key and value). Flash attention is off (llama.cpp's CPU flash
 // attention rounds Q to f16).
-import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+import { loadReference, runnerName } from "./llama.mjs";
 
 const { values: opt, positionals } = parseArgs({
   allowPositionals: true,
@@ -62,14 +61,7 @@ for (const p of prompts) {
   if (p.length + nGen > ctxSize) throw new Error(`a prompt of ${p.length} tokens and ${nGen} generated ones do not fit --ctx ${ctxSize}`);
 }
 
-const llama = await getLlama({
-  gpu: false,
-  build: "never", // the prebuilt binary only: never compile or download
-  maxThreads: threads,
-  logLevel: opt.verbose ? LlamaLogLevel.info : LlamaLogLevel.error,
-  logger: (level, message) => process.stderr.write(`[llama.cpp ${level}] ${message}\n`), // stdout is for the JSON
-});
-const model = await llama.loadModel({ modelPath: positionals[0], gpuLayers: 0 });
+const { llama, model } = await loadReference(positionals[0], { threads, verbose: opt.verbose });
 const nVocab = model.tokens.nTokens ?? model.fileInsights?.vocabularySize;
 for (const p of prompts) {
   const bad = p.find((t) => nVocab != null && t >= nVocab);
@@ -118,9 +110,8 @@ for (const prompt of prompts) {
   await context.dispose();
 }
 
-const nlcVersion = JSON.parse(readFileSync(new URL("node_modules/node-llama-cpp/package.json", import.meta.url), "utf8")).version;
 const doc = {
-  runner: `node-llama-cpp ${nlcVersion}`,
+  runner: runnerName(),
   llama_cpp_version: llama.llamaCppRelease.release,
   model: positionals[0],
   model_type: model.typeDescription,

@@ -72,6 +72,26 @@ export async function runReference(model: string, prompts: number[][], opts: Run
   return JSON.parse(out) as ReferenceRun;
 }
 
+/** What embeddings.mjs prints: llama.cpp's raw (not normalised) embedding of each input. */
+export interface EmbeddingReference {
+  runner: string;
+  llama_cpp_version: string;
+  n_embd: number;
+  kv_type: string;
+  results: { input: number[]; vector: number[] }[];
+}
+
+/** llama.cpp's embeddings of token inputs (one embedding context), through embeddings.mjs. */
+export async function runEmbeddingReference(model: string, inputs: number[][], opts: { ctx?: number; threads?: number; kv?: "f32" | "f16" } = {}): Promise<EmbeddingReference> {
+  ensureLlamaCpp();
+  const args = [join(here, "embeddings.mjs"), model, "--ctx", String(opts.ctx ?? 512), "-t", String(opts.threads ?? 2), "--kv", opts.kv ?? "f32",
+    ...inputs.flatMap((i) => ["--input", i.join(",")])];
+  const proc = Bun.spawn([process.execPath, ...args], { stdout: "pipe", stderr: "pipe" });
+  const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  if (code !== 0) throw new Error(`llama.cpp embeddings failed on ${model} (exit ${code}): ${err.trim().split("\n").slice(-3).join(" | ")}`);
+  return JSON.parse(out) as EmbeddingReference;
+}
+
 /**
  * Velo's greedy runs of `prompts` on one engine (prefix cache off, so nothing is shared between
  * them). `engine`: further engine options (e.g. the KV cache's types).

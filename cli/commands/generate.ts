@@ -3,10 +3,9 @@ import { Command } from "commander";
 import { loadEngine } from "../load";
 import { ErrorCode, VeloError } from "../../src/engine/errors";
 import {
-  addCommandHelpEnv, addEngineOptions, addModelOption, chosenModel, requireModelPath, addGrammarOptions, addSamplingOptions, addSpeculationOptions, type EngineFlags, type GrammarFlags, grammarFromFlags,
+  addCommandHelpEnv, addEngineOptions, addModelOption, modelAndText, addGrammarOptions, addSamplingOptions, addSpeculationOptions, type EngineFlags, type GrammarFlags, grammarFromFlags,
   opt, parseIntArg, readTextInput, type SamplingFlags, samplingRequest,
 } from "../options";
-import { looksLikeModel } from "../models";
 import { action, CliError } from "../ui";
 
 interface GenerateFlags extends EngineFlags, SamplingFlags, GrammarFlags {
@@ -40,9 +39,7 @@ export function generateCommand(): Command {
   cmd.action(
     action(async (first: string | undefined, second: string | undefined, flags: GenerateFlags) => {
       // `velo generate "Once upon a time"`: one argument that names no model is the prompt
-      let [modelArg, promptArg] = [first, second];
-      if (second === undefined && first !== undefined && (flags.model !== undefined || !looksLikeModel(first))) [modelArg, promptArg] = [undefined, first];
-      const modelPath = requireModelPath(chosenModel(cmd, modelArg, flags.model));
+      const { model: modelPath, text: promptArg } = modelAndText(cmd, first, second, flags.model);
       const grammar = grammarFromFlags(flags);
       const prompt = await readTextInput(promptArg, flags.file, "prompt");
       const loaded = await loadEngine(modelPath, flags);

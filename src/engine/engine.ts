@@ -1,6 +1,6 @@
 import type { Pointer } from "bun:ffi";
 import { cstr, lib } from "../ffi/library";
-import { check, ErrorCode } from "./errors";
+import { check, ErrorCode, VeloError } from "./errors";
 import type { Model } from "./model";
 
 /** KV cache storage types (llama.cpp's names). */
@@ -147,6 +147,13 @@ export interface Usage {
 }
 
 export type FinishReason = "stop" | "length" | "cancelled" | "error";
+
+/** What Engine.embed returns: one vector per input, in order, and the tokens they took. */
+export interface Embeddings {
+  /** Pooled as the model says (stats().pooling), L2-normalised, stats().embedding_length long. */
+  vectors: Float32Array[];
+  promptTokens: number;
+}
 
 export interface Finish {
   reason: FinishReason;
@@ -312,6 +319,70 @@ export class Engine {
   /** Clears stats().profile_ms, kernel_ms and the grammar's overhead percentiles (after a benchmark's warm-up). */
   resetProfile(): void {
     check(lib().velo_engine_reset_profile(this.handle));
+  }
+
+  /**
+   * Embeddings of token inputs (used as given: no BOS or EOS is added). They go through the
+   * engine's step loop, batched together and with generations; at most `window` are in flight
+   * at once (default: twice the engine's batch), so a long list neither floods the queue nor
+   * holds it. Bad inputs (empty, longer than the context, outside the vocabulary) throw
+   * before any is submitted; `signal` cancels the rest. Rejects on the first that fails.
+   */
+  async embed(inputs: ArrayLike<number>[], opts: { signal?: AbortSignal; window?: number } = {}): Promise<Embeddings> {
+    const stats = this.stats();
+    const dim = Number(stats.embedding_length);
+    const ctx = Number(stats.context_size);
+    inputs.forEach((ids, i) => {
+      if (ids.length === 0) throw new VeloError(ErrorCode.invalidArgument, `input ${i} is empty`);
+      if (ids.length > ctx) throw new VeloError(ErrorCode.contextOverflow, `input ${i} has ${ids.length} tokens, more than the context size ${ctx}`);
+    });
+    const window = Math.max(1, opts.window ?? 2 * Number(stats.max_batch_size));
+    const vectors = new Array<Float32Array>(inputs.length);
+    const flight = new Set<Generation>();
+    let promptTokens = 0;
+    let next = 0;
+    const submit = (i: number): Promise<void> => {
+      const ids = Int32Array.from(inputs[i]!);
+      const out = new BigInt64Array(1);
+      check(lib().velo_engine_submit_embedding(this.handle, ids, ids.length, out));
+      const g = new Generation(Number(out[0]), this);
+      this.#active.set(g.id, g);
+      flight.add(g);
+      this.#pump();
+      return g.finished.then((f) => {
+        flight.delete(g);
+        if (f.reason !== "stop") throw new VeloError(f.reason === "cancelled" ? ErrorCode.invalidArgument : ErrorCode.internal, f.message ?? `the embedding of input ${i} was ${f.reason}`);
+        const v = new Float32Array(dim);
+        const len = new BigInt64Array(1);
+        check(lib().velo_engine_take_embedding(this.handle, g.id, v, dim, len));
+        vectors[i] = v;
+        promptTokens += f.usage.prompt_tokens;
+      });
+    };
+    const cancelAll = () => {
+      for (const g of flight) g.cancel();
+    };
+    opts.signal?.addEventListener("abort", cancelAll, { once: true });
+    let stopped = false;
+    // each lane submits its next input when its last one is done; the first failure stops all
+    const lane = async (): Promise<void> => {
+      try {
+        while (next < inputs.length && !stopped) {
+          if (opts.signal?.aborted) throw new VeloError(ErrorCode.invalidArgument, "cancelled");
+          await submit(next++);
+        }
+      } catch (e) {
+        stopped = true;
+        cancelAll();
+        throw e;
+      }
+    };
+    try {
+      await Promise.all(Array.from({ length: Math.min(window, inputs.length) }, lane));
+    } finally {
+      opts.signal?.removeEventListener("abort", cancelAll);
+    }
+    return { vectors, promptTokens };
   }
 
   /** Saves the KV pages of the longest cached prefix of `tokens`; returns the tokens saved. */

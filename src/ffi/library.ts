@@ -27,10 +27,12 @@ const symbols = {
   velo_engine_save_prefix: { args: [ptr, ptr, i64, cstring, ptr], returns: i32 },
   velo_engine_load_prefix: { args: [ptr, cstring, ptr], returns: i32 },
   velo_engine_option_keys: { args: [ptr, i64, ptr], returns: i32 },
+  velo_engine_submit_embedding: { args: [ptr, ptr, i64, ptr], returns: i32 },
+  velo_engine_take_embedding: { args: [ptr, i64, ptr, i64, ptr], returns: i32 },
 } as const;
 
 /** Must match velo_abi_version() in swift/Sources/VeloCore/CAPI/Exports.swift. */
-export const ABI_VERSION = 2;
+export const ABI_VERSION = 3;
 
 export type VeloSymbols = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
 

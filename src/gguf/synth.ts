@@ -7,6 +7,7 @@
 //   bun src/gguf/synth.ts OUT.gguf [--arch llama] --shape tiny|1b|3b|8b|test --type q4_0 [--vocab VOCAB.gguf] [--seed N]
 //   bun src/gguf/synth.ts OUT.gguf --arch qwen2|qwen3|gemma2|gemma3|phi3|llama31 --shape test --type q8_0
 //   bun src/gguf/synth.ts OUT.gguf --shape test256 --type q2_k --pure   (every 2-D weight in Q2_K)
+//   bun src/gguf/synth.ts OUT.gguf --arch qwen3 --shape test --type f32 --pooling 3   (an embedding model: last-token pooling)
 // Weights are random but well-formed: quantized blocks are made directly (random quants,
 // scales chosen so each weight has a standard deviation near 0.02, like a fresh init; on test
 // shapes 1/√(row length), with norm gains and biases random too), so activations stay finite
@@ -354,6 +355,8 @@ export interface SynthOptions {
    * `llama-quantize --pure`); rows that do not fit its blocks are still an error, not a fallback.
    */
   pure?: boolean;
+  /** `{arch}.pooling_type` for embeddings (llama.cpp's enum: 1 mean, 2 cls, 3 last, …); absent when not given. */
+  pooling?: number;
 }
 
 export function shapeOf(arch: string, shape: string): Shape {
@@ -452,6 +455,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
     add("rope.dimension_count", meta.u32(headDim));
   }
   add("attention.layer_norm_rms_epsilon", meta.f32(eps));
+  if (opts.pooling !== undefined) add("pooling_type", meta.u32(opts.pooling));
   switch (arch) {
     case "llama":
     case "llama31":
@@ -582,13 +586,14 @@ if (import.meta.main) {
       vocab: { type: "string" },
       seed: { type: "string", default: "1" },
       pure: { type: "boolean", default: false },
+      pooling: { type: "string" },
     },
   });
   const arch = values.arch!;
   const shape = values.shape ?? (arch === "llama" ? "1b" : "test");
   if (positionals.length !== 1) {
     const shapes = Object.entries(ARCH_SHAPES).map(([a, s]) => `${a}: ${Object.keys(s).join("|")}`).join("; ");
-    console.error(`usage: bun src/gguf/synth.ts OUT.gguf [--arch ${Object.keys(ARCH_SHAPES).join("|")}] --shape S --type ${Object.keys(TYPES).join("|")} [--pure] [--vocab VOCAB.gguf] [--seed N]\nshapes: ${shapes}`);
+    console.error(`usage: bun src/gguf/synth.ts OUT.gguf [--arch ${Object.keys(ARCH_SHAPES).join("|")}] --shape S --type ${Object.keys(TYPES).join("|")} [--pure] [--vocab VOCAB.gguf] [--seed N] [--pooling N]\nshapes: ${shapes}`);
     process.exit(2);
   }
   const seed = Number(values.seed);
@@ -598,7 +603,8 @@ if (import.meta.main) {
   }
   const t0 = performance.now();
   try {
-    const r = synthesize({ out: positionals[0]!, arch, shape, type: values.type!, vocab: values.vocab, seed, pure: values.pure });
+    const pooling = values.pooling === undefined ? undefined : Number(values.pooling);
+    const r = synthesize({ out: positionals[0]!, arch, shape, type: values.type!, vocab: values.vocab, seed, pure: values.pure, pooling });
     const secs = ((performance.now() - t0) / 1000).toFixed(1);
     console.log(`${positionals[0]}: ${arch === "llama" ? "" : arch + " "}${shape} ${values.type}${values.pure ? " (pure)" : ""}, ${r.tensors} tensors, ${(r.bytes / 2 ** 20).toFixed(1)} MiB in ${secs} s`);
   } catch (e) {

@@ -113,7 +113,8 @@ export type CompletionRequest = z.infer<typeof completionRequest>;
 export const embeddingsRequest = z
   .object({
     model: z.string().min(1),
-    input: z.union([z.string(), z.array(z.string()).min(1).max(2048), z.array(z.number().int().min(0)).min(1), z.array(z.array(z.number().int().min(0)).min(1)).min(1).max(2048)]),
+    // empty lists pass here and get the handler's clearer message
+    input: z.union([z.string(), z.array(z.string()).max(2048), z.array(z.number().int().min(0)), z.array(z.array(z.number().int().min(0))).max(2048)]),
     encoding_format: z.enum(["float", "base64"]).optional().nullable(),
     dimensions: z.number().int().min(1).optional().nullable(),
   })

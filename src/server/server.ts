@@ -14,11 +14,12 @@ import { jsonObjectGrammar, jsonSchemaToGrammar, SchemaConverter, SchemaError } 
 import { type ChatLogprob, type ChoiceDelta, ChoiceState, FanIn, type LegacyLogprobs, mergeLegacy, type Piece } from "./choices";
 import { ApiError, badRequest, notFound, toApiError } from "./errors";
 import { applyFieldPolicy, type Endpoint } from "./fields";
+import { createEmbeddings } from "./embeddings";
 import { countMessageTokens, createMessage } from "./messages";
 import { createResponse, ResponseStore } from "./responses";
 import { Metrics } from "./metrics";
 import {
-  type ChatRequest, chatRequest, type CompletionRequest, completionRequest, describeIssue, detokenizeRequest, embeddingsRequest, savePrefixRequest, tokenizeRequest,
+  type ChatRequest, chatRequest, type CompletionRequest, completionRequest, describeIssue, detokenizeRequest, savePrefixRequest, tokenizeRequest,
 } from "./schemas";
 
 export interface ServerOptions {
@@ -78,7 +79,7 @@ const routes: Route[] = [
   { method: "DELETE", path: "/v1/responses/:id", handler: (_r, s, id) => s.responses.remove(id) },
   { method: "POST", path: "/v1/messages", handler: (r, s) => createMessage(s, r), anthropic: true },
   { method: "POST", path: "/v1/messages/count_tokens", handler: (r, s) => countMessageTokens(s, r), anthropic: true },
-  { method: "POST", path: "/v1/embeddings", handler: (r, s) => s.embeddings(r) },
+  { method: "POST", path: "/v1/embeddings", handler: (r, s) => createEmbeddings(s, r) },
   { method: "POST", path: "/tokenize", handler: (r, s) => s.tokenize(r) },
   { method: "POST", path: "/detokenize", handler: (r, s) => s.detokenize(r) },
   { method: "POST", path: "/prefix-cache/save", handler: (r, s) => s.savePrefix(r) },
@@ -285,12 +286,6 @@ export class VeloServer {
     const bad = body.tokens.find((t) => t >= vocab);
     if (bad !== undefined) throw badRequest(`token ${bad} is outside the vocabulary (${vocab} tokens)`, "tokens");
     return Response.json({ content: this.model.detokenize(body.tokens) });
-  }
-
-  /** POST /v1/embeddings. */
-  async embeddings(req: Request): Promise<Response> {
-    await parseBody(req, embeddingsRequest, "embeddings");
-    throw new ApiError(501, "embeddings are not implemented yet: the engine has no embedding output", "invalid_request_error", null, "not_implemented");
   }
 
   /** Computes (if needed) and saves the KV of a prompt prefix to --prefix-cache-file. */

@@ -289,3 +289,30 @@ public func velo_engine_load_prefix(_ h: UnsafeMutableRawPointer?, _ path: Unsaf
         outTokens?.pointee = Int64(try engine.loadPrefix(from: String(cString: path)))
     }
 }
+
+/// Queues the embedding of `n` token ids (used as given: no BOS or EOS is added); writes its
+/// request id. It ends with a finish event from velo_engine_poll (its usage counts the tokens);
+/// then velo_engine_take_embedding gives the vector. The model's pooling and vector length are
+/// in velo_engine_stats ("pooling", "embedding_length").
+@_cdecl("velo_engine_submit_embedding")
+public func velo_engine_submit_embedding(_ h: UnsafeMutableRawPointer?, _ tokens: UnsafePointer<Int32>?, _ n: Int64,
+                                         _ outId: UnsafeMutablePointer<Int64>?) -> Int32 {
+    CABI.call {
+        let engine = try CABI.lookup(h, as: Engine.self)
+        guard n >= 0, n == 0 || tokens != nil else { throw VeloError(.invalidArgument, "invalid token buffer") }
+        let ids = n == 0 ? [] : Array(UnsafeBufferPointer(start: tokens, count: Int(n)))
+        outId?.pointee = Int64(try engine.submitEmbedding(ids))
+    }
+}
+
+/// The pooled, L2-normalised vector of a finished embedding request: `embedding_length` floats
+/// into `out` (too small: code 5 and the length needed, and the vector stays). Each vector is
+/// given once; one never taken is kept until the engine is destroyed.
+@_cdecl("velo_engine_take_embedding")
+public func velo_engine_take_embedding(_ h: UnsafeMutableRawPointer?, _ id: Int64, _ out: UnsafeMutablePointer<Float>?, _ cap: Int64,
+                                       _ outLen: UnsafeMutablePointer<Int64>?) -> Int32 {
+    CABI.call {
+        let engine = try CABI.lookup(h, as: Engine.self)
+        try engine.takeEmbedding(Int(id)) { try copyOut($0, out, Int(cap), outLen) }
+    }
+}

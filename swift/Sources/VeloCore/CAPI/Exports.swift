@@ -16,7 +16,7 @@ private let versionCString = strdup(veloVersion)!
 
 /// Bumped whenever a signature below changes.
 @_cdecl("velo_abi_version")
-public func velo_abi_version() -> Int32 { 2 }
+public func velo_abi_version() -> Int32 { 3 }
 
 @_cdecl("velo_version")
 public func velo_version() -> UnsafePointer<CChar> { UnsafePointer(versionCString) }

@@ -21,6 +21,9 @@ public final class Engine: @unchecked Sendable {
     private var tasks: [() -> Void] = []
     private var taskDone = pthread_cond_t()
     private var outbox: [EngineEvent] = []
+    /// Vectors of finished embedding requests, by id, until `takeEmbedding` (a caller that
+    /// never takes one leaves it here until the engine goes).
+    private var embeddings: [Int: [Float]] = [:]
     private var nextId = 1
     private var shuttingDown = false
     private var thread: pthread_t?
@@ -109,18 +112,58 @@ public final class Engine: @unchecked Sendable {
     /// Queues a request; returns its id. Events for it arrive through `poll`.
     public func submit(_ request: GenerationRequest) throws -> Int {
         guard request.maxTokens >= 0 else { throw VeloError(.invalidArgument, "max_tokens must not be negative") }
+        try checkVocabulary(request.prompt)
+        return try enqueue { id in
+            let matcher = try request.grammar.map { try GrammarMatcher(try compiledGrammar($0)) }
+            return Sequence(id: id, request: request, matcher: matcher, now: nowNanos())
+        }
+    }
+
+    /// Queues the embedding of `tokens` (as given: no BOS or EOS added); returns its id. It runs
+    /// through the step loop with the generations, batched with them; its `finished` event
+    /// arrives through `poll`, and then `takeEmbedding` gives the vector.
+    public func submitEmbedding(_ tokens: [Int32]) throws -> Int {
+        let pooling = try Pooling(ggufType: config.poolingType)
+        guard !tokens.isEmpty else { throw VeloError(.invalidArgument, "the input is empty") }
+        let ctx = options.contextSize
+        guard tokens.count <= ctx else {
+            throw VeloError(.contextOverflow, "the input has \(tokens.count) tokens, more than the context size \(ctx)")
+        }
+        try checkVocabulary(tokens)
+        var request = GenerationRequest(prompt: tokens)
+        request.maxTokens = 0
+        let pool = EmbeddingPool(pooling: pooling, dim: config.dim)
+        return try enqueue { Sequence(id: $0, request: request, embedding: pool, now: nowNanos()) }
+    }
+
+    /// Gives the vector of a finished embedding request to `body`, then forgets it (kept if
+    /// `body` throws, e.g. on a caller's buffer that is too small).
+    func takeEmbedding(_ id: Int, _ body: ([Float]) throws -> Void) throws {
+        try locked {
+            guard let v = embeddings[id] else {
+                throw VeloError(.invalidArgument, "no embedding for request \(id): not an embedding, not finished, failed or cancelled, or already taken")
+            }
+            try body(v)
+            embeddings[id] = nil
+        }
+    }
+
+    private func checkVocabulary(_ tokens: [Int32]) throws {
         let vocab = scheduler.model.config.vocabSize
-        if let bad = request.prompt.first(where: { $0 < 0 || Int($0) >= vocab }) {
+        if let bad = tokens.first(where: { $0 < 0 || Int($0) >= vocab }) {
             throw VeloError(.invalidArgument, "prompt token \(bad) is outside the vocabulary (0..<\(vocab))")
         }
-        return try locked {
+    }
+
+    /// Gives the sequence `make` builds the next id and queues it for the engine thread.
+    private func enqueue(_ make: (Int) throws -> Sequence) throws -> Int {
+        try locked {
             guard !shuttingDown else { throw VeloError(.invalidArgument, "the engine is shut down") }
-            let id = nextId
+            let s = try make(nextId)
             nextId += 1
-            let matcher = try request.grammar.map { try GrammarMatcher(try compiledGrammar($0)) }
-            inbox.append(Sequence(id: id, request: request, matcher: matcher, now: nowNanos()))
+            inbox.append(s)
             pthread_cond_signal(&wake)
-            return id
+            return s.id
         }
     }
 
@@ -272,6 +315,8 @@ public final class Engine: @unchecked Sendable {
     private func publish() {
         let events = scheduler.events
         scheduler.events.removeAll(keepingCapacity: true)
+        let vectors = scheduler.embeddings
+        scheduler.embeddings.removeAll()
         let now = nowNanos()
         var snapshot: JSON?
         if !scheduler.hasWork || now - statsBuiltAt >= 20_000_000 {
@@ -279,6 +324,8 @@ public final class Engine: @unchecked Sendable {
             statsBuiltAt = now
         }
         locked {
+            // a vector is in place before its finished event can be polled
+            for (id, v) in vectors { embeddings[id] = v }
             outbox.append(contentsOf: events)
             if let snapshot { stats = snapshot }
             if !events.isEmpty { pthread_cond_broadcast(&ready) }

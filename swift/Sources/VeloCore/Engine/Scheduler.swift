@@ -56,6 +56,9 @@ final class Scheduler {
     /// The prefix index over KV pages (nil when disabled).
     let cache: RadixCache?
     var events: [EngineEvent] = []
+    /// Vectors of embedding requests finished since the engine last took them (with their
+    /// `finished` events).
+    var embeddings: [(id: Int, vector: [Float])] = []
     /// Speculative decoding: the draft model and its scratch (draft mode only), the step-time
     /// model and the counters.
     let draft: (model: LanguageModel, ops: ForwardOps)?
@@ -184,7 +187,7 @@ final class Scheduler {
         var budget = options.batchTokens
         // decode tokens first (with any guesses to verify): they keep latency flat while
         // prompts are admitted
-        for s in running where s.pending == 1 {
+        for s in running where s.pending == 1 && s.embedding == nil {
             let g = guesses[ObjectIdentifier(s)]
             let tokens = [s.tokens[s.computed]] + (g?.proposals ?? [])
             guard budget >= tokens.count else { continue }
@@ -194,11 +197,21 @@ final class Scheduler {
             fed.append((s, 1)) // guessed tokens count once accepted
             budget -= tokens.count
         }
-        for s in running where s.pending > 1 && budget > 0 {
+        // the sequences of the batch's hidden-state rows, in order (embeddings)
+        var pooled: [Sequence] = []
+        // prompt chunks; an embedding's prompt is all prefill, its last token included
+        for s in running where (s.pending > 1 || s.embedding != nil) && budget > 0 {
             let n = min(s.pending, budget)
             guard reservePages(for: s, count: n, protecting: fed) else { continue }
-            if n == s.pending { outputs.append(Output(seq: s, first: batch.logitRows.count, proposals: [], q: [])) }
-            add(s, tokens: Array(s.tokens[s.computed..<s.computed + n]), to: &batch, logits: n == s.pending ? 1 : 0)
+            let wantsLogits = s.embedding == nil && n == s.pending
+            if wantsLogits { outputs.append(Output(seq: s, first: batch.logitRows.count, proposals: [], q: [])) }
+            add(s, tokens: Array(s.tokens[s.computed..<s.computed + n]), to: &batch, logits: wantsLogits ? 1 : 0)
+            if let e = s.embedding {
+                for k in 0..<n where e.pooling.wants(position: s.computed + k, count: s.tokens.count) {
+                    batch.hiddenRows.append(batch.count - n + k)
+                    pooled.append(s)
+                }
+            }
             fed.append((s, n))
             budget -= n
         }
@@ -228,6 +241,11 @@ final class Scheduler {
             s.table.length = s.computed
             if s.generated == 0 { tokensPrefilled += n }
         }
+        if !pooled.isEmpty {
+            let hidden = forwardOps.hiddenStates, dim = model.config.dim
+            for (i, s) in pooled.enumerated() { s.embedding!.add(hidden + i * dim) }
+        }
+        for (s, _) in fed where s.embedding != nil && s.pending == 0 { finishEmbedding(s, now: now) }
         let vocab = model.config.vocabSize
         let tSample = nowNanos()
         defer { if profiler.enabled { profiler.add(.sample, nanos: nowNanos() - tSample) } }
@@ -313,7 +331,7 @@ final class Scheduler {
     private func propose() -> [ObjectIdentifier: Guesses] {
         var chosen: [(Sequence, Int)] = []
         // a grammar's mask depends on each accepted token: constrained sequences do not guess
-        for s in running where s.pending == 1 && !s.cancelled && s.matcher == nil {
+        for s in running where s.pending == 1 && !s.cancelled && s.matcher == nil && s.embedding == nil {
             if s.spec.pausedSteps > 0 {
                 s.spec.pausedSteps -= 1
                 specStats.pausedSteps += 1
@@ -512,6 +530,7 @@ final class Scheduler {
         s.spec.draftComputed = 0
         s.computed = 0
         s.cachedTokens = 0
+        s.embedding?.reset()
         running.removeAll { $0 === s }
         waiting.insert(s, at: 0)
     }
@@ -523,7 +542,12 @@ final class Scheduler {
                 finish(s, .error, message: "the prompt is empty")
                 continue
             }
-            if s.tokens.count >= options.contextSize {
+            if s.embedding != nil && s.tokens.count > options.contextSize {
+                waiting.removeFirst()
+                finish(s, .error, message: "the input has \(s.tokens.count) tokens, more than the context size \(options.contextSize)")
+                continue
+            }
+            if s.embedding == nil && s.tokens.count >= options.contextSize {
                 waiting.removeFirst()
                 finish(s, .error, message: "the prompt has \(s.tokens.count) tokens, more than the context size \(options.contextSize) allows (it needs room for at least one generated token)")
                 continue
@@ -555,6 +579,8 @@ final class Scheduler {
     /// least one token to compute so there are logits to sample from).
     private func reuseCachedPrefix(for s: Sequence) {
         guard let cache, s.computed == 0, s.table.pages.isEmpty else { return }
+        // the cache keeps K/V, not hidden states: only last-token pooling may skip positions
+        if let e = s.embedding, e.pooling != .last { return }
         let pages = cache.match(s.tokens, limit: s.tokens.count - 1)
         for p in pages { kv.retain(p) }
         s.table.pages = pages
@@ -646,6 +672,14 @@ final class Scheduler {
         }
     }
 
+    /// An embedding whose whole prompt went through: its vector out, then finished as a
+    /// generation is (full pages into the prefix cache, the rest freed).
+    private func finishEmbedding(_ s: Sequence, now: UInt64) {
+        s.promptDoneAt = now
+        embeddings.append((s.id, s.embedding!.vector))
+        finish(s, .stop)
+    }
+
     private func finishWithText(_ s: Sequence, _ reason: FinishReason, message: String? = nil) {
         let rest = s.text.flush()
         if !rest.isEmpty { events.append(.tokens(id: s.id, tokens: [], text: rest)) }
@@ -707,6 +741,9 @@ final class Scheduler {
         pairs.append(("backend", .string(backendName)))
         pairs.append(("device", .string(deviceName)))
         put("context_size", options.contextSize)
+        put("embedding_length", model.config.dim)
+        // how embeddings pool (null: this model gives none)
+        pairs.append(("pooling", (try? Pooling(ggufType: model.config.poolingType)).map { .string($0.rawValue) } ?? .null))
         put("max_batch_size", options.maxBatchSize)
         pairs.append(("prefix_cache_enabled", .bool(cache != nil)))
         put("prefix_cache_hits", cache?.hits ?? 0)

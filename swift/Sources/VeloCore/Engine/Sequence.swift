@@ -39,14 +39,18 @@ final class Sequence {
     var spec = SpeculationState()
     /// Where the output stands in the request's grammar (nil: unconstrained).
     let matcher: GrammarMatcher?
+    /// An embedding request's pool: the prompt is computed, pooled, and nothing is generated
+    /// (nil: a generation).
+    let embedding: EmbeddingPool?
     let submittedAt: UInt64
     var firstTokenAt: UInt64 = 0
     var promptDoneAt: UInt64 = 0
     var admittedAt: UInt64 = 0
 
-    init(id: Int, request: GenerationRequest, matcher: GrammarMatcher? = nil, now: UInt64) {
+    init(id: Int, request: GenerationRequest, matcher: GrammarMatcher? = nil, embedding: EmbeddingPool? = nil, now: UInt64) {
         self.id = id
         self.matcher = matcher
+        self.embedding = embedding
         self.request = request
         tokens = request.prompt
         promptCount = request.prompt.count

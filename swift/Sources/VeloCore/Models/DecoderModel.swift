@@ -101,6 +101,7 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
                 ops.add(.x, .xn)
             }
         }
+        ops.hidden(norm: outputNorm)
         ops.logits(norm: outputNorm, output: output, softcap: c.finalSoftcap)
     }
 }

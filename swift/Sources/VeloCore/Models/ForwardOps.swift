@@ -44,10 +44,15 @@ protocol ForwardOps: AnyObject {
     /// gate = act(gate_w · src) * (up_w · src): a gated MLP's input (the pair should be in the
     /// model's `gatedPairs`, so a GPU has it interleaved for one dispatch).
     func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix, _ act: ModelConfig.FFNActivation)
+    /// The final-norm hidden states of the batch's `hiddenRows`, rmsnorm(x) * norm (what the
+    /// output projection reads), for embeddings; nothing when it has none.
+    func hidden(norm: WeightVector)
     /// Logits of the batch's `logitRows`: output · rmsnorm(x) * norm, then softcapped (0: not).
     func logits(norm: WeightVector, output: WeightMatrix, softcap: Float)
     /// Runs what was recorded; the logits, `logitRows.count` rows of `vocabSize`.
     func finish() throws -> UnsafeMutablePointer<Float>
+    /// After `finish`: the hidden states `hidden` wrote, `hiddenRows.count` rows of `dim`.
+    var hiddenStates: UnsafePointer<Float> { get }
 }
 
 extension ForwardOps {
@@ -90,6 +95,9 @@ final class CPUForward: ForwardOps {
     private var batch = ForwardBatch()
     /// cos/sin of this batch's positions for each of `config.ropes`.
     private var ropeTables: [(cos: [Float], sin: [Float])] = []
+    /// `hidden`'s output, a row per workspace token; made on the first batch that asks
+    /// (embeddings only).
+    private var hiddenBuffer: UnsafeMutablePointer<Float>?
 
     init(config: ModelConfig, ops: TransformerOps, ws: Workspace, kv: KVView) {
         self.config = config
@@ -97,6 +105,8 @@ final class CPUForward: ForwardOps {
         self.ws = ws
         self.kv = kv
     }
+
+    deinit { hiddenBuffer?.deallocate() }
 
     private func buf(_ a: Activation) -> UnsafeMutablePointer<Float> {
         switch a {
@@ -173,6 +183,22 @@ final class CPUForward: ForwardOps {
             }
         }
     }
+
+    func hidden(norm: WeightVector) {
+        let rows = batch.hiddenRows, dim = config.dim
+        guard !rows.isEmpty else { return }
+        let out = hiddenBuffer ?? .allocate(capacity: ws.maxTokens * dim)
+        hiddenBuffer = out
+        ops.profiler.measure(.norm) {
+            norm.values.withUnsafeBufferPointer { w in
+                for (i, r) in rows.enumerated() {
+                    ck_rms_norm(ws.x + r * dim, w.baseAddress, out + i * dim, Int64(dim), config.normEps)
+                }
+            }
+        }
+    }
+
+    var hiddenStates: UnsafePointer<Float> { UnsafePointer(hiddenBuffer!) }
 
     func logits(norm: WeightVector, output: WeightMatrix, softcap: Float) {
         // only the rows that need logits go through the (large) output projection

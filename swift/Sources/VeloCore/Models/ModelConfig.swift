@@ -33,6 +33,8 @@ public struct ModelConfig: Sendable {
     /// The embedding rows are multiplied by this.
     public var embeddingScale: Float = 1
     public var activation: FFNActivation = .silu
+    /// `{arch}.pooling_type` (nil: absent): how embeddings pool the hidden states (`Pooling`).
+    public var poolingType: Int?
 
     public var qDim: Int { heads * headDim }
     public var kvDim: Int { kvHeads * headDim }
@@ -49,6 +51,7 @@ public struct ModelConfig: Sendable {
         contextLength = m.int("context_length") ?? 2048
         headDim = m.int("attention.key_length") ?? dim / heads
         normEps = Float(m.double("attention.layer_norm_rms_epsilon") ?? 1e-5)
+        poolingType = m.int("pooling_type")
         ropeDim = m.int("rope.dimension_count") ?? headDim
         ropeStyle = .normal
         attentionScale = 1 / Float(headDim).squareRoot()

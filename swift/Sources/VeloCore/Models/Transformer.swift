@@ -11,6 +11,8 @@ public struct ForwardBatch {
     public var tables: [BlockTable] = []
     /// Batch rows whose logits are wanted, in output order.
     public var logitRows: [Int] = []
+    /// Batch rows whose final-norm hidden states are wanted (embeddings), in output order.
+    public var hiddenRows: [Int] = []
 
     public init() {}
     public var count: Int { tokens.count }

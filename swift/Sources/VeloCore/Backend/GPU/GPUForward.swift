@@ -25,14 +25,18 @@ final class GPUForward: ForwardOps {
     private let logitsBuffer: GPUBuffer
     /// Where the tiled matmul writes logits on a discrete card, copied to `logitsBuffer` after.
     private let logitsStaging: GPUBuffer?
+    /// `hidden`'s output, a row per workspace token, read back like the logits; made on the
+    /// first batch that asks (embeddings only).
+    private var hiddenBuffer: GPUBuffer?
     /// Per-step inputs, host-written: token ids, positions, page-table starts, logit rows,
-    /// page tables (sections at aligned offsets of one mapped buffer).
+    /// attention blocks, hidden-state rows, page tables (sections at aligned offsets of one
+    /// mapped buffer).
     private let inputs: GPUBuffer
     /// Query blocks of this step for attention_tiled (GPUKernels.attentionBlocks); 0: split-K.
     private var tiledBlocks = 0
     /// Prefill attention on tensor cores (attention_coop, blocks of its rows) or attention_tiled.
     private let coopAttention: Bool
-    private let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, blocks: Int, pagetab: Int)
+    private let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, blocks: Int, hiddensel: Int, pagetab: Int)
     private let pagetabCapacity: Int
     private var weights: [UnsafeRawPointer: GPUBuffer] = [:]
     /// The model's gated-MLP (gate, up) pairs as one weight each, keyed by the gate's data: row
@@ -119,8 +123,8 @@ final class GPUForward: ForwardOps {
         pagetabCapacity = maxSequences * ((maxContext + kv.pageSize - 1) / kv.pageSize + 1) + 16
         func align(_ x: Int) -> Int { (x + 255) / 256 * 256 }
         let t = 0, p = align(t + maxTokens * 4), pt = align(p + maxTokens * 4), rs = align(pt + maxTokens * 4),
-            bl = align(rs + maxLogitRows * 4), tab = align(bl + maxTokens * 8)
-        sections = (t, p, pt, rs, bl, tab)
+            bl = align(rs + maxLogitRows * 4), hs = align(bl + maxTokens * 8), tab = align(hs + maxTokens * 4)
+        sections = (t, p, pt, rs, bl, hs, tab)
         coopAttention = GPUKernels.useAttentionCoop(device, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim)
         inputs = try device.makeBuffer(bytes: tab + pagetabCapacity * 4, memory: .upload, label: "step inputs")
         // gated-MLP pairs: one interleaved weight each (raw rows, so every weight kernel reads it)
@@ -220,7 +224,7 @@ final class GPUForward: ForwardOps {
         b += maxTokens * Activation.allCases.reduce(0) { $0 + width($1, c) } * 4
         b += maxLogitRows * c.vocabSize * 4 * (stagesLogits(device, maxLogitRows: maxLogitRows) ? 2 : 1)
         let pagetab = maxSequences * ((maxContext + pageSize - 1) / pageSize + 1) + 16
-        b += maxTokens * 20 + maxLogitRows * 4 + pagetab * 4 + 1280
+        b += maxTokens * 24 + maxLogitRows * 4 + pagetab * 4 + 1536
         if maxTokens > GPUKernels.matvecMaxRows, let rows = model.gatedPairs.map({ $0.0.rows }).max() { b += maxTokens * 2 * rows * 4 }
         if maxTokens > GPUKernels.matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
             b += maxTokens * GPUKernels.f16Row(k) * 2
@@ -265,6 +269,9 @@ final class GPUForward: ForwardOps {
 
     func begin(_ batch: ForwardBatch) throws {
         precondition(batch.count <= maxTokens && batch.logitRows.count <= maxLogitRows, "batch larger than the GPU workspace")
+        if !batch.hiddenRows.isEmpty && hiddenBuffer == nil {
+            hiddenBuffer = try device.makeBuffer(bytes: maxTokens * config.dim * 4, memory: .readback, label: "hidden states")
+        }
         self.batch = batch
         n = batch.count
         let base = inputs.contents!
@@ -284,6 +291,7 @@ final class GPUForward: ForwardOps {
         write(sections.tokpos, batch.positions.map { Int32($0) })
         write(sections.tokpt, batch.sequence.map { starts[$0] })
         write(sections.rowsel, batch.logitRows.map { Int32($0) })
+        if !batch.hiddenRows.isEmpty { write(sections.hiddensel, batch.hiddenRows.map { Int32($0) }) }
         if !table.isEmpty { write(sections.pagetab, table) }
         let blocks = n > GPUKernels.matvecMaxRows
             ? GPUKernels.attentionBlocks(sequence: batch.sequence, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim,
@@ -301,13 +309,14 @@ final class GPUForward: ForwardOps {
     }
 
     func rmsNorm(_ src: Activation, _ w: WeightVector, into dst: Activation) {
-        norm(src, w, rows: n, selected: false, into: act(dst))
+        norm(src, w, rows: n, selection: nil, into: act(dst))
     }
 
-    private func norm(_ src: Activation, _ w: WeightVector, rows: Int, selected: Bool, into dst: GPUBinding) {
+    /// Norms `rows` rows of `src`: the first ones, or those a selection section lists.
+    private func norm(_ src: Activation, _ w: WeightVector, rows: Int, selection: GPUBinding?, into dst: GPUBinding) {
         dispatch(GPUKernels.rmsNorm,
-                 [act(src), GPUBinding(vectors[w.name]!), dst, input(sections.rowsel, maxLogitRows)],
-                 [UInt32(config.dim), UInt32(rows), config.normEps.bitPattern, selected ? 1 : 0, UInt32(config.dim), 1, UInt32(config.dim)],
+                 [act(src), GPUBinding(vectors[w.name]!), dst, selection ?? input(sections.rowsel, maxLogitRows)],
+                 [UInt32(config.dim), UInt32(rows), config.normEps.bitPattern, selection != nil ? 1 : 0, UInt32(config.dim), 1, UInt32(config.dim)],
                  (rows, 1, 1), .norm)
     }
 
@@ -507,10 +516,18 @@ final class GPUForward: ForwardOps {
         device.stagesReadback && maxLogitRows > GPUKernels.matvecMaxRows
     }
 
+    func hidden(norm w: WeightVector) {
+        let rows = batch.hiddenRows.count
+        guard rows > 0, let out = hiddenBuffer else { return }
+        norm(.x, w, rows: rows, selection: input(sections.hiddensel, maxTokens), into: GPUBinding(out))
+    }
+
+    var hiddenStates: UnsafePointer<Float> { UnsafePointer(hiddenBuffer!.contents!.assumingMemoryBound(to: Float.self)) }
+
     func logits(norm w: WeightVector, output: WeightMatrix, softcap: Float) {
         let rows = batch.logitRows.count
         guard rows > 0 else { return }
-        norm(.x, w, rows: rows, selected: true, into: act(.xn))
+        norm(.x, w, rows: rows, selection: input(sections.rowsel, maxLogitRows), into: act(.xn))
         let staged = rows > GPUKernels.matvecMaxRows ? logitsStaging : nil
         let target = GPUBinding(staged ?? logitsBuffer)
         multiply(output, act(.xn), rows: rows, xStride: config.dim, into: target, yStride: config.vocabSize, op: .output)
