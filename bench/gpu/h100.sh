@@ -106,9 +106,9 @@ items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) el
       esac
     done ;;
   coopmat)  # tensor-core prefill (matmul_coop, attention_coop) and the portable kernels against the
-            # GPU's float32 path (bench/gpu/coopmat-check.ts)
+            # GPU's float32 path (bench/gpu/coopmat-check.ts; COOPMAT_TOKENS: prompt length, 100)
     fs=(); for m in "$@"; do fs+=("$(model "$m")"); done
-    /tmp/bun "$C/coopmat-check.js" "${fs[@]}" ;;
+    /tmp/bun "$C/coopmat-check.js" ${COOPMAT_TOKENS:+--tokens $COOPMAT_TOKENS} "${fs[@]}" ;;
   spec)  # speculative decoding on the GPU: an 8B target with prompt lookup and with a 3B draft
          # (same llama3 vocabulary), and the stories260K pair; verify cost of k+1 tokens vs 1
     S=$C/shared/models

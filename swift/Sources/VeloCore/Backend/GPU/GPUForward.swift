@@ -206,7 +206,9 @@ final class GPUForward: ForwardOps {
         for w in model.matrices {
             for m in [1, 2, 4, 8, 16] { _ = try pipeline(GPUKernels.matvec(w.type, rows: m)) }
             _ = try pipeline(GPUKernels.matmul(w.type))
-            if GPUKernels.useCoop(device, w.type) { _ = try pipeline(GPUKernels.matmulCoop(w.type)) }
+            if GPUKernels.useCoop(device, w.type) {
+                for m in [32, 64, 128] { _ = try pipeline(GPUKernels.matmulCoop(w.type, rows: m)) } // each tile height
+            }
         }
         if x16 != nil { for k in [GPUKernels.toF16, GPUKernels.sumSplits] { _ = try pipeline(k) } }
         if coopAttention { _ = try pipeline(attentionCoopKernel) }
@@ -382,7 +384,7 @@ final class GPUForward: ForwardOps {
             }
             var p16 = params
             p16[4] = UInt32(kp)
-            let kernel = GPUKernels.matmulCoop(w.type)
+            let kernel = GPUKernels.matmulCoop(w.type, rows: rows)
             let g = GPUKernels.matmulCoopGroups(n: w.rows, m: rows)
             let splits = GPUKernels.coopSplits(n: w.rows, m: rows, k: w.cols, type: w.type)
             if splits > 1, let scratch = gluScratch, y.buffer !== scratch, splits * rows * w.rows * 4 <= scratch.size {

@@ -106,16 +106,30 @@ enum GPUKernels {
     /// keep the portable matmul_T until each is checked.
     static let coopTypes: Set<GGMLType> = [.q4_0, .q8_0, .q4_K, .q6_K]
     static func useCoop(_ device: GPUDevice, _ t: GGMLType) -> Bool { useCoop(device) && coopTypes.contains(t) }
-    static func matmulCoop(_ t: GGMLType) -> Kernel {
-        Kernel(name: "matmul_coop_" + suffix(t), buffers: 3,
-               constants: [UInt32(128 * coopShape.wgm), UInt32(coopShape.tm), UInt32(coopShape.prefetch), UInt32(coopShape.wgm),
-                           UInt32(coopShape.bk), UInt32(coopShape.stages)])
+    typealias CoopShape = (tm: Int, prefetch: Int, wgm: Int, bk: Int, stages: Int)
+    /// matmul_coop_T for `m` activation rows: tiles of as few rows as hold them for batches of
+    /// decoding sequences (17-64 rows: most of a 128-row tile would be empty, and smaller tiles
+    /// make more workgroups), the prefill shape above that.
+    static func matmulCoop(_ t: GGMLType, rows m: Int) -> Kernel {
+        let s = coopShape(rows: m)
+        return Kernel(name: "matmul_coop_" + suffix(t), buffers: 3,
+                      constants: [UInt32(128 * s.wgm), UInt32(s.tm), UInt32(s.prefetch), UInt32(s.wgm), UInt32(s.bk), UInt32(s.stages)])
     }
+    /// 8B Q4_0 on the H100, decode of 32 / 64 sequences (bench/RESULTS.md, `h100.sh rows` under
+    /// VELO_GPU_COOP): 1307 / 2070 t/s with the prefill shape, 1636 / 1962 with 32-row tiles
+    /// (1,0,2), 1532 / 2367 with 64-row tiles (2,0,2). VELO_GPU_COOP sets one shape for all.
+    static func coopShape(rows m: Int) -> CoopShape {
+        if coopShapeOverridden { return coopShape }
+        if m <= 32 { return (1, 0, 2, 64, 1) }
+        if m <= 64 { return (2, 0, 2, 64, 1) }
+        return coopShape
+    }
+    static let coopShapeOverridden = getenv("VELO_GPU_COOP") != nil
     /// matmul_coop_T's 16-row tiles per subgroup along M, its prefetch switch, its subgroups
     /// along M (activation rows per workgroup: 16 TM WGM), values of K a step and shared
     /// buffers; VELO_GPU_COOP=TM,PREFETCH,WGM[,BK,STAGES] overrides them (tuning runs; shapes
     /// past 48 KiB of shared memory are refused).
-    static let coopShape: (tm: Int, prefetch: Int, wgm: Int, bk: Int, stages: Int) = {
+    static let coopShape: CoopShape = {
         if let e = getenv("VELO_GPU_COOP") {
             let v = String(cString: e).split(separator: ",").compactMap { Int($0) }
             if v.count == 3 || v.count == 5, [1, 2, 4].contains(v[0]), [0, 1].contains(v[1]), [1, 2, 4].contains(v[2]) {
@@ -131,15 +145,17 @@ enum GPUKernels {
         // (bench/RESULTS.md)
         return (2, 0, 4, 64, 1)
     }()
-    static var matmulCoopRows: Int { 16 * coopShape.tm * coopShape.wgm }
+    /// Activation rows of one tile of matmul_coop_T for `m` rows.
+    static func matmulCoopRows(_ m: Int) -> Int { let s = coopShape(rows: m); return 16 * s.tm * s.wgm }
     /// Split-K for tensor-core products with few workgroups (the H100 has 132 SMs; an 8B's
     /// N = 4096 products at 512 rows make 128 workgroups of 8 subgroups, too few to hide
     /// latency): up to 4 splits of at least 1024 values of K each, quantized weights only (whole
     /// units of 16 values), while the grid stays under 256 workgroups. Each split writes its
     /// own plane of a scratch; `sumSplits` adds them into Y. VELO_GPU_NO_SPLITK (any value)
     /// turns it off (A/B checks).
-    static func coopSplits(n: Int, m: Int, k: Int, type: GGMLType, tile: (Int, Int) = (matmulCoopTile, matmulCoopRows)) -> Int {
+    static func coopSplits(n: Int, m: Int, k: Int, type: GGMLType, tile: (Int, Int)? = nil) -> Int {
         guard ![.f32, .f16, .bf16].contains(type), !splitKDisabled else { return 1 }
+        let tile = tile ?? (matmulCoopTile, matmulCoopRows(m))
         let wgs = ((n + tile.0 - 1) / tile.0) * ((m + tile.1 - 1) / tile.1)
         var s = 1
         while s < 4, wgs * s < 256, k / (2 * s) >= 1024 { s *= 2 }
@@ -156,7 +172,7 @@ enum GPUKernels {
     static func f16Row(_ k: Int) -> Int { (k + 3) / 4 * 4 }
     static func toF16Groups(k: Int, m: Int) -> (Int, Int, Int) { ((f16Row(k) / 4 + 255) / 256, m, 1) }
     static func matmulCoopGroups(n: Int, m: Int) -> (Int, Int, Int) {
-        ((n + matmulCoopTile - 1) / matmulCoopTile, (m + matmulCoopRows - 1) / matmulCoopRows, 1)
+        ((n + matmulCoopTile - 1) / matmulCoopTile, (m + matmulCoopRows(m) - 1) / matmulCoopRows(m), 1)
     }
     static func getRows(_ t: GGMLType) -> Kernel { Kernel(name: "get_rows_" + suffix(t), buffers: 3, constants: [256]) }
 
