@@ -41,7 +41,7 @@ export const LOAD_REPORT_BYTES = 64 * 2 ** 20;
  * Skipped for files that would not fit in half the memory (reading them would only evict
  * themselves) and for small ones.
  */
-async function preread(files: string[], tty: boolean): Promise<void> {
+export async function preread(files: string[], tty: boolean): Promise<void> {
   const total = files.reduce((a, f) => a + statSync(f).size, 0);
   if (total < LOAD_REPORT_BYTES || total > totalmem() / 2) return;
   const label = `reading ${basename(files[0]!)}${files.length > 1 ? " and its draft" : ""}`;

@@ -2,7 +2,7 @@ import chalk from "chalk";
 import { Command } from "commander";
 import { existsSync, readFileSync } from "node:fs";
 import { VeloServer } from "../../src/server/server";
-import { reportPlan } from "../load";
+import { preread, reportPlan } from "../load";
 import { addCommandHelpEnv, addEngineOptions, addModelOption, chosenModel, addSpeculationOptions, type EngineFlags, opt, parseIntArg, requireModelPath } from "../options";
 import { action, CliError, spinner } from "../ui";
 
@@ -71,6 +71,8 @@ export function serveCommand(): Command {
       } catch (e) {
         throw new CliError(`cannot listen on ${f.host}:${f.port}: ${(e as Error).message}`);
       }
+      // a progress bar while the file is read (the server already answers /health: loading)
+      await preread(draftPath ? [modelPath, draftPath] : [modelPath], process.stderr.isTTY === true);
       const spin = spinner(`loading ${modelPath}`).start();
       try {
         server.load();
