@@ -44,6 +44,8 @@ protocol ForwardOps: AnyObject {
     /// gate = act(gate_w · src) * (up_w · src): a gated MLP's input (the pair should be in the
     /// model's `gatedPairs`, so a GPU has it interleaved for one dispatch).
     func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix, _ act: ModelConfig.FFNActivation)
+    /// dst = the layer's mixture-of-experts FFN of src (`ModelConfig.experts`; dst may be src).
+    func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation)
     /// Logits of the batch's `logitRows`: output · rmsnorm(x) * norm, then softcapped (0: not).
     func logits(norm: WeightVector, output: WeightMatrix, softcap: Float)
     /// Runs what was recorded; the logits, `logitRows.count` rows of `vocabSize`.
@@ -172,6 +174,10 @@ final class CPUForward: ForwardOps {
                 }
             }
         }
+    }
+
+    func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation) {
+        ops.experts(buf(src), rows: batch.count, layer, into: buf(dst), ws: ws)
     }
 
     func logits(norm: WeightVector, output: WeightMatrix, softcap: Float) {

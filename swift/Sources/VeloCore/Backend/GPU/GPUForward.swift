@@ -78,6 +78,9 @@ final class GPUForward: ForwardOps {
 
     init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
          maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
+        guard model.config.experts == nil else {
+            throw VeloError(.unsupported, "mixture-of-experts models run only on the CPU backend so far: use --backend cpu")
+        }
         self.device = device
         config = model.config
         self.kv = kv
@@ -494,6 +497,10 @@ final class GPUForward: ForwardOps {
             let count = n * ffn
             dispatch(GPUKernels.swigluPairs, [s, act(.gate)], [UInt32(count), UInt32(a.rawValue)], (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
         }
+    }
+
+    func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation) {
+        preconditionFailure("GPUForward.init refuses models with experts")
     }
 
     func logits(norm w: WeightVector, output: WeightMatrix, softcap: Float) {
