@@ -140,11 +140,14 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     test: { ...TEST_BASE, vocab: PHI3_VOCAB, ffn: 256, ropeDim: 24, ropeBase: 10000, ctx: 4096, origCtx: 256, eps: 1e-5, tied: true, swa: 16 },
   },
   // Mixture-of-experts test shapes: enough experts that routing picks differ from token to
-  // token, experts small enough that the files stay small.
+  // token, experts small enough that the files stay small. `test-all`: every expert on every
+  // token (no top-k choice), whose output changes smoothly with rounding upstream (a choice
+  // of experts flips where two are near-tied, and any engine's rounding can flip some).
   mixtral: {
     // Mixtral-8x7B: 8 experts of 14336, 2 per token
     "8x7b": { dim: 4096, ffn: 14336, layers: 32, heads: 32, kvHeads: 8, ropeBase: 1e6, ctx: 32768, vocab: SPM_VOCAB, experts: { count: 8, used: 2 } },
     test: { ...TEST_BASE, ffn: 128, ropeBase: 1e6, experts: { count: 8, used: 2 } },
+    "test-all": { ...TEST_BASE, ffn: 128, ropeBase: 1e6, experts: { count: 3, used: 3 } },
   },
   qwen3moe: {
     // Qwen3-30B-A3B: 48 layers of 128 experts of 768, 8 per token (feed_forward_length 6144 is
@@ -153,11 +156,13 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     // its per-layer shape with 12 of the 48 layers: what this machine's memory and time allow
     "30b-a3b-12l": { dim: 2048, ffn: 6144, layers: 12, heads: 32, kvHeads: 4, headDim: 128, ropeBase: 1e6, ctx: 40960, eps: 1e-6, vocab: LLAMA3_VOCAB, experts: { count: 128, used: 8, ffn: 768 } },
     test: { ...TEST_BASE, ffn: 384, headDim: 64, ropeBase: 1e6, eps: 1e-6, tied: true, experts: { count: 16, used: 4, ffn: 64 } },
+    "test-all": { ...TEST_BASE, ffn: 384, headDim: 64, ropeBase: 1e6, eps: 1e-6, tied: true, experts: { count: 4, used: 4, ffn: 64 } },
   },
   qwen2moe: {
     // Qwen1.5-MoE-A2.7B: 60 experts of 1408, 4 per token, a shared expert of 5632
     "a2.7b": { dim: 2048, ffn: 5632, layers: 24, heads: 16, kvHeads: 16, ropeBase: 1e6, ctx: 8192, eps: 1e-6, vocab: LLAMA3_VOCAB, experts: { count: 60, used: 4, ffn: 1408, shared: 5632 } },
     test: { ...TEST_BASE, ffn: 256, ropeBase: 1e6, eps: 1e-6, biasSigma: 0.1, experts: { count: 12, used: 4, ffn: 64, shared: 256 } },
+    "test-all": { ...TEST_BASE, ffn: 256, ropeBase: 1e6, eps: 1e-6, biasSigma: 0.1, experts: { count: 4, used: 4, ffn: 64, shared: 256 } },
   },
 };
 
@@ -605,7 +610,9 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       weight(p + "ffn_up_exps.weight", main, dim, ef, experts.count);
       weight(p + "ffn_down_exps.weight", big, ef, dim, experts.count);
       if (experts.shared) {
-        weight(p + "ffn_gate_inp_shexp.weight", "F32", dim, 1);
+        // shared_expert_gate [1, dim]: the converter squeezes it to a 1-D F32 tensor
+        const g = streamSeed(), sigma = shape.unitInit ? 1 / Math.sqrt(dim) : SIGMA;
+        vector(p + "ffn_gate_inp_shexp.weight", () => normals(dim, g).map((x) => x * sigma), dim);
         weight(p + "ffn_gate_shexp.weight", main, dim, experts.shared);
         weight(p + "ffn_up_shexp.weight", main, dim, experts.shared);
         weight(p + "ffn_down_shexp.weight", big, experts.shared, dim);

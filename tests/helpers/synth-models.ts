@@ -10,13 +10,13 @@ import { repoRoot } from "./paths";
 const synthKey = Bun.hash(readFileSync(join(repoRoot, "src/gguf/synth.ts"))).toString(16).slice(0, 12);
 const modelDir = join(tmpdir(), `velo-arch-models-${synthKey}`);
 
-/** The path of `arch`'s test-shape model in weight type `type`, written on first use. */
-export function synthModel(arch: string, type: string): string {
-  const file = join(modelDir, `${arch}-test-${type}.gguf`);
+/** The path of `arch`'s `shape` model in weight type `type`, written on first use. */
+export function synthModel(arch: string, type: string, shape = "test"): string {
+  const file = join(modelDir, `${arch}-${shape}-${type}.gguf`);
   if (!existsSync(file)) {
     mkdirSync(modelDir, { recursive: true });
     const part = `${file}.${process.pid}.part`;
-    synthesize({ out: part, arch, shape: "test", type });
+    synthesize({ out: part, arch, shape, type });
     renameSync(part, file);
   }
   return file;

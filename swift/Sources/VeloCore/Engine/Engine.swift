@@ -73,17 +73,7 @@ public final class Engine: @unchecked Sendable {
     static func plan(_ o: inout EngineOptions, model: LanguageModel, draft: LanguageModel?, gpu: inout GPUDevice?) throws -> MemoryPlan {
         let planner = MemoryPlanner(model: model, draft: draft, options: o)
         func attempt(_ device: GPUDevice?) -> (MemoryPlan?, MemoryPlan) { planner.plan(gpu: device) }
-        // mixture-of-experts layers have no GPU kernels yet: `auto` runs them on the CPU
-        let hasExperts = ([model] + (draft.map { [$0] } ?? [])).contains { $0.config.experts != nil }
-        let expertsOffGPU = hasExperts && gpu != nil
-        if expertsOffGPU {
-            guard o.backend == .auto else {
-                throw VeloError(.unsupported, "mixture-of-experts models run only on the CPU backend so far, not on \(gpu!.name): use --backend cpu")
-            }
-            gpu = nil
-        }
         var (plan, smallest) = attempt(gpu)
-        if expertsOffGPU { plan?.notes.insert("a mixture-of-experts model runs on the CPU (no GPU kernels for expert layers yet)", at: 0) }
         if plan == nil, gpu != nil, o.backend == .auto {
             let why = MemoryPlanner.refusal(smallest, gpu: true)
             let (cpu, cpuSmallest) = attempt(nil)

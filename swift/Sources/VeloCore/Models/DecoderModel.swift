@@ -88,7 +88,12 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
     }
 
     var vectors: [WeightVector] {
-        layers.flatMap { l in [l.attnNorm, l.ffnNorm] + [l.bq, l.bk, l.bv, l.qNorm, l.kNorm, l.postAttnNorm, l.postFFNNorm].compactMap { $0 } } + [outputNorm]
+        layers.flatMap { l in [l.attnNorm, l.ffnNorm] + [l.bq, l.bk, l.bv, l.qNorm, l.kNorm, l.postAttnNorm, l.postFFNNorm].compactMap { $0 } }
+            + expertLayers.compactMap { $0.shared?.gateInput } + [outputNorm]
+    }
+
+    var expertLayers: [ExpertLayer] {
+        layers.compactMap { if case let .experts(e) = $0.ffn { e } else { nil } }
     }
 
     var gatedPairs: [(WeightMatrix, WeightMatrix)] {
