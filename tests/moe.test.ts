@@ -10,7 +10,8 @@
 // - f32: 2e-4. Measured, CPU: at most 2.6e-6 (mixtral), 2.4e-6 (qwen3moe), 2.4e-6 (qwen2moe);
 //   Vulkan (lavapipe): 7.4e-6, 3.3e-6, 3.1e-6; all 72 steps compared, every token the same.
 //   Mixtral's weights left unnormalised, or Qwen2-MoE's shared expert without its sigmoid gate,
-//   change the first or second greedy token of every prompt (logits off by up to 0.73 and 1.12).
+//   change the first or second greedy token of every prompt, on both backends (logits off by
+//   up to 0.73 and 0.90).
 // - q8_0 / q4_0 on the CPU: 0.05, the dense models' bound (both engines quantize activations to
 //   Q8_0 before each product). Measured: 0.046 (mixtral q8_0), 1e-6 (qwen3moe q8_0), 0.016
 //   (qwen3moe q4_0), 0.058 (qwen2moe q8_0, top logits above 3). The router stays F32 in every
