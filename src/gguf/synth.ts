@@ -152,9 +152,9 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
   qwen3moe: {
     // Qwen3-30B-A3B: 48 layers of 128 experts of 768, 8 per token (feed_forward_length 6144 is
     // written, as the converter does, and not used)
-    "30b-a3b": { dim: 2048, ffn: 6144, layers: 48, heads: 32, kvHeads: 4, headDim: 128, ropeBase: 1e6, ctx: 40960, eps: 1e-6, vocab: LLAMA3_VOCAB, experts: { count: 128, used: 8, ffn: 768 } },
+    "30b_a3b": { dim: 2048, ffn: 6144, layers: 48, heads: 32, kvHeads: 4, headDim: 128, ropeBase: 1e6, ctx: 40960, eps: 1e-6, vocab: LLAMA3_VOCAB, experts: { count: 128, used: 8, ffn: 768 } },
     // its per-layer shape with 12 of the 48 layers: what this machine's memory and time allow
-    "30b-a3b-12l": { dim: 2048, ffn: 6144, layers: 12, heads: 32, kvHeads: 4, headDim: 128, ropeBase: 1e6, ctx: 40960, eps: 1e-6, vocab: LLAMA3_VOCAB, experts: { count: 128, used: 8, ffn: 768 } },
+    "30b_a3b_12l": { dim: 2048, ffn: 6144, layers: 12, heads: 32, kvHeads: 4, headDim: 128, ropeBase: 1e6, ctx: 40960, eps: 1e-6, vocab: LLAMA3_VOCAB, experts: { count: 128, used: 8, ffn: 768 } },
     test: { ...TEST_BASE, ffn: 384, headDim: 64, ropeBase: 1e6, eps: 1e-6, tied: true, experts: { count: 16, used: 4, ffn: 64 } },
     "test-all": { ...TEST_BASE, ffn: 384, headDim: 64, ropeBase: 1e6, eps: 1e-6, tied: true, experts: { count: 4, used: 4, ffn: 64 } },
   },
