@@ -81,7 +81,7 @@ test-neon:
 # Weight kernels are built once per weight type (-DWTYPE_<TYPE>), named <kernel>_<type>.
 WTYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k q2_k q3_k iq4_nl iq4_xs
 WEIGHT_KERNELS := get_rows matvec matmul matmul_coop
-PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attention_tiled attention_combine swiglu swiglu_pairs add add_bias softcap quantize_q8 to_f16 sum_splits
+PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attention_tiled attention_combine swiglu swiglu_pairs add add_bias softcap quantize_q8 to_f16 sum_splits moe_gather moe_combine
 # matvec with 8-bit activations and integer dot products, for the types it supports
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8

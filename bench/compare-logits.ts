@@ -13,7 +13,7 @@
 // each side's top logit (logit_i − logit_top: invariant to a shift of all logits). They agree
 // when the tokens are equal and every difference is within rtol·max(1, |top logit|); a differing
 // token is accepted only on a near-tie of llama.cpp's (its top two within that tolerance).
-// llama.cpp's KV cache is float32 here (as Velo's) unless --kv f16.
+// Both KV caches are float32 here (Velo's default is f16) unless --kv f16.
 // Velo's library is loaded in this process: on a Linux host that needs the build root, run it
 // there: scripts/toolchain.sh run node_modules/bun/bin/bun.exe bench/compare-logits.ts ...
 import { parseArgs } from "node:util";
@@ -74,7 +74,8 @@ if (values.prompts) {
 const ref = await runReference(model, prompts, { nGen, top, ctx, threads, kv });
 // Velo gets the context llama.cpp really had (it pads to a multiple of 256): Phi-3 picks its
 // LongRoPE factors by the context size.
-const got = await runVelo(model, prompts, { nGen, top, ctx: ref.n_ctx, threads, backend });
+// Velo's KV cache in the same type as llama.cpp's (Velo's own default is f16)
+const got = await runVelo(model, prompts, { nGen, top, ctx: ref.n_ctx, threads, backend, engine: { cacheTypeK: kv, cacheTypeV: kv } });
 const tol = { rtol };
 const cmp = compareRuns(ref.results, got, tol);
 if (values.json) {

@@ -5,7 +5,8 @@
 //
 // Models are random-weight GGUFs of a real shape written by src/gguf/synth.ts (cached in
 // --dir): --arch llama (1b, 3b, 8b), llama31 (8b), qwen2 (7b), qwen3 (8b), gemma2 (9b),
-// gemma3 (1b), phi3 (mini). Each round runs Velo's `velo bench --json` and then llama.cpp's runner
+// gemma3 (1b), phi3 (mini), mixtral (8x7b), qwen3moe (30b_a3b, and 30b_a3b_12l: its first 12
+// of 48 layers), qwen2moe (a2.7b). Each round runs Velo's `velo bench --json` and then llama.cpp's runner
 // (bench/llamacpp/bench.mjs, prebuilt CPU llama.cpp via node-llama-cpp) on one model, so the
 // two see the same machine state; rounds alternate and every sample of every round is pooled.
 // Both tools warm up first. Reported: medians of the pooled samples, and Velo / llama.cpp.

@@ -29,16 +29,12 @@
 // tolerance (a near-tie: either engine may pick either), and the steps after it are not
 // compared. So that runs cut short by near-ties cannot pass unseen, at least a third of all
 // steps must have been compared (measured: 33/72 at the least, llama q8_0 on lavapipe).
-// The model files are synthesized once into the temporary folder (a name per synth.ts version).
+// The model files are synthesized once into the temporary folder (tests/helpers/synth-models.ts).
 import { describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, readFileSync, renameSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import {
   compareRuns, describeComparison, randomPrompts, type ReferenceRun, runReference, runVelo, type Tolerance,
 } from "../bench/llamacpp/reference";
-import { synthesize } from "../src/gguf/synth";
-import { repoRoot } from "./helpers/paths";
+import { synthModel } from "./helpers/synth-models";
 
 const ARCHS = ["llama", "llama31", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"] as const;
 type Arch = (typeof ARCHS)[number];
@@ -66,20 +62,7 @@ const SLOW = 300_000;
 const GPU_SLOW = 600_000;
 const gpuBackend = process.platform === "darwin" ? "metal" : "vulkan";
 
-// Models are cached between runs in the temporary folder, under a name that changes with synth.ts.
-const synthKey = Bun.hash(readFileSync(join(repoRoot, "src/gguf/synth.ts"))).toString(16).slice(0, 12);
-const modelDir = join(tmpdir(), `velo-arch-models-${synthKey}`);
-
-function modelFile(arch: Arch, type: string): string {
-  const file = join(modelDir, `${arch}-test-${type}.gguf`);
-  if (!existsSync(file)) {
-    mkdirSync(modelDir, { recursive: true });
-    const part = `${file}.${process.pid}.part`;
-    synthesize({ out: part, arch, shape: "test", type });
-    renameSync(part, file);
-  }
-  return file;
-}
+const modelFile = (arch: Arch, type: string) => synthModel(arch, type);
 
 // llama.cpp's run of each case, shared by the CPU and the GPU tests
 const references = new Map<string, Promise<ReferenceRun>>();

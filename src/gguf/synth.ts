@@ -8,6 +8,7 @@
 //   bun src/gguf/synth.ts OUT.gguf --arch qwen2|qwen3|gemma2|gemma3|phi3|llama31 --shape test --type q8_0
 //   bun src/gguf/synth.ts OUT.gguf --shape test256 --type q2_k --pure   (every 2-D weight in Q2_K)
 //   bun src/gguf/synth.ts OUT.gguf --arch qwen3 --shape test --type f32 --pooling 3   (an embedding model: last-token pooling)
+//   bun src/gguf/synth.ts OUT.gguf --arch mixtral|qwen3moe|qwen2moe --shape test --type q8_0   (mixtures of experts)
 // Weights are random but well-formed: quantized blocks are made directly (random quants,
 // scales chosen so each weight has a standard deviation near 0.02, like a fresh init; on test
 // shapes 1/√(row length), with norm gains and biases random too), so activations stay finite
@@ -25,7 +26,7 @@ const SPM_VOCAB = "models/vocab/ggml-vocab-llama-spm.gguf";
 const LLAMA3_VOCAB = "models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf";
 const PHI3_VOCAB = "models/vocab/ggml-vocab-phi-3.gguf";
 
-export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3";
+export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3" | "mixtral" | "qwen3moe" | "qwen2moe";
 
 export interface Shape {
   dim: number; ffn: number; layers: number; heads: number; kvHeads: number;
@@ -69,6 +70,11 @@ export interface Shape {
   unitInit?: boolean;
   /** Standard deviation of the Q/K/V biases (Qwen2; default 0.02). */
   biasSigma?: number;
+  /**
+   * A mixture of experts in every layer: `count` experts of which `used` run per token, each a
+   * gated MLP of `ffn` (Mixtral: the shape's ffn); `shared`: a shared expert's width (Qwen2-MoE).
+   */
+  experts?: { count: number; used: number; ffn?: number; shared?: number };
 }
 
 // Test shapes: 128-wide, a few layers (Gemma 3: 6, so layer 5 is a global one), the llama-spm
@@ -133,6 +139,31 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     // takes the long ones for contexts above 256), GQA, tied embeddings, a sliding_window it ignores.
     // Phi-3's vocabulary: llama.cpp looks up "<|endoftext|>" in any model whose general.name says phi3
     test: { ...TEST_BASE, vocab: PHI3_VOCAB, ffn: 256, ropeDim: 24, ropeBase: 10000, ctx: 4096, origCtx: 256, eps: 1e-5, tied: true, swa: 16 },
+  },
+  // Mixture-of-experts test shapes: enough experts that routing picks differ from token to
+  // token, experts small enough that the files stay small. `test-all`: every expert on every
+  // token (no top-k choice), whose output changes smoothly with rounding upstream (a choice
+  // of experts flips where two are near-tied, and any engine's rounding can flip some).
+  mixtral: {
+    // Mixtral-8x7B: 8 experts of 14336, 2 per token
+    "8x7b": { dim: 4096, ffn: 14336, layers: 32, heads: 32, kvHeads: 8, ropeBase: 1e6, ctx: 32768, vocab: SPM_VOCAB, experts: { count: 8, used: 2 } },
+    test: { ...TEST_BASE, ffn: 128, ropeBase: 1e6, experts: { count: 8, used: 2 } },
+    "test-all": { ...TEST_BASE, ffn: 128, ropeBase: 1e6, experts: { count: 3, used: 3 } },
+  },
+  qwen3moe: {
+    // Qwen3-30B-A3B: 48 layers of 128 experts of 768, 8 per token (feed_forward_length 6144 is
+    // written, as the converter does, and not used)
+    "30b_a3b": { dim: 2048, ffn: 6144, layers: 48, heads: 32, kvHeads: 4, headDim: 128, ropeBase: 1e6, ctx: 40960, eps: 1e-6, vocab: LLAMA3_VOCAB, experts: { count: 128, used: 8, ffn: 768 } },
+    // its per-layer shape with 12 of the 48 layers: what this machine's memory and time allow
+    "30b_a3b_12l": { dim: 2048, ffn: 6144, layers: 12, heads: 32, kvHeads: 4, headDim: 128, ropeBase: 1e6, ctx: 40960, eps: 1e-6, vocab: LLAMA3_VOCAB, experts: { count: 128, used: 8, ffn: 768 } },
+    test: { ...TEST_BASE, ffn: 384, headDim: 64, ropeBase: 1e6, eps: 1e-6, tied: true, experts: { count: 16, used: 4, ffn: 64 } },
+    "test-all": { ...TEST_BASE, ffn: 384, headDim: 64, ropeBase: 1e6, eps: 1e-6, tied: true, experts: { count: 4, used: 4, ffn: 64 } },
+  },
+  qwen2moe: {
+    // Qwen1.5-MoE-A2.7B: 60 experts of 1408, 4 per token, a shared expert of 5632
+    "a2.7b": { dim: 2048, ffn: 5632, layers: 24, heads: 16, kvHeads: 16, ropeBase: 1e6, ctx: 8192, eps: 1e-6, vocab: LLAMA3_VOCAB, experts: { count: 60, used: 4, ffn: 1408, shared: 5632 } },
+    test: { ...TEST_BASE, ffn: 256, ropeBase: 1e6, eps: 1e-6, biasSigma: 0.1, experts: { count: 12, used: 4, ffn: 64, shared: 256 } },
+    "test-all": { ...TEST_BASE, ffn: 256, ropeBase: 1e6, eps: 1e-6, biasSigma: 0.1, experts: { count: 4, used: 4, ffn: 64, shared: 256 } },
   },
 };
 
@@ -428,15 +459,15 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   const eps = shape.eps ?? 1e-5;
   if (!Number.isInteger(headDim)) throw new Error(`${dim} is not a multiple of ${heads} heads`);
   // llama.cpp's loaders for these take the query width and the output rows as n_embd
-  if ((arch === "qwen2" || arch === "phi3" || arch === "llama" || arch === "llama31") && qDim !== dim) {
+  if ((arch === "qwen2" || arch === "phi3" || arch === "llama" || arch === "llama31" || arch === "mixtral" || arch === "qwen2moe") && qDim !== dim) {
     throw new Error(`${arch}: heads × head size must equal the width (${heads} × ${headDim} ≠ ${dim})`);
   }
-  if ((arch === "llama" || arch === "llama31" || arch === "qwen2" || arch === "qwen3") && ropeDim !== headDim) {
+  if (arch !== "phi3" && !arch.startsWith("gemma") && ropeDim !== headDim) {
     throw new Error(`${arch}: llama.cpp rotates whole heads (rope.dimension_count must be ${headDim})`);
   }
 
   // Metadata in the converter's keys (LLM_KV_* of llama-arch.cpp under the architecture's name).
-  const gguArch = arch === "llama31" ? "llama" : arch;
+  const gguArch = arch === "llama31" || arch === "mixtral" ? "llama" : arch;
   const k = (key: string) => `${gguArch}.${key}`;
   const metadata: [string, MetaValue][] = [
     ["general.architecture", meta.str(gguArch)],
@@ -450,7 +481,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
     [k("attention.head_count_kv"), meta.u32(kvHeads)],
   ];
   const add = (key: string, v: MetaValue) => metadata.push([k(key), v]);
-  if (arch === "llama" || arch === "llama31") {
+  if (gguArch === "llama") {
     add("rope.freq_base", meta.f32(shape.ropeBase));
     add("rope.dimension_count", meta.u32(headDim));
   }
@@ -459,12 +490,15 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   switch (arch) {
     case "llama":
     case "llama31":
+    case "mixtral":
       add("vocab_size", meta.u32(nVocab));
       break;
     case "qwen2":
+    case "qwen2moe":
       add("rope.freq_base", meta.f32(shape.ropeBase));
       break;
     case "qwen3":
+    case "qwen3moe":
       add("rope.freq_base", meta.f32(shape.ropeBase));
       add("attention.key_length", meta.u32(headDim));
       add("attention.value_length", meta.u32(headDim));
@@ -497,16 +531,27 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       if (shape.origCtx) add("rope.scaling.attn_factor", meta.f32(phi3AttnFactor(shape.ctx, shape.origCtx)));
       break;
   }
+  const experts = shape.experts;
+  if (experts) {
+    // LLM_KV_EXPERT_*: Mixtral's converter writes the count and the used count; the Qwen MoE
+    // converters add the expert (and shared expert) widths
+    add("expert_count", meta.u32(experts.count));
+    add("expert_used_count", meta.u32(experts.used));
+    if (experts.ffn) add("expert_feed_forward_length", meta.u32(experts.ffn));
+    if (experts.shared) add("expert_shared_feed_forward_length", meta.u32(experts.shared));
+  }
   metadata.push(...tokenizer.map((kv): [string, MetaValue] => [kv.key, { type: "raw", bytes: kv.raw }]));
 
   const tensors: TensorSpec[] = [];
   const streamSeed = () => (seed * 0x10001 + tensors.length) | 0; // each tensor its own stream
-  const weight = (name: string, type: GGMLTypeName, rowLength: number, rows: number) => {
+  /** A weight of `rows` rows of `rowLength`; `stack` of them in one 3-D tensor (experts). */
+  const weight = (name: string, type: GGMLTypeName, rowLength: number, rows: number, stack = 1) => {
     const t = opts.pure ? type : typeForRow(type, rowLength, name);
     if (rowLength % blockLayout[t][0] !== 0) throw new Error(`${name}: rows of ${rowLength} do not fit ${t} blocks of ${blockLayout[t][0]} (--pure)`);
     const s = streamSeed();
     const sigma = shape.unitInit ? 1 / Math.sqrt(rowLength) : SIGMA;
-    tensors.push({ name, type: t, dims: [rowLength, rows], data: () => tensorData(t, rowLength * rows, s, sigma) });
+    const dims = stack > 1 ? [rowLength, rows, stack] : [rowLength, rows];
+    tensors.push({ name, type: t, dims, data: () => tensorData(t, rowLength * rows * stack, s, sigma) });
   };
   /** A 1-D F32 tensor (norm gains, biases): the converter keeps every 1-D tensor in F32. */
   const vector = (name: string, values: () => ArrayLike<number>, n: number) =>
@@ -548,25 +593,41 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       weight(p + "attn_k.weight", main, dim, kvDim);
       weight(p + "attn_v.weight", main, dim, kvDim);
     }
-    if (arch === "qwen2") {
+    if (arch === "qwen2" || arch === "qwen2moe") {
       bias(p + "attn_q.bias", qDim);
       bias(p + "attn_k.bias", kvDim);
       bias(p + "attn_v.bias", kvDim);
     }
-    if (arch === "qwen3" || arch === "gemma3") {
+    if (arch === "qwen3" || arch === "qwen3moe" || arch === "gemma3") {
       norm(p + "attn_q_norm.weight", headDim);
       norm(p + "attn_k_norm.weight", headDim);
     }
     weight(p + "attn_output.weight", main, qDim, dim);
     if (arch === "gemma2" || arch === "gemma3") norm(p + "post_attention_norm.weight", dim, shape.postNormGain);
     norm(p + "ffn_norm.weight");
-    if (arch === "phi3") {
+    if (experts) {
+      // the router stays F32 (llama-quantize leaves ffn_gate_inp alone); each expert's matrix
+      // is one slice of a stacked 3-D tensor [row length, rows, experts]
+      weight(p + "ffn_gate_inp.weight", "F32", dim, experts.count);
+      const ef = experts.ffn ?? ffn;
+      weight(p + "ffn_gate_exps.weight", main, dim, ef, experts.count);
+      weight(p + "ffn_up_exps.weight", main, dim, ef, experts.count);
+      weight(p + "ffn_down_exps.weight", big, ef, dim, experts.count);
+      if (experts.shared) {
+        // shared_expert_gate [1, dim]: the converter squeezes it to a 1-D F32 tensor
+        const g = streamSeed(), sigma = shape.unitInit ? 1 / Math.sqrt(dim) : SIGMA;
+        vector(p + "ffn_gate_inp_shexp.weight", () => normals(dim, g).map((x) => x * sigma), dim);
+        weight(p + "ffn_gate_shexp.weight", main, dim, experts.shared);
+        weight(p + "ffn_up_shexp.weight", main, dim, experts.shared);
+        weight(p + "ffn_down_shexp.weight", big, experts.shared, dim);
+      }
+    } else if (arch === "phi3") {
       weight(p + "ffn_up.weight", main, dim, 2 * ffn); // rows: gate, then up (gate_up_proj)
     } else {
       weight(p + "ffn_gate.weight", main, dim, ffn);
       weight(p + "ffn_up.weight", main, dim, ffn);
     }
-    weight(p + "ffn_down.weight", big, ffn, dim);
+    if (!experts) weight(p + "ffn_down.weight", big, ffn, dim);
     if (arch === "gemma2" || arch === "gemma3") norm(p + "post_ffw_norm.weight", dim, shape.postNormGain);
   }
   norm("output_norm.weight");

@@ -17,6 +17,8 @@ let architectures: [String: Architecture.Type] = [
     "llama": Llama.self,
     "qwen2": Qwen2.self,
     "qwen3": Qwen3.self,
+    "qwen2moe": Qwen2MoE.self,
+    "qwen3moe": Qwen3MoE.self,
     "gemma2": Gemma2.self,
     "gemma3": Gemma3.self,
     "phi3": Phi3.self,

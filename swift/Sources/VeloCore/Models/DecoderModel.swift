@@ -10,8 +10,21 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
         let qNorm, kNorm: WeightVector?
         let postAttnNorm: WeightVector?
         let ffnNorm: WeightVector
-        let gate, up, down: WeightMatrix
+        let ffn: FFN
         let postFFNNorm: WeightVector?
+    }
+
+    /// A layer's feed-forward block: one gated MLP, or a mixture of experts.
+    enum FFN {
+        case dense(gate: WeightMatrix, up: WeightMatrix, down: WeightMatrix)
+        case experts(ExpertLayer)
+
+        var matrices: [WeightMatrix] {
+            switch self {
+            case let .dense(gate, up, down): return [gate, up, down]
+            case let .experts(e): return e.matrices
+            }
+        }
     }
 
     let config: ModelConfig
@@ -34,12 +47,18 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
                              try w.matrix(p + "attn_k.weight", rows: c.kvDim, cols: c.dim),
                              try w.matrix(p + "attn_v.weight", rows: c.kvDim, cols: c.dim))
             }
-            let gate, up: WeightMatrix
-            if let g = try w.optionalMatrix(p + "ffn_gate.weight", rows: c.ffnDim, cols: c.dim) {
-                (gate, up) = (g, try w.matrix(p + "ffn_up.weight", rows: c.ffnDim, cols: c.dim))
+            let ffn: FFN
+            if let e = c.experts {
+                ffn = .experts(try ExpertLayer(w, prefix: p, c, e))
             } else {
-                let gu = try w.matrix(p + "ffn_up.weight", rows: 2 * c.ffnDim, cols: c.dim)
-                (gate, up) = (gu.rows(0, c.ffnDim), gu.rows(c.ffnDim, c.ffnDim))
+                let gate, up: WeightMatrix
+                if let g = try w.optionalMatrix(p + "ffn_gate.weight", rows: c.ffnDim, cols: c.dim) {
+                    (gate, up) = (g, try w.matrix(p + "ffn_up.weight", rows: c.ffnDim, cols: c.dim))
+                } else {
+                    let gu = try w.matrix(p + "ffn_up.weight", rows: 2 * c.ffnDim, cols: c.dim)
+                    (gate, up) = (gu.rows(0, c.ffnDim), gu.rows(c.ffnDim, c.ffnDim))
+                }
+                ffn = .dense(gate: gate, up: up, down: try w.matrix(p + "ffn_down.weight", rows: c.dim, cols: c.ffnDim))
             }
             // required where the architecture has them, else used when present (as llama.cpp
             // does for Llama's optional biases)
@@ -57,8 +76,7 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
                 kNorm: try vector("attn_k_norm.weight", c.headDim, .qkNorm),
                 postAttnNorm: try vector("post_attention_norm.weight", c.dim, .postNorms),
                 ffnNorm: try w.vector(p + "ffn_norm.weight", count: c.dim),
-                gate: gate, up: up,
-                down: try w.matrix(p + "ffn_down.weight", rows: c.dim, cols: c.ffnDim),
+                ffn: ffn,
                 postFFNNorm: try vector("post_ffw_norm.weight", c.dim, .postNorms))
         }
         outputNorm = try w.vector("output_norm.weight", count: c.dim)
@@ -66,14 +84,21 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
     }
 
     var matrices: [WeightMatrix] {
-        [embeddings] + layers.flatMap { [$0.wq, $0.wk, $0.wv, $0.wo, $0.gate, $0.up, $0.down] } + (output.data == embeddings.data ? [] : [output])
+        [embeddings] + layers.flatMap { [$0.wq, $0.wk, $0.wv, $0.wo] + $0.ffn.matrices } + (output.data == embeddings.data ? [] : [output])
     }
 
     var vectors: [WeightVector] {
-        layers.flatMap { l in [l.attnNorm, l.ffnNorm] + [l.bq, l.bk, l.bv, l.qNorm, l.kNorm, l.postAttnNorm, l.postFFNNorm].compactMap { $0 } } + [outputNorm]
+        layers.flatMap { l in [l.attnNorm, l.ffnNorm] + [l.bq, l.bk, l.bv, l.qNorm, l.kNorm, l.postAttnNorm, l.postFFNNorm].compactMap { $0 } }
+            + expertLayers.compactMap { $0.shared?.gateInput } + [outputNorm]
     }
 
-    var gatedPairs: [(WeightMatrix, WeightMatrix)] { layers.map { ($0.gate, $0.up) } }
+    var expertLayers: [ExpertLayer] {
+        layers.compactMap { if case let .experts(e) = $0.ffn { e } else { nil } }
+    }
+
+    var gatedPairs: [(WeightMatrix, WeightMatrix)] {
+        layers.compactMap { if case let .dense(gate, up, _) = $0.ffn { (gate, up) } else { nil } }
+    }
 
     var attentionInputs: [(WeightMatrix, WeightMatrix, WeightMatrix)] { layers.map { ($0.wq, $0.wk, $0.wv) } }
 
@@ -91,8 +116,13 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
             ops.matmul(.attn, [(l.wo, .xn)])
             if let n = l.postAttnNorm { ops.rmsNorm(.xn, n, into: .xn) }
             ops.addRMSNorm(.x, .xn, l.ffnNorm, into: .xn)
-            ops.gatedUp(.xn, gate: l.gate, up: l.up, c.activation)
-            ops.matmul(.gate, [(l.down, .xn)])
+            switch l.ffn {
+            case let .dense(gate, up, down):
+                ops.gatedUp(.xn, gate: gate, up: up, c.activation)
+                ops.matmul(.gate, [(down, .xn)])
+            case let .experts(e):
+                ops.experts(.xn, e, into: .xn)
+            }
             if let n = l.postFFNNorm { ops.rmsNorm(.xn, n, into: .xn) }
             // the residual add, fused with the next layer's input norm
             if li + 1 < layers.count {

@@ -47,6 +47,8 @@ protocol ForwardOps: AnyObject {
     /// The final-norm hidden states of the batch's `hiddenRows`, rmsnorm(x) * norm (what the
     /// output projection reads), for embeddings; nothing when it has none.
     func hidden(norm: WeightVector)
+    /// dst = the layer's mixture-of-experts FFN of src (`ModelConfig.experts`; dst may be src).
+    func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation)
     /// Logits of the batch's `logitRows`: output · rmsnorm(x) * norm, then softcapped (0: not).
     func logits(norm: WeightVector, output: WeightMatrix, softcap: Float)
     /// Runs what was recorded; the logits, `logitRows.count` rows of `vocabSize`.
@@ -199,6 +201,10 @@ final class CPUForward: ForwardOps {
     }
 
     var hiddenStates: UnsafePointer<Float> { UnsafePointer(hiddenBuffer!) }
+
+    func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation) {
+        ops.experts(buf(src), rows: batch.count, layer, into: buf(dst), ws: ws)
+    }
 
     func logits(norm: WeightVector, output: WeightMatrix, softcap: Float) {
         // only the rows that need logits go through the (large) output projection

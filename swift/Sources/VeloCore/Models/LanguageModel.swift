@@ -12,9 +12,13 @@ protocol LanguageModel: AnyObject {
     /// `.q`, `.k`, `.v` in that order: a GPU uploads each triple once, concatenated by rows, for
     /// one dispatch.
     var attentionInputs: [(WeightMatrix, WeightMatrix, WeightMatrix)] { get }
+    /// The mixture-of-experts layers `forward` runs through `ForwardOps.experts`: a GPU uploads
+    /// each stacked expert tensor once and binds its experts as slices of it.
+    var expertLayers: [ExpertLayer] { get }
 }
 
 extension LanguageModel {
     var gatedPairs: [(WeightMatrix, WeightMatrix)] { [] }
     var attentionInputs: [(WeightMatrix, WeightMatrix, WeightMatrix)] { [] }
+    var expertLayers: [ExpertLayer] { [] }
 }

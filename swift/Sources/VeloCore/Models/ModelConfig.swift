@@ -35,9 +35,14 @@ public struct ModelConfig: Sendable {
     public var activation: FFNActivation = .silu
     /// `{arch}.pooling_type` (nil: absent): how embeddings pool the hidden states (`Pooling`).
     public var poolingType: Int?
+    /// The FFN is a mixture of experts (nil: one dense gated MLP of `ffnDim`).
+    public var experts: Experts?
 
     public var qDim: Int { heads * headDim }
     public var kvDim: Int { kvHeads * headDim }
+    /// The widest gated-MLP hidden layer the forward pass has: the dense FFN's, or an expert's
+    /// or the shared expert's (a mixture-of-experts model's `ffnDim` is not used).
+    var hiddenWidth: Int { experts.map { max($0.ffnDim, $0.sharedFFNDim) } ?? ffnDim }
 
     /// The shape and the Llama defaults; `Architecture.configure` adjusts the quirks.
     init(gguf: GGUFFile, arch: String) throws {
@@ -74,6 +79,19 @@ public struct ModelConfig: Sendable {
         if let v = m.int("attention.value_length"), v != headDim {
             throw VeloError(.unsupported, "\(gguf.file.path): value heads of \(v) differ from key heads of \(headDim), which Velo does not support")
         }
+    }
+
+    /// Reads `{arch}.expert_count` and `.expert_used_count`, weights renormalised (Mixtral's
+    /// routing); architectures adjust the rest. Each expert is `ffnDim` wide, or with
+    /// `ownWidth` (the Qwen MoE converters) `expert_feed_forward_length` wide, ffnDim / used
+    /// when absent, as llama.cpp defaults it.
+    mutating func readExperts(_ m: Metadata, ownWidth: Bool = false) throws {
+        let count = try m.required("expert_count"), used = try m.required("expert_used_count")
+        guard used <= count else {
+            throw VeloError(.invalidFile, "\(m.gguf.file.path): \(used) experts used of \(count)")
+        }
+        let width = ownWidth ? m.int("expert_feed_forward_length") ?? ffnDim / used : ffnDim
+        experts = Experts(count: count, used: used, ffnDim: width)
     }
 
     /// Sets one sliding window on the layers where `isLocal` holds.

@@ -23,6 +23,8 @@ final class Workspace {
     let maxTokens: Int
     let x, xn, q, k, v, attn, gate, up: UnsafeMutablePointer<Float>
     let logits: UnsafeMutablePointer<Float>
+    /// The expert FFN's buffers (nil: a dense model).
+    let experts: ExpertScratch?
     /// Quantized activations (the largest row format, for the widest input).
     let quant: UnsafeMutableRawPointer
     let quantStride: Int
@@ -43,10 +45,11 @@ final class Workspace {
         k = buf(maxTokens * c.kvDim)
         v = buf(maxTokens * c.kvDim)
         attn = buf(maxTokens * c.qDim)
-        gate = buf(maxTokens * c.ffnDim)
-        up = buf(maxTokens * c.ffnDim)
+        gate = buf(maxTokens * c.hiddenWidth)
+        up = buf(maxTokens * c.hiddenWidth)
         logits = buf(maxLogitRows * c.vocabSize)
-        let widest = max(c.dim, c.qDim, c.ffnDim)
+        experts = ExpertScratch(c, maxTokens: maxTokens)
+        let widest = max(c.dim, c.qDim, c.hiddenWidth)
         // F32 activations are the largest format: 4 bytes per element, plus block headroom.
         quantStride = (widest * 4 + 63) / 64 * 64
         quant = .allocate(byteCount: quantStride * maxTokens, alignment: 64)
@@ -56,14 +59,15 @@ final class Workspace {
 
     /// Bytes a workspace of these sizes takes (the fit check, before one is made).
     static func bytes(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int) -> Int {
-        let widest = max(c.dim, c.qDim, c.ffnDim)
-        let floats = maxTokens * (2 * c.dim + 2 * c.qDim + 2 * c.kvDim + 2 * c.ffnDim) + maxLogitRows * c.vocabSize
-            + (maxContext + 15) / 16 * 16 * threads * (c.heads / max(c.kvHeads, 1))
+        let widest = max(c.dim, c.qDim, c.hiddenWidth)
+        let floats = maxTokens * (2 * c.dim + 2 * c.qDim + 2 * c.kvDim + 2 * c.hiddenWidth) + maxLogitRows * c.vocabSize
+            + (maxContext + 15) / 16 * 16 * threads * (c.heads / max(c.kvHeads, 1)) + ExpertScratch.floats(c, maxTokens: maxTokens)
         return floats * 4 + (widest * 4 + 63) / 64 * 64 * maxTokens
     }
 
     deinit {
         for p in [x, xn, q, k, v, attn, gate, up, logits, scores] { p.deallocate() }
+        experts?.deallocate()
         quant.deallocate()
     }
 }

@@ -60,6 +60,24 @@ final class WeightLoader {
                             rowBytes: t.byteCount / rows)
     }
 
+    /// A stacked 3-D tensor of `count` matrices of `rows` × `cols` (llama.cpp's `ffn_*_exps`), as
+    /// one view per matrix.
+    func experts(_ name: String, count: Int, rows: Int, cols: Int) throws -> [WeightMatrix] {
+        guard let t = gguf.tensor(name) else {
+            throw VeloError(.invalidFile, "\(gguf.file.path): tensor '\(name)' is missing")
+        }
+        used.insert(name)
+        guard t.dims == [cols, rows, count] else {
+            throw VeloError(.invalidFile, "\(gguf.file.path): tensor '\(name)' has shape \(t.dims), expected [\(cols), \(rows), \(count)]")
+        }
+        guard ck_type_supported(Int32(t.type.rawValue)) != 0 else {
+            throw VeloError(.unsupported, "\(gguf.file.path): tensor '\(name)' has type \(t.type.name), which Velo cannot compute with yet")
+        }
+        let all = WeightMatrix(name: name, type: t.type, data: gguf.data(of: t), rows: rows * count, cols: cols,
+                               rowBytes: t.byteCount / (rows * count))
+        return (0..<count).map { all.rows($0 * rows, rows) }
+    }
+
     func optionalMatrix(_ name: String, rows: Int, cols: Int) throws -> WeightMatrix? {
         gguf.tensor(name) == nil ? nil : try matrix(name, rows: rows, cols: cols)
     }

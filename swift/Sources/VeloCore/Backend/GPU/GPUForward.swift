@@ -49,6 +49,13 @@ final class GPUForward: ForwardOps {
     /// nil when no pair or no batch larger than matvecMaxRows.
     private let gluScratch: GPUBuffer?
     private var vectors: [String: GPUBuffer] = [:]
+    /// Each expert's gate, up and down as a slice of its stacked tensor's buffer, keyed by the
+    /// expert's view (`ExpertLayer`); such weights are not in `weights`.
+    private var expertWeights: [UnsafeRawPointer: GPUBinding] = [:]
+    /// Mixture-of-experts layers' buffers (nil: a dense model).
+    private let moe: MoEBuffers?
+    /// A failure of the mid-pass submit that expert routing needs, thrown by `finish`.
+    private var pendingError: Error?
     /// Each of `config.ropes`' per-pair frequencies.
     private var ropeFreqs: [GPUBuffer] = []
     private var batch = ForwardBatch()
@@ -167,6 +174,23 @@ final class GPUForward: ForwardOps {
             qkvWeights[q.data] = (b, k.data, v.data)
             paired.formUnion(ws.map(\.data))
         }
+        // stacked expert tensors: one buffer each, an expert a slice of it
+        for l in model.expertLayers {
+            for stack in [l.gate, l.up, l.down] {
+                let bytes = stack[0].rows * stack[0].rowBytes
+                guard bytes % device.bindingAlignment == 0 else {
+                    throw VeloError(.unsupported, "\(stack[0].name): an expert of \(bytes) bytes does not start at the \(device.bindingAlignment)-byte binding alignment \(device.name) needs")
+                }
+                guard bytes * stack.count <= device.maxBindingBytes else {
+                    throw VeloError(.unsupported, "\(stack[0].name) (\((bytes * stack.count) >> 20) MiB) is larger than one GPU buffer binding may be on \(device.name)")
+                }
+                let b = try device.makeBuffer(bytes: bytes * stack.count, memory: .device, label: stack[0].name)
+                try device.upload(b, offset: 0, from: stack[0].data, bytes: bytes * stack.count)
+                for (j, w) in stack.enumerated() { expertWeights[w.data] = GPUBinding(b, offset: j * bytes, size: bytes) }
+                paired.formUnion(stack.map(\.data))
+            }
+        }
+        moe = c.experts == nil ? nil : try MoEBuffers(device: device, config: c, maxTokens: maxTokens)
         // weights: once, in the file's own formats
         for w in model.matrices where weights[w.data] == nil && !paired.contains(w.data) {
             let bytes = w.rowBytes * w.rows
@@ -213,6 +237,7 @@ final class GPUForward: ForwardOps {
         if x16 != nil { for k in [GPUKernels.toF16, GPUKernels.sumSplits] { _ = try pipeline(k) } }
         if coopAttention { _ = try pipeline(attentionCoopKernel) }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
+        if moe != nil { for k in [GPUKernels.moeGather, GPUKernels.moeCombine] { _ = try pipeline(k) } }
         for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, ropeStoreKernel, GPUKernels.rope, kvStoreKernel, attentionKernel, attentionTiledKernel, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap] { _ = try pipeline(k) }
     }
 
@@ -235,7 +260,7 @@ final class GPUForward: ForwardOps {
             let q = GPUKernels.q8Bytes(k: k, m: GPUKernels.matvecMaxRows)
             b += q.values + q.scales
         }
-        return b
+        return b + MoEBuffers.bytes(config: c, maxTokens: maxTokens)
     }
 
     static func width(_ a: Activation, _ c: ModelConfig) -> Int {
@@ -243,7 +268,7 @@ final class GPUForward: ForwardOps {
         case .x, .xn: return c.dim
         case .q, .attn: return c.qDim
         case .k, .v: return c.kvDim
-        case .gate, .up: return c.ffnDim
+        case .gate, .up: return c.hiddenWidth
         }
     }
 
@@ -341,7 +366,7 @@ final class GPUForward: ForwardOps {
             // the concatenated weight: its rows land as Q|K|V rows, the three views
             let q = pairs[0].0, rows = config.qDim + 2 * config.kvDim
             let w = WeightMatrix(name: q.name, type: q.type, data: q.data, rows: rows, cols: q.cols, rowBytes: q.rowBytes)
-            multiply(w, act(src), rows: n, xStride: stride(src), into: act(.q), yStride: stride(.q), op: .matmul, weight: m.buffer)
+            multiply(w, act(src), rows: n, xStride: stride(src), into: act(.q), yStride: stride(.q), op: .matmul, weight: GPUBinding(m.buffer))
             return
         }
         for (w, dst) in pairs {
@@ -354,10 +379,10 @@ final class GPUForward: ForwardOps {
     /// `glu` (decode only, an interleaved pair's weight as `weight`): Y = silu(gate·X) * (up·X),
     /// w.rows counting the interleaved rows.
     private func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op,
-                          weight: GPUBuffer? = nil, glu: ModelConfig.FFNActivation? = nil) {
+                          weight: GPUBinding? = nil, glu: ModelConfig.FFNActivation? = nil) {
         precondition(glu == nil || rows <= GPUKernels.matvecMaxRows)
         let params = [UInt32(w.cols), UInt32(w.rows), UInt32(rows), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0)]
-        let wb = GPUBinding(weight ?? weights[w.data]!)
+        let wb = weight ?? GPUBinding(weights[w.data]!)
         if rows <= GPUKernels.matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
             // activations to 8 bits once per input (the Q, K and V products share it), then
             // integer dot products with the weight blocks
@@ -502,10 +527,10 @@ final class GPUForward: ForwardOps {
         let pair = WeightMatrix(name: gate.name, type: gate.type, data: gate.data, rows: 2 * ffn, cols: gate.cols, rowBytes: gate.rowBytes)
         let x = act(src), xStride = stride(src)
         if n <= GPUKernels.matvecMaxRows {
-            multiply(pair, x, rows: n, xStride: xStride, into: act(.gate), yStride: ffn, op: .matmul, weight: wb, glu: a)
+            multiply(pair, x, rows: n, xStride: xStride, into: act(.gate), yStride: ffn, op: .matmul, weight: GPUBinding(wb), glu: a)
         } else {
             let s = GPUBinding(gluScratch!)
-            multiply(pair, x, rows: n, xStride: xStride, into: s, yStride: 2 * ffn, op: .matmul, weight: wb)
+            multiply(pair, x, rows: n, xStride: xStride, into: s, yStride: 2 * ffn, op: .matmul, weight: GPUBinding(wb))
             let count = n * ffn
             dispatch(GPUKernels.swigluPairs, [s, act(.gate)], [UInt32(count), UInt32(a.rawValue)], (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
         }
@@ -526,6 +551,76 @@ final class GPUForward: ForwardOps {
 
     var hiddenStates: UnsafePointer<Float> { UnsafePointer(hiddenBuffer!.contents!.assumingMemoryBound(to: Float.self)) }
 
+    /// The router's product runs first and the pass is submitted so the host can route (top-k
+    /// of each token's softmax, as the CPU does); recording then goes on with the rows routed to
+    /// each expert gathered, one product per expert over its rows (weights bound as slices of
+    /// the stacked tensors), SwiGLU over all of them, and moe_combine's weighted sum into dst.
+    func experts(_ src: Activation, _ l: ExpertLayer, into dst: Activation) {
+        let c = config, e = c.experts!, m = moe!, d = c.dim, h = e.ffnDim
+        let x = act(src), xs = stride(src)
+        multiply(l.router, x, rows: n, xStride: xs, into: GPUBinding(m.router), yStride: e.count, op: .matmul)
+        let routes: ExpertRoutes
+        do {
+            try device.commit(profiler: profiler.enabled ? profiler : nil)
+            routes = ExpertRoutes(logits: m.router.contents!.assumingMemoryBound(to: Float.self), tokens: n, e)
+            try device.begin()
+        } catch {
+            if pendingError == nil { pendingError = error }
+            try? device.begin()
+            return
+        }
+        q8Source = nil
+        x16Source = nil
+        // the routed (token, expert) pairs in expert order: rows[i] is pair i's token; each
+        // token's used pairs are slot[t·used + k] with weight w[t·used + k]
+        let rows = m.routing.contents!.assumingMemoryBound(to: UInt32.self)
+        let slot = (m.routing.contents! + m.slotOffset).assumingMemoryBound(to: UInt32.self)
+        let weight = (m.routing.contents! + m.weightOffset).assumingMemoryBound(to: Float.self)
+        var filled = [Int](repeating: 0, count: n)
+        var starts: [(expert: Int, first: Int, count: Int)] = []
+        var i = 0
+        for j in 0..<e.count where !routes.rows[j].isEmpty {
+            starts.append((j, i, routes.rows[j].count))
+            for (r, t) in routes.rows[j].enumerated() {
+                rows[i] = UInt32(t)
+                slot[t * e.used + filled[t]] = UInt32(i)
+                weight[t * e.used + filled[t]] = routes.weights[j][r]
+                filled[t] += 1
+                i += 1
+            }
+        }
+        let pairs = n * e.used
+        dispatch(GPUKernels.moeGather, [x, GPUBinding(m.routing, offset: 0, size: m.slotOffset), GPUBinding(m.input)],
+                 [UInt32(d), UInt32(pairs), UInt32(xs)], (pairs, 1, 1), .other)
+        let input = { (first: Int) in GPUBinding(m.input, offset: first * d * 4) }
+        let hidden = { (b: GPUBuffer, first: Int) in GPUBinding(b, offset: first * h * 4) }
+        for s in starts {
+            multiply(l.gate[s.expert], input(s.first), rows: s.count, xStride: d, into: hidden(m.gate, s.first), yStride: h, op: .matmul, weight: expertWeights[l.gate[s.expert].data]!)
+            multiply(l.up[s.expert], input(s.first), rows: s.count, xStride: d, into: hidden(m.up, s.first), yStride: h, op: .matmul, weight: expertWeights[l.up[s.expert].data]!)
+        }
+        swiglu(GPUBinding(m.gate), GPUBinding(m.up), count: pairs * h)
+        for s in starts {
+            multiply(l.down[s.expert], hidden(m.gate, s.first), rows: s.count, xStride: h, into: GPUBinding(m.output, offset: s.first * d * 4), yStride: d, op: .matmul, weight: expertWeights[l.down[s.expert].data]!)
+        }
+        var shared = (out: GPUBinding(m.output), gate: GPUBinding(m.output))
+        if let sh = l.shared, let out = m.shared {
+            let w = e.sharedFFNDim
+            multiply(sh.gate, x, rows: n, xStride: xs, into: act(.gate), yStride: w, op: .matmul)
+            multiply(sh.up, x, rows: n, xStride: xs, into: act(.up), yStride: w, op: .matmul)
+            swiglu(act(.gate), act(.up), count: n * w)
+            multiply(sh.down, act(.gate), rows: n, xStride: w, into: GPUBinding(out), yStride: d, op: .matmul)
+            shared = (GPUBinding(out), GPUBinding(vectors[sh.gateInput.name]!))
+        }
+        dispatch(GPUKernels.moeCombine,
+                 [act(dst), GPUBinding(m.output), GPUBinding(m.routing, offset: m.slotOffset), GPUBinding(m.routing, offset: m.weightOffset), shared.out, shared.gate],
+                 [UInt32(d), UInt32(e.used), l.shared == nil ? 0 : 1, UInt32(stride(dst)), UInt32(n)], (n, 1, 1), .other)
+    }
+
+    private func swiglu(_ gate: GPUBinding, _ up: GPUBinding, count: Int) {
+        dispatch(GPUKernels.swiglu, [gate, up], [UInt32(count), UInt32(ModelConfig.FFNActivation.silu.rawValue)],
+                 (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
+    }
+
     func logits(norm w: WeightVector, output: WeightMatrix, softcap: Float) {
         let rows = batch.logitRows.count
         guard rows > 0 else { return }
@@ -545,6 +640,10 @@ final class GPUForward: ForwardOps {
         if profiler.enabled { profiler.add(.record, nanos: t0 - recordStart) }
         try device.commit(profiler: profiler.enabled ? profiler : nil)
         if profiler.enabled { profiler.add(.wait, nanos: nowNanos() - t0) }
+        if let e = pendingError {
+            pendingError = nil
+            throw e
+        }
         return logitsBuffer.contents!.assumingMemoryBound(to: Float.self)
     }
 }
@@ -638,5 +737,40 @@ final class GPUKVPages {
         for g in groups {
             try device.upload(g.buffer, offset: Int(page) * g.pageBytes, from: src + g.firstLayer * layout.layerBytes, bytes: g.pageBytes)
         }
+    }
+}
+
+/// A mixture-of-experts model's GPU buffers, `maxTokens` tokens' worth: the router's logits
+/// (read by the host), the routing the host writes back (each routed pair's token, each token's
+/// pairs and weights), the gathered input rows, the experts' hidden and output rows, and the
+/// shared expert's output.
+struct MoEBuffers {
+    let router, routing, input, gate, up, output: GPUBuffer
+    let shared: GPUBuffer?
+    /// Byte offsets of the slots and the weights in `routing` (after the pairs' tokens).
+    let slotOffset, weightOffset: Int
+
+    init(device: GPUDevice, config c: ModelConfig, maxTokens: Int) throws {
+        let e = c.experts!, pairs = maxTokens * e.used, a = device.bindingAlignment
+        // every expert's rows start at a row of these buffers: rows must keep the alignment
+        for width in [c.dim, e.ffnDim] where (width * 4) % a != 0 {
+            throw VeloError(.unsupported, "mixture-of-experts rows of \(width) floats do not keep the \(a)-byte binding alignment \(device.name) needs")
+        }
+        let section = (pairs * 4 + a - 1) / a * a
+        slotOffset = section
+        weightOffset = 2 * section
+        router = try device.makeBuffer(bytes: maxTokens * e.count * 4, memory: .readback, label: "router logits")
+        routing = try device.makeBuffer(bytes: 3 * section, memory: .upload, label: "expert routing")
+        input = try device.makeBuffer(bytes: pairs * c.dim * 4, memory: .device, label: "expert inputs")
+        gate = try device.makeBuffer(bytes: pairs * e.ffnDim * 4, memory: .device, label: "expert gate products")
+        up = try device.makeBuffer(bytes: pairs * e.ffnDim * 4, memory: .device, label: "expert up products")
+        output = try device.makeBuffer(bytes: pairs * c.dim * 4, memory: .device, label: "expert outputs")
+        shared = e.sharedFFNDim > 0 ? try device.makeBuffer(bytes: maxTokens * c.dim * 4, memory: .device, label: "shared expert outputs") : nil
+    }
+
+    static func bytes(config c: ModelConfig, maxTokens: Int) -> Int {
+        guard let e = c.experts else { return 0 }
+        let pairs = maxTokens * e.used
+        return 4 * (maxTokens * e.count + 3 * pairs + pairs * (2 * c.dim + 2 * e.ffnDim) + (e.sharedFFNDim > 0 ? maxTokens * c.dim : 0)) + 1024
     }
 }

@@ -275,6 +275,10 @@ enum GPUKernels {
     /// products S (buffers S, gate; params count, activation; grid-stride, so at most 65535 groups).
     static let swigluPairs = Kernel(name: "swiglu_pairs", buffers: 2, constants: [256])
     static let add = Kernel(name: "add", buffers: 2, constants: [256])
+    /// Mixture-of-experts layers: the routed rows gathered, then the weighted sum of the
+    /// experts' outputs (and the gated shared expert's) back into each token's row.
+    static let moeGather = Kernel(name: "moe_gather", buffers: 3, constants: [256])
+    static let moeCombine = Kernel(name: "moe_combine", buffers: 6, constants: [256])
     /// A bias on every row: (ceil(n / 256), rows, 1) workgroups.
     static let addBias = Kernel(name: "add_bias", buffers: 2, constants: [256])
     /// cap·tanh(x/cap) in place (grid-stride, so at most 65535 groups).

@@ -1,0 +1,159 @@
+import CKernels
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A mixture-of-experts FFN's shape and routing, as llama.cpp's `build_moe_ffn` does it: the
+/// router's logits, a softmax over all experts, the `used` most probable, their probabilities
+/// as weights (renormalised to sum 1 where `normalizeWeights`), each chosen expert a gated MLP
+/// of `ffnDim`, the weighted sum of their outputs, plus a shared expert where there is one.
+public struct Experts: Sendable {
+    public var count: Int
+    public var used: Int
+    public var ffnDim: Int
+    /// Divide the chosen experts' weights by their sum (Mixtral, Qwen3-MoE; not Qwen2-MoE).
+    public var normalizeWeights = true
+    /// A shared expert of this width runs on every token, its output scaled by
+    /// sigmoid(ffn_gate_inp_shexp · x) (Qwen2-MoE); 0: none.
+    public var sharedFFNDim = 0
+}
+
+/// One layer's expert weights: the router (`ffn_gate_inp`, one row per expert) and each
+/// expert's gate, up and down as views into llama.cpp's stacked `ffn_*_exps` tensors, so a
+/// token reads only the experts it was routed to.
+struct ExpertLayer {
+    struct Shared {
+        let gate, up, down: WeightMatrix
+        /// ffn_gate_inp_shexp: the shared expert's scale is sigmoid(gateInput · x).
+        let gateInput: WeightVector
+    }
+
+    let router: WeightMatrix
+    let gate, up, down: [WeightMatrix]
+    let shared: Shared?
+
+    init(_ w: WeightLoader, prefix p: String, _ c: ModelConfig, _ e: Experts) throws {
+        router = try w.matrix(p + "ffn_gate_inp.weight", rows: e.count, cols: c.dim)
+        gate = try w.experts(p + "ffn_gate_exps.weight", count: e.count, rows: e.ffnDim, cols: c.dim)
+        up = try w.experts(p + "ffn_up_exps.weight", count: e.count, rows: e.ffnDim, cols: c.dim)
+        down = try w.experts(p + "ffn_down_exps.weight", count: e.count, rows: c.dim, cols: e.ffnDim)
+        shared = e.sharedFFNDim == 0 ? nil : Shared(
+            gate: try w.matrix(p + "ffn_gate_shexp.weight", rows: e.sharedFFNDim, cols: c.dim),
+            up: try w.matrix(p + "ffn_up_shexp.weight", rows: e.sharedFFNDim, cols: c.dim),
+            down: try w.matrix(p + "ffn_down_shexp.weight", rows: c.dim, cols: e.sharedFFNDim),
+            gateInput: try w.vector(p + "ffn_gate_inp_shexp.weight", count: c.dim))
+    }
+
+    var matrices: [WeightMatrix] {
+        [router] + gate + up + down + (shared.map { [$0.gate, $0.up, $0.down] } ?? [])
+    }
+}
+
+/// Which experts each token goes to, grouped by expert: for expert e, the batch rows routed to
+/// it and each row's weight (prefill then runs one product per expert over its rows).
+struct ExpertRoutes {
+    var rows: [[Int]]
+    var weights: [[Float]]
+
+    /// Routes `tokens` rows of router logits (`e.count` each, overwritten by their softmax).
+    init(logits: UnsafeMutablePointer<Float>, tokens: Int, _ e: Experts) {
+        rows = Array(repeating: [], count: e.count)
+        weights = Array(repeating: [], count: e.count)
+        var chosen = [Int](repeating: 0, count: e.used)
+        var w = [Float](repeating: 0, count: e.used)
+        for t in 0..<tokens {
+            let p = logits + t * e.count
+            ck_softmax(p, Int64(e.count))
+            // the `used` largest probabilities, largest first (ties: the lower expert)
+            for k in 0..<e.used {
+                var best = -1
+                for j in 0..<e.count where !chosen[0..<k].contains(j) && (best < 0 || p[j] > p[best]) { best = j }
+                chosen[k] = best
+                w[k] = p[best]
+            }
+            if e.normalizeWeights {
+                // as llama.cpp: the sum clamped to float16's smallest normal
+                let sum = max(w.reduce(0, +), 6.103515625e-5)
+                for k in 0..<e.used { w[k] /= sum }
+            }
+            for k in 0..<e.used {
+                rows[chosen[k]].append(t)
+                weights[chosen[k]].append(w[k])
+            }
+        }
+    }
+}
+
+/// Scratch for the CPU's expert FFN, `maxTokens` rows each (none for a dense model).
+struct ExpertScratch {
+    /// Router logits, then probabilities.
+    let router: UnsafeMutablePointer<Float>
+    /// One expert's input rows, gathered; its output rows; the layer's weighted sum.
+    let input, output, sum: UnsafeMutablePointer<Float>
+
+    init?(_ c: ModelConfig, maxTokens: Int) {
+        guard let e = c.experts else { return nil }
+        router = .allocate(capacity: maxTokens * e.count)
+        input = .allocate(capacity: maxTokens * c.dim)
+        output = .allocate(capacity: maxTokens * c.dim)
+        sum = .allocate(capacity: maxTokens * c.dim)
+    }
+
+    static func floats(_ c: ModelConfig, maxTokens: Int) -> Int {
+        c.experts.map { maxTokens * ($0.count + 3 * c.dim) } ?? 0
+    }
+
+    func deallocate() {
+        for p in [router, input, output, sum] { p.deallocate() }
+    }
+}
+
+extension TransformerOps {
+    /// y = the expert FFN of `rows` rows of x (y may be x). Each expert with tokens routed to
+    /// it runs once over all of them: gather their rows, gate/up product, SwiGLU, down
+    /// product, then add each row times its weight back to its token.
+    func experts(_ x: UnsafePointer<Float>, rows n: Int, _ l: ExpertLayer, into y: UnsafeMutablePointer<Float>, ws: Workspace) {
+        let c = config, e = c.experts!, d = c.dim, h = e.ffnDim
+        let s = ws.experts!
+        matmul(x, rows: n, [(l.router, s.router)], ws: ws)
+        let routes = profiler.measure(.other) { () -> ExpertRoutes in
+            s.sum.update(repeating: 0, count: n * d)
+            return ExpertRoutes(logits: s.router, tokens: n, e)
+        }
+        for j in 0..<e.count where !routes.rows[j].isEmpty {
+            let picked = routes.rows[j], k = picked.count
+            profiler.measure(.other) {
+                for (i, r) in picked.enumerated() { (s.input + i * d).update(from: x + r * d, count: d) }
+            }
+            matmul(s.input, rows: k, [(l.gate[j], ws.gate), (l.up[j], ws.up)], ws: ws)
+            swiglu(rows: k, width: h, ws: ws)
+            matmul(ws.gate, rows: k, [(l.down[j], s.output)], ws: ws)
+            profiler.measure(.other) {
+                for (i, r) in picked.enumerated() { ck_axpy_f32(routes.weights[j][i], s.output + i * d, s.sum + r * d, Int64(d)) }
+            }
+        }
+        if let sh = l.shared {
+            matmul(x, rows: n, [(sh.gate, ws.gate), (sh.up, ws.up)], ws: ws)
+            swiglu(rows: n, width: e.sharedFFNDim, ws: ws)
+            matmul(ws.gate, rows: n, [(sh.down, s.output)], ws: ws)
+            profiler.measure(.other) {
+                sh.gateInput.values.withUnsafeBufferPointer { g in
+                    for r in 0..<n {
+                        let scale = 1 / (1 + expf(-ck_dot_f32(g.baseAddress, x + r * d, Int64(d))))
+                        ck_axpy_f32(scale, s.output + r * d, s.sum + r * d, Int64(d))
+                    }
+                }
+            }
+        }
+        y.update(from: s.sum, count: n * d)
+    }
+
+    /// ws.gate = silu(ws.gate) * ws.up over `rows` rows of `width`.
+    private func swiglu(rows: Int, width: Int, ws: Workspace) {
+        profiler.measure(.mlpActivation) {
+            for r in 0..<rows { ck_swiglu(ws.gate + r * width, ws.up + r * width, ws.gate + r * width, Int64(width)) }
+        }
+    }
+}
