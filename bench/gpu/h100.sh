@@ -4,7 +4,7 @@
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... |
-#                     grammar MODELS... | tune MODEL SHAPES... |
+#                     grammar MODELS... | depth MODEL DEPTHS... | tune MODEL SHAPES... |
 #                     variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
 # for Llama (8b-q4_0), ARCH.SHAPE-TYPE for the others (qwen2.7b-q4_0, gemma2.9b-q4_0,
@@ -68,6 +68,16 @@ import json,sys;j=json.load(open(sys.argv[1]));print([(r['batch'],round(r['s_tg_
 k=j.get('kernel_ms') or {};t=sum(v if isinstance(v,(int,float)) else v.get('ms',0) for v in k.values()) if k else 0
 items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) else kv[1].get('ms',0)))[:14]
 [print(' ',n,v) for n,v in items]" "$OUT/batchprof-$1-$2.json" ;;
+  depth)  # long context: pp512 and tg128 after DEPTHS tokens (velo bench -d, llama-bench -d with
+          # flash attention), one model: h100.sh depth MODEL 4096 16384
+    f=$(model "$1"); shift
+    L=/tmp/llama; mkdir -p $L; xz -dc .llama/llama.tar.xz | tar -C $L -xf -
+    for d in "$@"; do
+      velo bench "$f" --backend vulkan -p 512 -n 128 -d "$d" -r 3 -c $((d + 1024)) --json | tr -d '\n' > "$OUT/depth-$d.json"
+      python3 -c "import json,sys,statistics as st;j=json.load(open(sys.argv[1]));print('velo depth $d',[(r['test'],round(st.median(r['samples_tps']),1)) for r in j['results']])" "$OUT/depth-$d.json"
+    done
+    $L/llama-bench -m "$f" -ngl 99 -p 512 -n 128 -r 3 -fa 1 -d "$(IFS=,; echo "$*")" -o json > "$OUT/depth-llamacpp.json" 2> /tmp/llama-bench.log || tail -20 /tmp/llama-bench.log
+    python3 -c "import json,sys,statistics as st;print('llama.cpp', [(r['n_prompt'],r['n_gen'],r.get('n_depth'),round(st.median(r['samples_ts']),1)) for r in json.load(open(sys.argv[1]))])" "$OUT/depth-llamacpp.json" ;;
   grammar)  # decode with a JSON grammar against plain decode (bench/grammar.ts) on each model
     for m in "$@"; do
       /tmp/bun "$C/grammar.js" "$(model "$m")" --backend vulkan -n 128 -r 5 | tee "$OUT/grammar-$m.txt"
@@ -142,5 +152,5 @@ items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) el
         python3 -c "import json,sys,statistics as st;print('llama.cpp $t', [(r['n_gen'],r.get('n_depth'),round(st.median(r['samples_ts']),1)) for r in json.load(open(sys.argv[1]))])" "$OUT/kv-llamacpp-$t.json"
       done
     fi ;;
-  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | grammar MODELS... | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL" >&2; exit 2 ;;
+  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | grammar MODELS... | depth MODEL DEPTHS... | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL" >&2; exit 2 ;;
 esac
