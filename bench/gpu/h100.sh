@@ -78,6 +78,12 @@ items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) el
     done
     $L/llama-bench -m "$f" -ngl 99 -p 512 -n 128 -r 3 -fa 1 -d "$(IFS=,; echo "$*")" -o json > "$OUT/depth-llamacpp.json" 2> /tmp/llama-bench.log || tail -20 /tmp/llama-bench.log
     python3 -c "import json,sys,statistics as st;print('llama.cpp', [(r['n_prompt'],r['n_gen'],r.get('n_depth'),round(st.median(r['samples_ts']),1)) for r in json.load(open(sys.argv[1]))])" "$OUT/depth-llamacpp.json" ;;
+  splits)  # decode at depth (tg128 after DEPTH tokens) under each VELO_GPU_ATTN_SPLITS: h100.sh splits MODEL DEPTH 64 128 256
+    f=$(model "$1"); d=$2; shift 2
+    for v in "$@"; do
+      VELO_GPU_ATTN_SPLITS=$v velo bench "$f" --backend vulkan -p 0 -n 128 -d "$d" -r 3 -c $((d + 1024)) --json | tr -d '\n' > "$OUT/splits-$d-$v.json"
+      python3 -c "import json,sys,statistics as st;j=json.load(open(sys.argv[1]));print('splits $v depth $d',[(r['test'],round(st.median(r['samples_tps']),1)) for r in j['results']])" "$OUT/splits-$d-$v.json"
+    done ;;
   grammar)  # decode with a JSON grammar against plain decode (bench/grammar.ts) on each model
     for m in "$@"; do
       /tmp/bun "$C/grammar.js" "$(model "$m")" --backend vulkan -n 128 -r 5 | tee "$OUT/grammar-$m.txt"

@@ -755,6 +755,11 @@ final class GPUKernelTests: XCTestCase {
             XCTAssert(chunk % GPUKernels.attentionTile == 0 && chunk * splits >= keys && chunk * (splits - 1) < keys, "plan n=\(n) keys=\(keys)")
             XCTAssert(splits == 1 || n * splits <= lim.capacity, "plan n=\(n) keys=\(keys) splits=\(splits)")
         }
+        // long contexts: up to 64 splits through 4096 keys, then 64 keys a split up to 256 splits
+        XCTAssertEqual(GPUKernels.attentionSplits(keys: 4096, n: 1, maxTokens: 512, maxContext: 16384).splits, 64)
+        XCTAssertEqual(GPUKernels.attentionSplits(keys: 8192, n: 1, maxTokens: 512, maxContext: 16384).splits, 128)
+        XCTAssertEqual(GPUKernels.attentionSplits(keys: 16384, n: 1, maxTokens: 512, maxContext: 16384).splits, 256)
+        XCTAssertEqual(GPUKernels.attentionSplits(keys: 16384, n: 1, maxTokens: 512, maxContext: 16384).chunk, 64)
     }
 
     /// Softcapped scores (Gemma 2) and sliding windows: windows that leave whole splits of the

@@ -248,8 +248,15 @@ enum GPUKernels {
     static let attentionCombineQ8MaxHeadDim = 256
     /// Keys per attention tile; chunks are multiples of it.
     static let attentionTile = 32
-    /// Most splits per token (attention_combine weighs up to 256).
-    static let attentionMaxSplits = 64
+    /// Most splits per token (attention_combine weighs up to 256). VELO_GPU_ATTN_SPLITS (1…256)
+    /// caps it lower or higher for every context (tuning runs).
+    static let attentionMaxSplits: Int = attentionSplitsOverride ?? 256
+    static let attentionSplitsOverride: Int? = {
+        guard let e = getenv("VELO_GPU_ATTN_SPLITS") else { return nil }
+        if let v = Int(String(cString: e)), (1...256).contains(v) { return v }
+        fputs("velo: ignoring VELO_GPU_ATTN_SPLITS=\(String(cString: e)) (expected 1…256)\n", stderr)
+        return nil
+    }()
     /// Splits a step can afford: the scratch holds `capacity` (token, split) pairs.
     static func attentionSplitLimit(maxTokens: Int, maxContext: Int) -> (splits: Int, capacity: Int) {
         let splits = max(1, min(attentionMaxSplits, (maxContext + attentionTile - 1) / attentionTile))
@@ -261,11 +268,15 @@ enum GPUKernels {
     }
     /// Keys per split and split count for `n` tokens whose longest context is `keys` keys:
     /// tiles of 32 keys each their own split while that fits (decode: many small workgroups),
-    /// else the fewest tiles per split that keep splits × n within the scratch.
+    /// else the fewest tiles per split that keep splits × n within the scratch. Up to 64 splits
+    /// whatever the context; past 4096 keys, as many as keep 64 keys a split (up to 256). 8B
+    /// decode on the H100 after 16384 tokens: 101.8 t/s with 64 splits, 108.3 with 128, 113.6
+    /// with 256; after 4096, 201.1 with 64 and 184.9 with 256 (bench/RESULTS.md).
     static func attentionSplits(keys: Int, n: Int, maxTokens: Int, maxContext: Int) -> (chunk: Int, splits: Int) {
         let lim = attentionSplitLimit(maxTokens: maxTokens, maxContext: maxContext)
-        let cap = max(1, min(lim.splits, lim.capacity / max(n, 1)))
         let tiles = max(1, (keys + attentionTile - 1) / attentionTile)
+        let wanted = attentionSplitsOverride ?? max(64, tiles / 2)
+        let cap = max(1, min(lim.splits, wanted, lim.capacity / max(n, 1)))
         let chunk = (tiles + cap - 1) / cap * attentionTile
         return (chunk, (keys + chunk - 1) / chunk)
     }
