@@ -31,9 +31,8 @@
 // steps must have been compared (measured: 33/72 at the least, llama q8_0 on lavapipe).
 // The model files are synthesized once into the temporary folder (tests/helpers/synth-models.ts).
 import { describe, expect, test } from "bun:test";
-import {
-  compareRuns, describeComparison, randomPrompts, type ReferenceRun, runReference, runVelo, type Tolerance,
-} from "../bench/llamacpp/reference";
+import type { Tolerance } from "../bench/llamacpp/reference";
+import { checkAgainstLlamaCpp, GPU_SLOW, gpuBackend, SLOW } from "./helpers/llamacpp-check";
 import { synthModel } from "./helpers/synth-models";
 
 const ARCHS = ["llama", "llama31", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"] as const;
@@ -52,42 +51,8 @@ function tolerance(c: Case, gpu: boolean): Tolerance {
   return { rtol: c.arch.startsWith("gemma") ? 1.5e-3 : 2e-4 };
 }
 
-const N_GEN = 24;
-const TOP = 10;
-// token ids below 32000: inside the llama-spm vocabulary (and Phi-3's 32064)
-const PROMPTS = randomPrompts([5, 20, 40], 32000, 1);
-// a 2-core machine, llama.cpp and Velo each on 2 threads (measured: 2-65 s a case while a build ran)
-const SLOW = 300_000;
-// lavapipe runs every kernel on the CPU, and builds every pipeline first: generous limits
-const GPU_SLOW = 600_000;
-const gpuBackend = process.platform === "darwin" ? "metal" : "vulkan";
-
-const modelFile = (arch: Arch, type: string) => synthModel(arch, type);
-
-// llama.cpp's run of each case, shared by the CPU and the GPU tests
-const references = new Map<string, Promise<ReferenceRun>>();
-function reference(c: Case): Promise<ReferenceRun> {
-  const key = `${c.arch}-${c.type}-${c.ctx}`;
-  if (!references.has(key)) {
-    // runReference installs node-llama-cpp first (bench/setup-llamacpp.sh) when it is missing
-    references.set(key, runReference(modelFile(c.arch, c.type), PROMPTS, { nGen: N_GEN, top: TOP, ctx: c.ctx, threads: 2 }));
-  }
-  return references.get(key)!;
-}
-
 async function check(c: Case, backend: "cpu" | "vulkan" | "metal") {
-  const ref = await reference(c);
-  // the reference itself: every prompt decoded, every logit finite
-  expect(ref.results.map((r) => r.tokens.length)).toEqual(PROMPTS.map(() => N_GEN));
-  expect(ref.results.every((r) => r.steps.every((s) => s.top.length === TOP && s.top.every(([, v]) => Number.isFinite(v))))).toBe(true);
-  // Velo gets the context llama.cpp really had (padded to a multiple of 256), and its KV cache
-  // in float32 as the reference keeps it (Velo's default is f16)
-  const got = await runVelo(modelFile(c.arch, c.type), PROMPTS, { nGen: N_GEN, top: TOP, ctx: ref.n_ctx, threads: 2, backend, engine: { cacheTypeK: "f32", cacheTypeV: "f32" } });
-  const tol = tolerance(c, backend !== "cpu");
-  const cmp = compareRuns(ref.results, got, tol);
-  if (!cmp.ok || cmp.compared * 3 < cmp.total) {
-    throw new Error(`${c.arch} ${c.type} on ${backend} against llama.cpp:\n${describeComparison(cmp, tol)}`);
-  }
+  await checkAgainstLlamaCpp(synthModel(c.arch, c.type), `${c.arch} ${c.type}`, { ctx: c.ctx, tol: tolerance(c, backend !== "cpu"), backend });
 }
 
 const name = (c: Case) => `${c.arch} ${c.type}${c.label ? `, ${c.label}` : ""}`;

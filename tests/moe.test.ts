@@ -31,11 +31,10 @@
 // Beyond the comparison: batched decoding with the prefix cache on gives each sequence the
 // tokens it gets alone, and speculative decoding with a dense draft is exact.
 import { describe, expect, test } from "bun:test";
-import {
-  compareRuns, describeComparison, randomPrompts, type ReferenceRun, runReference, runVelo, type Tolerance,
-} from "../bench/llamacpp/reference";
+import { runVelo, type Tolerance } from "../bench/llamacpp/reference";
 import { Engine } from "../src/engine/engine";
 import { Model } from "../src/engine/model";
+import { checkAgainstLlamaCpp, GPU_SLOW, gpuBackend, N_GEN, PROMPTS, SLOW } from "./helpers/llamacpp-check";
 import { synthModel } from "./helpers/synth-models";
 
 type Arch = "mixtral" | "qwen3moe" | "qwen2moe" | "llama";
@@ -55,34 +54,10 @@ const name = (c: Case) => `${c.arch} ${c.type}${c.shape === "test-all" ? ", ever
 
 const tolerance = (c: Case, gpu: boolean): Tolerance => ({ rtol: c.type === "f32" ? 2e-4 : gpu ? 0.08 : 0.05 });
 
-const N_GEN = 24;
-const TOP = 10;
-const PROMPTS = randomPrompts([5, 20, 40], 32000, 1);
-const SLOW = 300_000;
-const GPU_SLOW = 600_000;
-const gpuBackend = process.platform === "darwin" ? "metal" : "vulkan";
-
 const modelFile = (arch: Arch, type: string, shape = "test") => synthModel(arch, type, shape);
 
-const references = new Map<string, Promise<ReferenceRun>>();
-function reference(c: Case): Promise<ReferenceRun> {
-  const key = `${c.arch}-${c.type}-${c.shape ?? "test"}`;
-  if (!references.has(key)) references.set(key, runReference(modelFile(c.arch, c.type, c.shape), PROMPTS, { nGen: N_GEN, top: TOP, ctx: 512, threads: 2 }));
-  return references.get(key)!;
-}
-
-// Velo with its KV cache in float32, as the reference keeps it
-const F32_KV = { cacheTypeK: "f32", cacheTypeV: "f32" } as const;
-
 async function check(c: Case, backend: "cpu" | "vulkan" | "metal") {
-  const ref = await reference(c);
-  expect(ref.results.map((r) => r.tokens.length)).toEqual(PROMPTS.map(() => N_GEN));
-  const got = await runVelo(modelFile(c.arch, c.type, c.shape), PROMPTS, { nGen: N_GEN, top: TOP, ctx: ref.n_ctx, threads: 2, backend, engine: F32_KV });
-  const tol = tolerance(c, backend !== "cpu");
-  const cmp = compareRuns(ref.results, got, tol);
-  if (!cmp.ok || cmp.compared * 3 < cmp.total) {
-    throw new Error(`${name(c)} on ${backend} against llama.cpp:\n${describeComparison(cmp, tol)}`);
-  }
+  await checkAgainstLlamaCpp(modelFile(c.arch, c.type, c.shape), name(c), { ctx: 512, tol: tolerance(c, backend !== "cpu"), backend });
 }
 
 describe("mixture-of-experts models against llama.cpp, CPU backend", () => {
