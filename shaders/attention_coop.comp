@@ -17,7 +17,7 @@
 // Needs: shaderFloat16, VK_KHR_cooperative_matrix with a subgroup-scope 16x16x16 float16 x
 // float16 -> float32 shape, subgroups of 32 (the 4-subgroup layout and the row pairs),
 // 31.3 KiB of shared memory. Workgroup of 128 (constant 0 must stay 128). Dispatch (blocks,
-// kvHeads, 1).
+// kvHeads, splits): split-K as attention_tiled (partials for attention_combine).
 // K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -35,12 +35,14 @@ layout(std430, binding = 3) readonly buffer PosBuf { int tokpos[]; };
 layout(std430, binding = 4) readonly buffer PtBuf { int tokpt[]; };
 layout(std430, binding = 5) readonly buffer PageBuf { int pagetab[]; };
 layout(std430, binding = 6) readonly buffer BlockBuf { int blocks[]; };
-layout(std140, binding = 7) uniform Params {
+layout(std430, binding = 7) writeonly buffer PartBuf { float part[]; };
+layout(std140, binding = 8) uniform Params {
     uint heads, kvHeads, headDim, kvDim, pageSize, pageStride, layerOff;
     float scale;
     uint qStride;
     float softcap;
     uint window;
+    uint chunk, splits;
 } p;
 
 #include "attention_mask.glsl"
@@ -96,6 +98,13 @@ void main() {
         kbeg = min(kbeg, first_key(nk));
         kend = max(kend, nk);
     }
+    const uint split = gl_WorkGroupID.z;
+    if (p.splits > 1u) {
+        // no row of the block has keys from here on (the whole workgroup leaves)
+        if (split * p.chunk >= kend) return;
+        kbeg = max(kbeg, split * p.chunk);
+        kend = min(kend, (split + 1u) * p.chunk);
+    }
     barrier();
     ACC rowm, colm;
     coopMatLoad(rowm, Ss, 0u, 16u, gl_CooperativeMatrixLayoutRowMajor);
@@ -109,7 +118,8 @@ void main() {
 
     // softmax phase: this invocation's row (of the subgroup's 16) and which half (hk) of the tile's keys
     const uint srow = lane / 2u, hk = lane % 2u, grow = sg * 16u + srow;
-    const uint lim = grow < used ? uint(tokpos[t0 + grow / G]) + 1u : 0u, lo = first_key(lim);
+    // the row's keys lo .. lim - 1 (a split's end at kend: the rest of its last tile is not loaded)
+    const uint nkr = grow < used ? uint(tokpos[t0 + grow / G]) + 1u : 0u, lo = first_key(nkr), lim = min(nkr, kend);
     float mrun = NEG, lrun = 0.0;
     const uint sBase = sg * 16u * SS, pBase = sg * 16u * PS;
 
@@ -196,6 +206,22 @@ void main() {
         barrier();  // K/V tile (all subgroups) and this subgroup's alphaS before the next tile
     }
 
+    if (p.splits > 1u) {
+        // partials: O unnormalised, then the row's running max and sum
+        if (hk == 0u && grow < used) {
+            const uint pb = (((t0 + grow / G) * p.heads + kvh * G + grow % G) * p.splits + split) * (hd + 2u);
+            part[pb + hd] = mrun;
+            part[pb + hd + 1u] = lrun;
+        }
+        [[unroll]] for (uint i = 0u; i < rowm.length(); i++) {
+            const uint r = sg * 16u + uint(rowm[i]), col = uint(colm[i]);
+            if (r >= used) continue;
+            const uint pb = (((t0 + r / G) * p.heads + kvh * G + r % G) * p.splits + split) * (hd + 2u) + col;
+            [[unroll]] for (uint c = 0u; c < DT; c++)
+                if (c < dt) part[pb + c * 16u] = o[c][i];
+        }
+        return;
+    }
     // out = O / sum, each element to its row
     if (hk == 0u) alphaS[grow] = lrun > 0.0 ? 1.0 / lrun : 0.0;
     subgroupMemoryBarrierShared();

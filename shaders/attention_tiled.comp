@@ -17,8 +17,12 @@
 // Each thread loads the K/V of one key of the tile (key tid % BC), so it looks up that key's
 // page itself. Shared rows are padded by one float4 (rows of Q and of K start in different
 // banks).
+// Split-K (splits > 1): workgroup z takes the block's keys in [z*chunk, (z+1)*chunk) and writes
+// each row's unnormalised output, running max and sum as attention.comp's partials (row
+// (t*heads + h)*splits + z of headDim+2 floats) for attention_combine, so a long cache is
+// spread over many workgroups rather than walked by a few.
 // Needs: headDim a multiple of 4, at most DMAX; 29.3 KiB of shared memory. Workgroup of 128
-// threads (constant 0 must stay 128). Dispatch (blocks, kvHeads, 1).
+// threads (constant 0 must stay 128). Dispatch (blocks, kvHeads, splits).
 // K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_16bit_storage : require
@@ -31,12 +35,14 @@ layout(std430, binding = 3) readonly buffer PosBuf { int tokpos[]; };
 layout(std430, binding = 4) readonly buffer PtBuf { int tokpt[]; };
 layout(std430, binding = 5) readonly buffer PageBuf { int pagetab[]; };
 layout(std430, binding = 6) readonly buffer BlockBuf { int blocks[]; };
-layout(std140, binding = 7) uniform Params {
+layout(std430, binding = 7) writeonly buffer PartBuf { float part[]; };
+layout(std140, binding = 8) uniform Params {
     uint heads, kvHeads, headDim, kvDim, pageSize, pageStride, layerOff;
     float scale;
     uint qStride;
     float softcap;
     uint window;
+    uint chunk, splits;
 } p;
 
 #include "attention_mask.glsl"
@@ -83,15 +89,24 @@ void main() {
         kbeg = min(kbeg, first_key(nk));
         kend = max(kend, nk);
     }
+    const uint split = gl_WorkGroupID.z;
+    if (p.splits > 1u) {
+        // no row of the block has keys from here on (the whole workgroup leaves)
+        if (split * p.chunk >= kend) return;
+        kbeg = max(kbeg, split * p.chunk);
+        kend = min(kend, (split + 1u) * p.chunk);
+    }
 
     // loads: key lk of each tile, float4s lc, lc + WG/BC, ...
     const uint lk = tid % BC, lc = tid / BC;
     // score phase: rows sr, sr+1 and keys sk, sk+8 (distinct banks); softmax phase: row rr, keys 4*rq ..
     const uint sr = 2u * (tid / 8u), sk = tid % 8u;
     const uint rr = tid / 4u, rq = tid % 4u;
-    const uint lim0 = sr < used ? uint(tokpos[t0 + sr / G]) + 1u : 0u;
-    const uint lim1 = sr + 1u < used ? uint(tokpos[t0 + (sr + 1u) / G]) + 1u : 0u;
-    const uint lo0 = first_key(lim0), lo1 = first_key(lim1);
+    // rows sr, sr + 1 see keys lo .. lim - 1 (a split's end at kend: the rest of its last tile
+    // is not loaded)
+    const uint nk0 = sr < used ? uint(tokpos[t0 + sr / G]) + 1u : 0u;
+    const uint nk1 = sr + 1u < used ? uint(tokpos[t0 + (sr + 1u) / G]) + 1u : 0u;
+    const uint lo0 = first_key(nk0), lo1 = first_key(nk1), lim0 = min(nk0, kend), lim1 = min(nk1, kend);
     // weighted sum: rows orow .. orow+3, float4 columns oc + 16 i
     const uint orow = 4u * (tid / 16u), oc = tid % 16u;
     vec4 o[4][OV];
@@ -174,12 +189,27 @@ void main() {
 
     // each row's sum is the sum of its 4 softmax threads' shares
     Ss[rr * 4u + rq] = lrun;
+    if (rq == 0u) alphaS[rr] = mrun;
     barrier();
     [[unroll]] for (uint a = 0u; a < 4u; a++) {
         const uint r = orow + a;
         if (r >= used) continue;
         const float l = Ss[r * 4u] + Ss[r * 4u + 1u] + Ss[r * 4u + 2u] + Ss[r * 4u + 3u];
-        const uint ob = ((t0 + r / G) * p.heads + kvh * G + r % G) * hd;
+        const uint row = (t0 + r / G) * p.heads + kvh * G + r % G;
+        if (p.splits > 1u) {
+            const uint pb = (row * p.splits + split) * (hd + 2u);
+            [[unroll]] for (uint i = 0u; i < OV; i++) {
+                const uint c = oc + 16u * i;
+                if (c < hv) {
+                    const vec4 v = o[a][i];
+                    const uint d = pb + 4u * c;
+                    part[d] = v.x; part[d + 1u] = v.y; part[d + 2u] = v.z; part[d + 3u] = v.w;
+                }
+            }
+            if (oc == 0u) { part[pb + hd] = alphaS[r]; part[pb + hd + 1u] = l; }
+            continue;
+        }
+        const uint ob = row * hd;
         [[unroll]] for (uint i = 0u; i < OV; i++) {
             const uint c = oc + 16u * i;
             if (c < hv) {

@@ -84,6 +84,19 @@ describe(`${backend} backend`, () => {
     });
   }, SLOW);
 
+  test("prefill attention split over the keys (VELO_GPU_PREFILL_SPLITS) gives the CPU's tokens", async () => {
+    // chunks of 32 tokens over contexts of up to 200 keys: 4 key splits a chunk, each written as
+    // partials and merged by attention_combine
+    const prompts = [200, 120].map((n, s) => [1, ...Array.from({ length: n - 1 }, (_, i) => 3 + ((i * 41 + s * 67) % 500))]);
+    const cpu: number[][] = [];
+    for (const p of prompts) cpu.push(await greedy("stories260K.gguf", { ctxSize: 256, backend: "cpu", threads: 2 }, p, 16));
+    const p = Bun.spawn([process.execPath, join(import.meta.dir, "helpers/batched-greedy.ts"), "stories260K.gguf", backend, "16", JSON.stringify(prompts),
+      JSON.stringify({ ctxSize: 256, batchTokens: 32 })], { env: { ...process.env, VELO_GPU_PREFILL_SPLITS: "4" }, stdout: "pipe", stderr: "pipe" });
+    const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+    if (code !== 0) throw new Error(err);
+    expect(JSON.parse(out)).toEqual(cpu);
+  }, SLOW);
+
   test("draft speculation on the GPU is exact", async () => {
     const c = golden["stories260K"]!.cases[0]!;
     const plain = await greedy("stories260K.gguf", { ctxSize: 256, backend }, c.prompt_ids_with_bos, 40);

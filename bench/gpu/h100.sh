@@ -4,7 +4,7 @@
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... |
-#                     grammar MODELS... | depth MODEL DEPTHS... | tune MODEL SHAPES... |
+#                     grammar MODELS... | depth MODEL DEPTHS... | splits tg|pp MODEL DEPTH N... | tune MODEL SHAPES... |
 #                     variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
 # for Llama (8b-q4_0), ARCH.SHAPE-TYPE for the others (qwen2.7b-q4_0, gemma2.9b-q4_0,
@@ -78,11 +78,13 @@ items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) el
     done
     $L/llama-bench -m "$f" -ngl 99 -p 512 -n 128 -r 3 -fa 1 -d "$(IFS=,; echo "$*")" -o json > "$OUT/depth-llamacpp.json" 2> /tmp/llama-bench.log || tail -20 /tmp/llama-bench.log
     python3 -c "import json,sys,statistics as st;print('llama.cpp', [(r['n_prompt'],r['n_gen'],r.get('n_depth'),round(st.median(r['samples_ts']),1)) for r in json.load(open(sys.argv[1]))])" "$OUT/depth-llamacpp.json" ;;
-  splits)  # decode at depth (tg128 after DEPTH tokens) under each VELO_GPU_ATTN_SPLITS: h100.sh splits MODEL DEPTH 64 128 256
-    f=$(model "$1"); d=$2; shift 2
+  splits)  # at depth under each split count: h100.sh splits tg|pp MODEL DEPTH N... (tg: tg128 under
+           # VELO_GPU_ATTN_SPLITS, decode; pp: pp512 under VELO_GPU_PREFILL_SPLITS, prefill)
+    kind=$1; f=$(model "$2"); d=$3; shift 3
+    case $kind in tg) var=VELO_GPU_ATTN_SPLITS; run=(-p 0 -n 128) ;; pp) var=VELO_GPU_PREFILL_SPLITS; run=(-p 512 -n 0) ;; *) echo "splits tg|pp" >&2; exit 2 ;; esac
     for v in "$@"; do
-      VELO_GPU_ATTN_SPLITS=$v velo bench "$f" --backend vulkan -p 0 -n 128 -d "$d" -r 3 -c $((d + 1024)) --json | tr -d '\n' > "$OUT/splits-$d-$v.json"
-      python3 -c "import json,sys,statistics as st;j=json.load(open(sys.argv[1]));print('splits $v depth $d',[(r['test'],round(st.median(r['samples_tps']),1)) for r in j['results']])" "$OUT/splits-$d-$v.json"
+      (export "$var=$v"; velo bench "$f" --backend vulkan "${run[@]}" -d "$d" -r 3 -c $((d + 1024)) --json) | tr -d '\n' > "$OUT/splits-$kind-$d-$v.json"
+      python3 -c "import json,sys,statistics as st;j=json.load(open(sys.argv[1]));print('$var=$v depth $d',[(r['test'],round(st.median(r['samples_tps']),1)) for r in j['results']])" "$OUT/splits-$kind-$d-$v.json"
     done ;;
   grammar)  # decode with a JSON grammar against plain decode (bench/grammar.ts) on each model
     for m in "$@"; do

@@ -705,14 +705,25 @@ final class GPUKernelTests: XCTestCase {
             }
             // FlashAttention-2 tiles over query blocks (each case's shapes suit the kernel
             // except head sizes past 128)
+            // FlashAttention-2 tiles, whole and in key splits merged by attention_combine (the
+            // host's plan, and splits of 32 and 48 keys: many workgroups with no rows' keys, and
+            // window cases whose early splits hold none of a row's keys)
             if GPUKernels.attentionTiledFits(heads: heads, kvHeads: kvHeads, headDim: hd) {
                 let blocks = GPUKernels.attentionQueryBlocks(sequence: tokseq, group: heads / kvHeads)
-                let out = try upload([Float](repeating: .nan, count: n * heads * hd))
-                try run(GPUKernels.attentionTiled, [qB, kv, out, posB, ptB, tabB, try upload(blocks)],
-                        [UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
-                         scale.bitPattern, UInt32(qStride)] + mask,
-                        (blocks.count / 2, kvHeads, 1))
-                assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 }, "attention_tiled \(what)")
+                let host = GPUKernels.prefillAttentionSplits(keys: keysMax, n: n, workgroups: blocks.count / 2 * kvHeads, maxTokens: n, maxContext: 4096)
+                for (chunk, splits) in [host, (keysMax, 1), (32, (keysMax + 31) / 32), (48, (keysMax + 47) / 48)] where splits <= 256 {
+                    let out = try upload([Float](repeating: .nan, count: n * heads * hd))
+                    let part = try upload([Float](repeating: .nan, count: max(n * heads * splits * (hd + 2), 1)))
+                    try run(GPUKernels.attentionTiled, [qB, kv, out, posB, ptB, tabB, try upload(blocks), part],
+                            [UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
+                             scale.bitPattern, UInt32(qStride)] + mask + [UInt32(chunk), UInt32(splits)],
+                            (blocks.count / 2, kvHeads, splits))
+                    if splits > 1 {
+                        try run(GPUKernels.attentionCombine, [part, out, posB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], (n, heads, 1))
+                    }
+                    assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
+                                "attention_tiled \(what) chunk=\(chunk) splits=\(splits)")
+                }
             } else {
                 XCTAssert(hd > GPUKernels.attentionTiledMaxHeadDim || hd % 4 != 0, "attention_tiled should take heads=\(heads)/\(kvHeads) hd=\(hd)")
             }
@@ -755,6 +766,17 @@ final class GPUKernelTests: XCTestCase {
             XCTAssert(chunk % GPUKernels.attentionTile == 0 && chunk * splits >= keys && chunk * (splits - 1) < keys, "plan n=\(n) keys=\(keys)")
             XCTAssert(splits == 1 || n * splits <= lim.capacity, "plan n=\(n) keys=\(keys) splits=\(splits)")
         }
+        // prefill: one split over a short cache; over a long one, splits to ~1024 workgroups
+        // within the scratch, every key covered
+        XCTAssertEqual(GPUKernels.prefillAttentionSplits(keys: 512, n: 512, workgroups: 256, maxTokens: 512, maxContext: 8192).splits, 1)
+        for (n, keys, wg) in [(512, 16896, 256), (512, 4608, 256), (2048, 16896, 1024), (100, 100_000, 8), (17, 2000, 16)] {
+            let lim = GPUKernels.attentionSplitLimit(maxTokens: 2048, maxContext: 131072)
+            let (chunk, splits) = GPUKernels.prefillAttentionSplits(keys: keys, n: n, workgroups: wg, maxTokens: 2048, maxContext: 131072)
+            XCTAssert(chunk % GPUKernels.attentionTile == 0 && chunk * splits >= keys && chunk * (splits - 1) < keys, "prefill plan n=\(n) keys=\(keys)")
+            XCTAssert(splits == 1 || n * splits <= lim.capacity, "prefill plan n=\(n) keys=\(keys) splits=\(splits)")
+            XCTAssert(splits == 1 || chunk >= GPUKernels.prefillSplitMinKeys - GPUKernels.attentionTile, "prefill plan n=\(n) keys=\(keys) chunk=\(chunk)")
+        }
+        XCTAssertEqual(GPUKernels.prefillAttentionSplits(keys: 16896, n: 512, workgroups: 256, maxTokens: 512, maxContext: 17408).splits, 4)
         // long contexts: up to 64 splits through 4096 keys, then 64 keys a split up to 256 splits
         XCTAssertEqual(GPUKernels.attentionSplits(keys: 4096, n: 1, maxTokens: 512, maxContext: 16384).splits, 64)
         XCTAssertEqual(GPUKernels.attentionSplits(keys: 8192, n: 1, maxTokens: 512, maxContext: 16384).splits, 128)

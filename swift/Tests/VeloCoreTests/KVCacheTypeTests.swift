@@ -384,18 +384,26 @@ final class KVCacheTypeTests: XCTestCase {
                 var tiled = [(GPUKernels.attentionTiled, blocks)]
                 if coop && hd % 16 == 0 { tiled.append((GPUKernels.attentionCoop, GPUKernels.attentionQueryBlocks(sequence: seqOf, group: g, rows: GPUKernels.attentionCoopRows))) }
                 for (kernel, blocks) in tiled {
-                    let out = try upload([Float](repeating: .nan, count: n * heads * hd))
-                    try run(GPUKernels.kvVariant(kernel, k: tk, v: tv), [qB, kvB, out, posB, ptB, tabB, try upload(blocks)].map { GPUBinding($0) },
-                            [UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(ps), UInt32(pages.pageStrideWords),
-                             UInt32(pages.layerOffBytes / 4), scale.bitPattern, UInt32(heads * hd)] + mask,
-                            (blocks.count / 2, kvHeads, 1))
-                    let got = try read(out, n * heads * hd, as: Float.self)
-                    if kernel.name == GPUKernels.attentionCoop.name {
-                        // float16 products: K, V and Q rounded to halves
-                        let err = zip(got, want).map { abs($0 - $1) }.max()!
-                        XCTAssertLessThan(err, 1e-2, "attention_coop \(what)")
-                    } else {
-                        check(got, kernel.name)
+                    // whole, and in key splits of 32 merged by attention_combine
+                    for (chunk, splits) in [(maxLen, 1), (32, (maxLen + 31) / 32)] {
+                        let out = try upload([Float](repeating: .nan, count: n * heads * hd))
+                        let part = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
+                        try run(GPUKernels.kvVariant(kernel, k: tk, v: tv), [qB, kvB, out, posB, ptB, tabB, try upload(blocks), part].map { GPUBinding($0) },
+                                [UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(ps), UInt32(pages.pageStrideWords),
+                                 UInt32(pages.layerOffBytes / 4), scale.bitPattern, UInt32(heads * hd)] + mask + [UInt32(chunk), UInt32(splits)],
+                                (blocks.count / 2, kvHeads, splits))
+                        if splits > 1 {
+                            try run(GPUKernels.attentionCombine, [part, out, posB].map { GPUBinding($0) },
+                                    [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], (n, heads, 1))
+                        }
+                        let got = try read(out, n * heads * hd, as: Float.self)
+                        if kernel.name == GPUKernels.attentionCoop.name {
+                            // float16 products: K, V and Q rounded to halves
+                            let err = zip(got, want).map { abs($0 - $1) }.max()!
+                            XCTAssertLessThan(err, 1e-2, "attention_coop \(what) splits \(splits)")
+                        } else {
+                            check(got, "\(kernel.name) splits \(splits)")
+                        }
                     }
                 }
             }

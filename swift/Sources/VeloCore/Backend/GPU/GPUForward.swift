@@ -466,14 +466,21 @@ final class GPUForward: ForwardOps {
     func attention(layer: Int, _ a: AttentionParams) {
         let c = config, ps = kv.pageSize
         let mask = [a.softcap.bitPattern, UInt32(a.window)]
+        let keys = (batch.positions.max() ?? 0) + 1
         if tiledBlocks > 0 {
-            dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel, [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens)],
+            let (chunk, splits) = GPUKernels.prefillAttentionSplits(keys: keys, n: n, workgroups: tiledBlocks * c.kvHeads,
+                                                                    maxTokens: maxTokens, maxContext: maxContext)
+            dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel,
+                     [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens), GPUBinding(attnScratch)],
                      [UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
-                     [a.scale.bitPattern, UInt32(stride(.q))] + mask,
-                     (tiledBlocks, c.kvHeads, 1), .attention)
+                     [a.scale.bitPattern, UInt32(stride(.q))] + mask + [UInt32(chunk), UInt32(splits)],
+                     (tiledBlocks, c.kvHeads, splits), .attention)
+            if splits > 1 {
+                dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos],
+                         [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)], (n, c.heads, 1), .attention)
+            }
             return
         }
-        let keys = (batch.positions.max() ?? 0) + 1
         let (chunk, splits) = GPUKernels.attentionSplits(keys: keys, n: n, maxTokens: maxTokens, maxContext: maxContext)
         dispatch(attentionKernel, [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)],
                  [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +

@@ -198,10 +198,11 @@ enum GPUKernels {
     /// ((n, heads, 1) workgroups) merges them. Both take 128 threads (attention needs ≥ 64).
     static let attention = Kernel(name: "attention", buffers: 7, constants: [128])
     static let attentionCombine = Kernel(name: "attention_combine", buffers: 3, constants: [128])
-    /// Prefill attention in FlashAttention-2 tiles: (blocks, kvHeads, 1) workgroups of 128
+    /// Prefill attention in FlashAttention-2 tiles: (blocks, kvHeads, splits) workgroups of 128
     /// threads, each over `attentionTiledRows` query rows (tokens × the heads of a KV group) that
-    /// share every K/V tile it loads. Head sizes: multiples of 4, at most 128.
-    static let attentionTiled = Kernel(name: "attention_tiled", buffers: 7, constants: [128])
+    /// share every K/V tile it loads, and over one split of the keys (`prefillAttentionSplits`;
+    /// partials merged by attentionCombine as for split-K). Head sizes: multiples of 4, at most 128.
+    static let attentionTiled = Kernel(name: "attention_tiled", buffers: 8, constants: [128])
     static let attentionTiledRows = 32
     static let attentionTiledMaxHeadDim = 128
     /// Whether attention_tiled takes a model's heads: G = heads / kvHeads query heads per KV
@@ -235,7 +236,7 @@ enum GPUKernels {
     /// attention_tiled on tensor cores (Vulkan cooperative matrices): the same buffers,
     /// parameters and blocks, of `attentionCoopRows` query rows; head sizes multiples of 16 up
     /// to 128. VELO_GPU_NO_COOP_ATTN (any value) keeps attention_tiled (A/B checks).
-    static let attentionCoop = Kernel(name: "attention_coop", buffers: 7, constants: [128])
+    static let attentionCoop = Kernel(name: "attention_coop", buffers: 8, constants: [128])
     static let attentionCoopRows = 64
     static let coopAttentionDisabled = getenv("VELO_GPU_NO_COOP_ATTN") != nil
     static func useAttentionCoop(_ device: GPUDevice, heads: Int, kvHeads: Int, headDim: Int) -> Bool {
@@ -280,6 +281,26 @@ enum GPUKernels {
         let chunk = (tiles + cap - 1) / cap * attentionTile
         return (chunk, (keys + chunk - 1) / chunk)
     }
+    /// Key splits for the tiled prefill kernels, whose `workgroups` (blocks × KV heads) each
+    /// walk every key of their block: over a long cache that is too few workgroups for a large
+    /// GPU (8B, 512 tokens: 256), so the keys are split until there are about
+    /// `prefillSplitTarget` workgroups, each split at least `prefillSplitMinKeys` keys, within the
+    /// partials' scratch. VELO_GPU_PREFILL_SPLITS (1…256) asks for a count (tuning runs).
+    static func prefillAttentionSplits(keys: Int, n: Int, workgroups: Int, maxTokens: Int, maxContext: Int) -> (chunk: Int, splits: Int) {
+        let lim = attentionSplitLimit(maxTokens: maxTokens, maxContext: maxContext)
+        let wanted = prefillSplitsOverride ?? min((prefillSplitTarget + workgroups - 1) / max(workgroups, 1), keys / prefillSplitMinKeys)
+        let cap = max(1, min(lim.splits, wanted, lim.capacity / max(n, 1)))
+        let chunk = ((keys + cap - 1) / cap + attentionTile - 1) / attentionTile * attentionTile
+        return (chunk, (keys + chunk - 1) / chunk)
+    }
+    static let prefillSplitTarget = 1024
+    static let prefillSplitMinKeys = 512
+    static let prefillSplitsOverride: Int? = {
+        guard let e = getenv("VELO_GPU_PREFILL_SPLITS") else { return nil }
+        if let v = Int(String(cString: e)), (1...256).contains(v) { return v }
+        fputs("velo: ignoring VELO_GPU_PREFILL_SPLITS=\(String(cString: e)) (expected 1…256)\n", stderr)
+        return nil
+    }()
     /// gate = act(gate) * up (params count, activation).
     static let swiglu = Kernel(name: "swiglu", buffers: 2, constants: [256])
     /// Prefill half of the fused MLP input: gate = act(S[2j]) * S[2j+1] from the interleaved (gate, up)
