@@ -90,6 +90,7 @@ export async function loadEngine(path: string | undefined, flags: EngineFlags, e
         // absent: the model's trained context, shortened to what fits the device
         ctxSize: flags.ctxSize,
         prefixCache: flags.prefixCache,
+        pageSize: flags.pageSize,
         memoryBudgetMb: flags.memoryBudget,
         cacheTypeK: flags.cacheTypeK,
         cacheTypeV: flags.cacheTypeV,

@@ -85,7 +85,8 @@ export function addEngineOptions(cmd: Command): Command {
   cmd
     .addOption(opt("-t, --threads <n>", "CPU threads (default: all cores)").argParser(parseIntArg("--threads", 1, 1024)))
     .addOption(opt("-c, --ctx-size <n>", "context size per sequence (default: the model's trained context, shortened to what fits the device)").argParser(parseIntArg("--ctx-size", 2, 1 << 20)))
-    .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"));
+    .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"))
+    .addOption(opt("--page-size <n>", "tokens per KV cache page (default: 16)").argParser(parseIntArg("--page-size", 1, 4096)));
   addCacheTypeOptions(cmd);
   addMemoryBudgetOption(cmd);
   return addBackendOptions(cmd);
@@ -140,6 +141,7 @@ export interface EngineFlags extends SpeculationFlags, CacheTypeFlags {
   device?: number;
   ctxSize?: number;
   prefixCache?: boolean;
+  pageSize?: number;
 }
 
 /** Sampling flags, named as llama.cpp names them. */

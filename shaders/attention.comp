@@ -12,15 +12,22 @@
 //                headDim+2 floats: sum_j exp(x_j - m) v[j] (headDim floats), m, sum_j exp(x_j - m);
 //                attention_combine then merges the splits into out.
 //
-// Within a workgroup keys go TK at a time with an online softmax. Scores: thread (key kk =
-// tid % TK, slice ps = tid / TK) dots a slice of the dimensions (consecutive threads read
-// consecutive K slots), slices summed through shared memory. Weighted V: thread over d (V rows are
-// contiguous in d). The query heads of a group share every K/V load; a pass takes
-// min(8, 2048/headDim) heads (headDim up to 2048; more heads re-read K/V per pass).
-// Needs a workgroup of at least 64 threads (GMAX * TK / KPT) and a multiple of TK (32).
-// K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
+// Keys go TK = 128 at a time (one per thread) with an online softmax, three barriers a tile:
+//   1. thread i scores key j0 + i against every head of the pass (the queries in shared
+//      memory as [dim][head] vec4s, read by all threads at once; neighbouring threads read
+//      neighbouring K slots), the tile's maximum per head through subgroupMax;
+//   2. every thread derives the new running maxima itself, writes its key's probabilities and
+//      keeps its own share of each head's sum (rescaled as the maximum grows);
+//   3. weighted V: thread (column c of 4 dimensions, key group kq) sums every group-th key of
+//      the tile into vec4 accumulators for all heads of the pass (V rows are contiguous).
+// The key groups' outputs and the threads' sums are reduced once, after the last tile. The
+// heads of a KV group share every K/V load; a pass takes min(8, 2048/headDim) of them.
+// Needs: a workgroup of 128 (constant 0), subgroups of at least 4, headDim a multiple of 4, at
+// most 512. K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_16bit_storage : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 
 layout(local_size_x = 128, local_size_x_id = 0) in;
 
@@ -43,21 +50,19 @@ layout(std140, binding = 7) uniform Params {
 #define KV_ACCESS readonly
 #include "kv_types.glsl"
 
-const uint TK = 32u;     // keys per tile
+const uint TK = 128u;    // keys per tile, one per thread
 const uint GMAX = 8u;    // query heads per pass
 const uint QMAX = 2048u; // floats of the heads of a pass
-const uint PMAX = 8u;    // dimension slices per key in the score phase
-const uint KPT = 4u;     // keys per thread in the softmax phase
-const uint NQ = TK / KPT;
+const uint CMAX = 128u;  // columns (4 dimensions) of a head: headDim up to 512
+const uint SGMAX = 32u;  // subgroups of a workgroup (subgroups of at least 4)
 const float NEG = -1.0e30; // "minus infinity" that stays finite in exp(a - b)
 
-shared float Qs[QMAX];            // [g][d] queries of the pass
-shared float Os[QMAX];            // [g][d] running weighted sums of V
-shared float Ps[PMAX * GMAX * TK]; // [slice][g][key] partial scores
-shared float S[GMAX * TK];        // [g][key] probabilities of the tile
-shared uint Vb[TK];               // V row handle of each key (v_row)
-shared float red[GMAX * NQ];      // [g][q] tile maxima, then sums
-shared float alphaS[GMAX], mS[GMAX];
+shared vec4 Qs[QMAX / 4u];          // [d][head / 4]: query d of heads 4i .. 4i+3
+shared float Ps[GMAX * TK];         // [head][key] probabilities of the tile
+shared uint Vb[TK];                 // V row handle of each key (v_row)
+shared float red[SGMAX * GMAX];     // [subgroup][head] tile maxima, at the end sums
+shared vec4 Os[GMAX * TK];          // at the end: [key group][head][column] outputs
+shared float mS[GMAX];              // at the end: the running maxima
 
 void main() {
     const uint t = gl_WorkGroupID.x, kvh = gl_WorkGroupID.y, split = gl_WorkGroupID.z;
@@ -68,142 +73,128 @@ void main() {
     const uint kend = min(nkeys, kbeg + p.chunk);
     // a split wholly before the window runs no tile and leaves an empty partial (m = NEG, l = 0)
     const uint kstart = max(kbeg, first_key(nkeys));
-    const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
+    const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, nsg = gl_NumSubgroups;
     const uint hd = p.headDim, G = p.heads / p.kvHeads, ps0 = p.pageSize;
     const uint pt = uint(tokpt[t]);
     const uint kOff = kvh * hd, plane = kv_kplane_words();
     const uint gpass = max(1u, min(GMAX, QMAX / hd));
-    // score phase: key kk, dimension slice ps of P
-    const uint kk = tid % TK, ps = tid / TK;
-    const uint P = min(PMAX, max(1u, WG / TK));
-    const uint dsl = (hd + P - 1u) / P;
-    const uint d0 = min(hd, ps * dsl), d1 = min(hd, d0 + dsl);
-    // softmax phase: head sg, keys sq*KPT .. +KPT
-    const uint sg = tid / NQ, sq = tid % NQ;
+    // weighted V: column c (dimensions 4c .. 4c+3) of key group kq of `groups`
+    const uint cols = hd / 4u, groups = TK / cols, c = tid % cols, kq = tid / cols;
 
     for (uint g0 = 0u; g0 < G; g0 += gpass) {
-        const uint GC = min(gpass, G - g0);
-        const uint qb = t * p.qStride + (kvh * G + g0) * hd, ob = (t * p.heads + kvh * G + g0) * hd;
-        for (uint i = tid; i < GC * hd; i += WG) {
-            Qs[i] = Q[qb + i];
-            Os[i] = 0.0;
+        const uint GC = min(gpass, G - g0), GQ = (GC + 3u) / 4u;
+        const uint qb = t * p.qStride + (kvh * G + g0) * hd;
+        for (uint e = tid; e < hd * 4u * GQ; e += TK) {
+            const uint d = e / (4u * GQ), g = e % (4u * GQ);
+            Qs[d * GQ + g / 4u][g % 4u] = g < GC ? Q[qb + g * hd + d] : 0.0;
         }
-        float mrun = NEG, lrun = 0.0; // of head sg (threads of the softmax phase)
-        if (tid < GMAX) mS[tid] = NEG;
+        float mrun[GMAX], lpart[GMAX];  // running maxima (the same in every thread), this thread's share of the sums
+        vec4 o[GMAX];
+        [[unroll]] for (uint g = 0u; g < GMAX; g++) { mrun[g] = NEG; lpart[g] = 0.0; o[g] = vec4(0.0); }
         barrier();
 
         for (uint j0 = kstart; j0 < kend; j0 += TK) {
             const uint nt = min(TK, kend - j0);
-            // 1. partial scores of key kk over dimensions d0 .. d1
-            if (ps < P) {
-                float sc[GMAX];
-                [[unroll]] for (uint g = 0u; g < GMAX; g++) sc[g] = 0.0;
-                if (kk < nt) {
-                    const uint j = j0 + kk;
-                    const uint pb = uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff;
-                    const uint slot = j % ps0;
-                    const uint kb = k_key(pb, slot);
-                    if (ps == 0u) Vb[kk] = v_row(pb + plane, slot);
-                    uint d = d0;
-                    for (; d + 4u <= d1; d += 4u) {
-                        const vec4 k4 = k_at4(kb, kOff + d);
-                        [[unroll]] for (uint g = 0u; g < GMAX; g++) {
-                            if (g < GC) {
-                                const uint qo = g * hd + d;
-                                sc[g] = fma(Qs[qo], k4.x, sc[g]);
-                                sc[g] = fma(Qs[qo + 1u], k4.y, sc[g]);
-                                sc[g] = fma(Qs[qo + 2u], k4.z, sc[g]);
-                                sc[g] = fma(Qs[qo + 3u], k4.w, sc[g]);
-                            }
+            const bool live = tid < nt;
+            // 1. scores of key j0 + tid
+            vec4 s4[2] = vec4[2](vec4(0.0), vec4(0.0));
+            if (live) {
+                const uint j = j0 + tid;
+                const uint pb = uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff, slot = j % ps0;
+                const uint kb = k_key(pb, slot);
+                Vb[tid] = v_row(pb + plane, slot);
+                // 32 dimensions' loads in flight before they are used (a loop that waits for
+                // each load is bound by memory latency, not bandwidth)
+                uint d = 0u;
+                for (; d + 32u <= hd; d += 32u) {
+                    vec4 k4[8];
+                    [[unroll]] for (uint u = 0u; u < 8u; u++) k4[u] = k_at4(kb, kOff + d + 4u * u);
+                    [[unroll]] for (uint u = 0u; u < 8u; u++) {
+                        [[unroll]] for (uint i = 0u; i < 4u; i++) {
+                            s4[0] = fma(Qs[(d + 4u * u + i) * GQ], vec4(k4[u][i]), s4[0]);
+                            if (GQ > 1u) s4[1] = fma(Qs[(d + 4u * u + i) * GQ + 1u], vec4(k4[u][i]), s4[1]);
                         }
                     }
-                    for (; d < d1; d++) {
-                        const float k0 = k_at(kb, kOff + d);
+                }
+                for (; d < hd; d += 4u) {
+                    const vec4 k4 = k_at4(kb, kOff + d);
+                    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+                        s4[0] = fma(Qs[(d + i) * GQ], vec4(k4[i]), s4[0]);
+                        if (GQ > 1u) s4[1] = fma(Qs[(d + i) * GQ + 1u], vec4(k4[i]), s4[1]);
+                    }
+                }
+            }
+            float x[GMAX];
+            [[unroll]] for (uint g = 0u; g < GMAX; g++) {
+                x[g] = live && g < GC ? softcapped(s4[g / 4u][g % 4u] * p.scale) : NEG;
+                const float m = subgroupMax(x[g]);
+                if (g < GC && subgroupElect()) red[sg * GMAX + g] = m;
+            }
+            barrier();
+            // 2. the new running maxima, this key's probabilities, the sums' shares
+            [[unroll]] for (uint g = 0u; g < GMAX; g++) {
+                if (g < GC) {
+                    float tmax = NEG;
+                    for (uint i = 0u; i < nsg; i++) tmax = max(tmax, red[i * GMAX + g]);
+                    const float mn = max(mrun[g], tmax), alpha = exp(mrun[g] - mn);
+                    mrun[g] = mn;
+                    const float e = live ? exp(x[g] - mn) : 0.0;
+                    Ps[g * TK + tid] = e;
+                    lpart[g] = fma(lpart[g], alpha, e);
+                    o[g] *= alpha;
+                }
+            }
+            barrier();
+            // 3. weighted V: every groups-th key of the tile, column c, all heads of the pass
+            if (kq < groups) {
+                uint k = kq;
+                for (; k + 3u * groups < nt; k += 4u * groups) {
+                    vec4 v[4];
+                    [[unroll]] for (uint u = 0u; u < 4u; u++) v[u] = v_at4(Vb[k + u * groups], kOff + 4u * c);
+                    [[unroll]] for (uint u = 0u; u < 4u; u++) {
                         [[unroll]] for (uint g = 0u; g < GMAX; g++)
-                            if (g < GC) sc[g] = fma(Qs[g * hd + d], k0, sc[g]);
+                            if (g < GC) o[g] = fma(vec4(Ps[g * TK + k + u * groups]), v[u], o[g]);
                     }
                 }
-                [[unroll]] for (uint g = 0u; g < GMAX; g++)
-                    if (g < GC) Ps[(ps * GMAX + g) * TK + kk] = sc[g];
-            }
-            barrier();
-            // 2. scores of keys sq*KPT .. (head sg): sum the slices, tile max
-            float x[KPT];
-            if (sg < GC) {
-                float lm = NEG;
-                [[unroll]] for (uint c = 0u; c < KPT; c++) {
-                    const uint k = sq * KPT + c;
-                    float s = 0.0;
-                    for (uint q = 0u; q < P; q++) s += Ps[(q * GMAX + sg) * TK + k];
-                    x[c] = k < nt ? softcapped(s * p.scale) : NEG;
-                    lm = max(lm, x[c]);
-                }
-                red[sg * NQ + sq] = lm;
-            }
-            barrier();
-            // 3. new running max, rescale factor, probabilities
-            if (sg < GC) {
-                float tmax = NEG;
-                [[unroll]] for (uint q = 0u; q < NQ; q++) tmax = max(tmax, red[sg * NQ + q]);
-                const float mn = max(mrun, tmax);
-                const float alpha = exp(mrun - mn);
-                mrun = mn;
-                float l = 0.0;
-                [[unroll]] for (uint c = 0u; c < KPT; c++) {
-                    const float e = exp(x[c] - mn);
-                    S[sg * TK + sq * KPT + c] = e;
-                    l += e;
-                }
-                lrun = fma(lrun, alpha, l);
-                if (sq == 0u) { alphaS[sg] = alpha; mS[sg] = mn; }
-            }
-            barrier();
-            // 4. weighted V: this thread's dimensions, all heads of the pass
-            for (uint d = tid; d < hd; d += WG) {
-                float o[GMAX];
-                [[unroll]] for (uint g = 0u; g < GMAX; g++) o[g] = g < GC ? Os[g * hd + d] * alphaS[g] : 0.0;
-                uint k = 0u;
-                for (; k + 4u <= nt; k += 4u) {
-                    const uint dv = kOff + d;
-                    const float v0 = v_at(Vb[k], dv), v1 = v_at(Vb[k + 1u], dv);
-                    const float v2 = v_at(Vb[k + 2u], dv), v3 = v_at(Vb[k + 3u], dv);
-                    [[unroll]] for (uint g = 0u; g < GMAX; g++) {
-                        if (g < GC) {
-                            const uint so = g * TK + k;
-                            o[g] = fma(S[so], v0, o[g]);
-                            o[g] = fma(S[so + 1u], v1, o[g]);
-                            o[g] = fma(S[so + 2u], v2, o[g]);
-                            o[g] = fma(S[so + 3u], v3, o[g]);
-                        }
-                    }
-                }
-                for (; k < nt; k++) {
-                    const float v0 = v_at(Vb[k], kOff + d);
+                for (; k < nt; k += groups) {
+                    const vec4 v = v_at4(Vb[k], kOff + 4u * c);
                     [[unroll]] for (uint g = 0u; g < GMAX; g++)
-                        if (g < GC) o[g] = fma(S[g * TK + k], v0, o[g]);
+                        if (g < GC) o[g] = fma(vec4(Ps[g * TK + k]), v, o[g]);
                 }
-                [[unroll]] for (uint g = 0u; g < GMAX; g++)
-                    if (g < GC) Os[g * hd + d] = o[g];
             }
-            barrier();
+            barrier();  // Ps, Vb and red are reused
         }
 
-        // softmax denominators: the sum of the softmax threads' shares
-        if (sg < GC) red[sg * NQ + sq] = lrun;
+        // the sums: subgroups, then across subgroups; the key groups' outputs through shared memory
+        [[unroll]] for (uint g = 0u; g < GMAX; g++) {
+            const float l = subgroupAdd(lpart[g]);
+            if (g < GC && subgroupElect()) red[sg * GMAX + g] = l;
+        }
+        if (kq < groups) {
+            [[unroll]] for (uint g = 0u; g < GMAX; g++)
+                if (g < GC) Os[(kq * GMAX + g) * cols + c] = o[g];
+        }
+        if (tid == 0u) {
+            [[unroll]] for (uint g = 0u; g < GMAX; g++) mS[g] = mrun[g];
+        }
         barrier();
-        for (uint i = tid; i < GC * hd; i += WG) {
-            const uint g = i / hd, d = i - g * hd;
+        for (uint e = tid; e < GC * cols; e += TK) {
+            const uint g = e / cols, cc = e % cols, h = kvh * G + g0 + g;
             float l = 0.0;
-            [[unroll]] for (uint q = 0u; q < NQ; q++) l += red[g * NQ + q];
-            const uint h = kvh * G + g0 + g;
+            for (uint i = 0u; i < nsg; i++) l += red[i * GMAX + g];
+            vec4 acc = vec4(0.0);
+            for (uint q = 0u; q < groups; q++) acc += Os[(q * GMAX + g) * cols + cc];
             if (p.splits == 1u) {
-                outv[ob + i] = Os[i] / l;
+                const uint ob = (t * p.heads + h) * hd + 4u * cc;
+                const vec4 r = acc / l;
+                outv[ob] = r.x; outv[ob + 1u] = r.y; outv[ob + 2u] = r.z; outv[ob + 3u] = r.w;
             } else {
                 const uint rb = ((t * p.heads + h) * p.splits + split) * (hd + 2u);
-                part[rb + d] = Os[i];
-                if (d == 0u) { part[rb + hd] = mS[g]; part[rb + hd + 1u] = l; }
+                part[rb + 4u * cc] = acc.x; part[rb + 4u * cc + 1u] = acc.y;
+                part[rb + 4u * cc + 2u] = acc.z; part[rb + 4u * cc + 3u] = acc.w;
+                if (cc == 0u) { part[rb + hd] = mS[g]; part[rb + hd + 1u] = l; }
             }
         }
-        barrier(); // Qs/Os/red are reused by the next pass
+        barrier(); // Qs, red and Os are reused by the next pass
     }
 }

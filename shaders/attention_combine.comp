@@ -4,7 +4,7 @@
 // (s < min(splits, ceil((tokpos[t] + 1) / chunk))) and row r = (t*heads + h)*splits + s of
 // headDim+2 floats (O_s[headDim], m_s, l_s):
 //   M = max_s m_s,  out[t][h][d] = sum_s exp(m_s - M) O_s[d] / sum_s exp(m_s - M) l_s
-// One workgroup per (token, head); dispatch (n, heads, 1).
+// One workgroup per (token, head), of a power of two threads up to 128; dispatch (n, heads, 1).
 // Built with -DQ8 (attention_combine_q8), it also writes out as quantize_q8's 8-bit blocks
 // (XQ, XD; rows of heads*headDim values) for the matvec_dot that reads it next (headDim a
 // multiple of 32, at most 256).
@@ -29,8 +29,24 @@ layout(std140, binding = 3) uniform Params {
 } p;
 
 const uint SMAX = 256u; // most splits (the host's split count stays below)
+const uint WMAX = 128u; // workgroup size (a power of two, at most this)
 
 shared float w[SMAX];
+shared float red[WMAX];
+
+// the workgroup's maximum (op 0) or sum (op 1) of x, in red[0]; every thread calls it
+float reduce(float x, uint op) {
+    const uint tid = gl_LocalInvocationID.x;
+    red[tid] = x;
+    barrier();
+    for (uint o = gl_WorkGroupSize.x / 2u; o > 0u; o >>= 1) {
+        if (tid < o) red[tid] = op == 0u ? max(red[tid], red[tid + o]) : red[tid] + red[tid + o];
+        barrier();
+    }
+    const float r = red[0];
+    barrier(); // red is reused
+    return r;
+}
 
 void main() {
     const uint t = gl_WorkGroupID.x, h = gl_WorkGroupID.y;
@@ -40,23 +56,30 @@ void main() {
     const uint nkeys = uint(tokpos[t]) + 1u;
     const uint ns = min(min(p.splits, SMAX), (nkeys + p.chunk - 1u) / p.chunk);
     const uint rb = (t * p.heads + h) * p.splits * stride;
-    // M: every thread reads the maxima (few, independent loads); weights in shared memory
-    float M = -1.0e30;
-    for (uint s = 0u; s < ns; s++) M = max(M, part[rb + s * stride + hd]);
-    for (uint s = tid; s < ns; s += WG) w[s] = exp(part[rb + s * stride + hd] - M);
-    barrier();
-    float L = 0.0;
-    for (uint s = 0u; s < ns; s++) L = fma(w[s], part[rb + s * stride + hd + 1u], L);
+    // the splits' maxima, then their weights and sums, a split a thread (a long cache has
+    // hundreds: walked by every thread in turn they were a chain of dependent loads)
+    float m = -1.0e30;
+    for (uint s = tid; s < ns; s += WG) {
+        w[s] = part[rb + s * stride + hd];
+        m = max(m, w[s]);
+    }
+    const float M = reduce(m, 0u);
+    float l = 0.0;
+    for (uint s = tid; s < ns; s += WG) {
+        w[s] = exp(w[s] - M);
+        l = fma(w[s], part[rb + s * stride + hd + 1u], l);
+    }
+    const float L = reduce(l, 1u); // its barriers also publish w
     const uint ob = (t * p.heads + h) * hd;
     for (uint d = tid; d < hd; d += WG) {
-        float a0 = 0.0, a1 = 0.0;
+        vec4 a = vec4(0.0);
         uint s = 0u;
-        for (; s + 2u <= ns; s += 2u) {
-            a0 = fma(w[s], part[rb + s * stride + d], a0);
-            a1 = fma(w[s + 1u], part[rb + (s + 1u) * stride + d], a1);
+        for (; s + 4u <= ns; s += 4u) {
+            const uint b = rb + s * stride + d;
+            a = fma(vec4(w[s], w[s + 1u], w[s + 2u], w[s + 3u]), vec4(part[b], part[b + stride], part[b + 2u * stride], part[b + 3u * stride]), a);
         }
-        if (s < ns) a0 = fma(w[s], part[rb + s * stride + d], a0);
-        const float o = (a0 + a1) / L;
+        for (; s < ns; s++) a.x = fma(w[s], part[rb + s * stride + d], a.x);
+        const float o = (a.x + a.y + a.z + a.w) / L;
         outv[ob + d] = o;
 #ifdef Q8
         q8src[d] = o;

@@ -124,25 +124,34 @@ void main() {
     const uint sBase = sg * 16u * SS, pBase = sg * 16u * PS;
 
     for (uint j0 = kbeg; j0 < kend; j0 += BC) {
-        // K: invocations along keys (the K plane is [d][slot] within a page), 4 dimensions each
+        // K and V of the tile, every load issued before any is stored (a load, store, load...
+        // chain is bound by memory latency). K: invocations along keys (the K plane is
+        // [d][slot] within a page), 4 dimensions each; V: along dimensions (the V plane is [slot][d]).
         {
+            const uint KL = DMAX / 4u / (WG / BC), VL = BC * (DMAX / 4u) / WG;
             const uint k = tid % BC, j = j0 + k;
             const bool have = j < kend;
             uint kb = 0u;
             if (have) kb = k_key(uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff, j % ps0);
-            for (uint c = 4u * (tid / BC); c < DMAX; c += 4u * (WG / BC)) {
-                f16vec4 v = f16vec4(0.0);
-                if (have && c < hd) v = f16vec4(k_at4(kb, kOff + c));
-                [[unroll]] for (uint i = 0u; i < 4u; i++) QKV[k * HS + c + i] = v[i];
+            f16vec4 kv4[KL], vv4[VL];
+            [[unroll]] for (uint u = 0u; u < KL; u++) {
+                const uint c = 4u * (tid / BC) + u * 4u * (WG / BC);
+                kv4[u] = have && c < hd ? f16vec4(k_at4(kb, kOff + c)) : f16vec4(0.0);
             }
-        }
-        // V: invocations along dimensions (the V plane is [slot][d])
-        for (uint e = tid; e < BC * (DMAX / 4u); e += WG) {
-            const uint k = e / (DMAX / 4u), c = 4u * (e % (DMAX / 4u)), j = j0 + k;
-            f16vec4 v = f16vec4(0.0);
-            if (j < kend && c < hd)
-                v = f16vec4(v_at4(v_row(uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff + plane, j % ps0), kOff + c));
-            [[unroll]] for (uint i = 0u; i < 4u; i++) QKV[(BC + k) * HS + c + i] = v[i];
+            [[unroll]] for (uint u = 0u; u < VL; u++) {
+                const uint e = tid + u * WG, kk = e / (DMAX / 4u), c = 4u * (e % (DMAX / 4u)), jj = j0 + kk;
+                vv4[u] = jj < kend && c < hd
+                    ? f16vec4(v_at4(v_row(uint(pagetab[pt + jj / ps0]) * p.pageStride + p.layerOff + plane, jj % ps0), kOff + c))
+                    : f16vec4(0.0);
+            }
+            [[unroll]] for (uint u = 0u; u < KL; u++) {
+                const uint c = 4u * (tid / BC) + u * 4u * (WG / BC);
+                [[unroll]] for (uint i = 0u; i < 4u; i++) QKV[k * HS + c + i] = kv4[u][i];
+            }
+            [[unroll]] for (uint u = 0u; u < VL; u++) {
+                const uint e = tid + u * WG, kk = e / (DMAX / 4u), c = 4u * (e % (DMAX / 4u));
+                [[unroll]] for (uint i = 0u; i < 4u; i++) QKV[(BC + kk) * HS + c + i] = vv4[u][i];
+            }
         }
         barrier();
 

@@ -126,9 +126,15 @@ uint v_row(uint vplane, uint slot) { return vplane + slot * p.kvDim; }
 float v_at(uint h, uint d) { return kv[h + d]; }
 vec4 v_at4(uint h, uint d) { const uint b = h + d; return vec4(kv[b], kv[b + 1u], kv[b + 2u], kv[b + 3u]); }
 #elif defined(VT_F16)
+layout(std430, binding = KV_BINDING) KV_ACCESS buffer KVBuf64 { uvec2 kvq[]; };
 uint v_row(uint vplane, uint slot) { return 2u * vplane + slot * p.kvDim; }
 float v_at(uint h, uint d) { return h16(h + d); }
-vec4 v_at4(uint h, uint d) { const uint b = h + d; return vec4(h16(b), h16(b + 1u), h16(b + 2u), h16(b + 3u)); }
+// four values at an 8-byte boundary (the usual case) in one load
+vec4 v_at4(uint h, uint d) {
+    const uint b = h + d;
+    if ((b & 3u) == 0u) { const uvec2 w = kvq[b >> 2]; return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
+    return vec4(h16(b), h16(b + 1u), h16(b + 2u), h16(b + 3u));
+}
 #elif defined(VT_Q8_0)
 uint v_row(uint vplane, uint slot) { return 2u * vplane + slot * q8_row_halves(); }
 float v_at(uint h, uint d) { return q8_at(h, d); }

@@ -4,7 +4,7 @@
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... |
-#                     grammar MODELS... | depth MODEL DEPTHS... | splits tg|pp MODEL DEPTH N... | tune MODEL SHAPES... |
+#                     grammar MODELS... | depth MODEL DEPTHS... | depthprof MODEL DEPTH pp|tg | splits tg|pp MODEL DEPTH N... | tune MODEL SHAPES... |
 #                     variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
 # for Llama (8b-q4_0), ARCH.SHAPE-TYPE for the others (qwen2.7b-q4_0, gemma2.9b-q4_0,
@@ -90,12 +90,18 @@ items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) el
     for m in "$@"; do
       /tmp/bun "$C/grammar.js" "$(model "$m")" --backend vulkan -n 128 -r 5 | tee "$OUT/grammar-$m.txt"
     done ;;
-  tune)  # decode (tg128) of one model for each matrix×vector shape, VELO_GPU_MATVEC=THREADS,ROWS
+  tune)  # batched decode (1 … 16 sequences of 128 + 128 tokens) of one model for each
+         # matrix×vector shape, VELO_GPU_MATVEC=THREADS,ROWS
     f=$(model "$1"); shift
     for s in "$@"; do
-      VELO_GPU_MATVEC=$s velo bench "$f" --backend vulkan -p 0 -n 128 -r 3 --json | tr -d '\n' > "$OUT/tune-${s/,/x}.json"
-      python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('matvec $s',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])" "$OUT/tune-${s/,/x}.json"
+      VELO_GPU_MATVEC=$s velo bench "$f" --backend vulkan --max-batch-size 16 -c 512 -p 128 -n 128 --json | tr -d '\n' > "$OUT/tune-${s/,/x}.json"
+      python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('matvec $s',[(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']])" "$OUT/tune-${s/,/x}.json"
     done ;;
+  depthprof)  # where the time goes at depth: h100.sh depthprof MODEL DEPTH pp|tg (pp512 or tg32 after DEPTH tokens, per-kernel profile)
+    f=$(model "$1"); d=$2
+    case $3 in pp) run=(-p 512 -n 0) ;; *) run=(-p 0 -n 32) ;; esac
+    velo bench "$f" --backend vulkan "${run[@]}" -d "$d" -c $((d + 1024)) -r 1 --profile > "$OUT/depthprof-$d-$3.txt" 2>&1
+    grep -v "^bench:" "$OUT/depthprof-$d-$3.txt" | grep -vE "^[├┌└]" | cut -c1-120 ;;
   variants)  # pp512 of one model under each set of switches, e.g. VELO_GPU_COOP=2,0,2 or
               # VELO_GPU_NO_COOP_ATTN=1+VELO_GPU_NO_SPLITK=1 ('+' separates assignments; '-' is
               # none), with the compiler's statistics of the prefill kernels (VELO_GPU_PIPELINE_STATS)
@@ -160,5 +166,5 @@ items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) el
         python3 -c "import json,sys,statistics as st;print('llama.cpp $t', [(r['n_gen'],r.get('n_depth'),round(st.median(r['samples_ts']),1)) for r in json.load(open(sys.argv[1]))])" "$OUT/kv-llamacpp-$t.json"
       done
     fi ;;
-  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | grammar MODELS... | depth MODEL DEPTHS... | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL" >&2; exit 2 ;;
+  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | grammar MODELS... | depth MODEL DEPTHS... | depthprof MODEL DEPTH pp|tg | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL" >&2; exit 2 ;;
 esac

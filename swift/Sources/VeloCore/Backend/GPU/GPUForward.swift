@@ -101,6 +101,9 @@ final class GPUForward: ForwardOps {
         self.profiler = profiler
         self.maxContext = maxContext
         let c = config
+        guard GPUKernels.attentionFits(headDim: c.headDim) else {
+            throw VeloError(.unsupported, "the GPU attention kernels take head sizes that are multiples of 4 up to \(GPUKernels.attentionMaxHeadDim); this model's are \(c.headDim) (use --backend cpu)")
+        }
         kvLayout = KVLayout(pageSize: kv.pageSize, layers: layers, kvDim: kvDim, typeK: kv.layout.typeK, typeV: kv.layout.typeV)
         kvPlaces = try kv.places(for: kvLayout)
         let (tk, tv) = (kv.layout.typeK, kv.layout.typeV)

@@ -195,8 +195,11 @@ enum GPUKernels {
     }
     /// Split-K attention: (n, kvHeads, splits) workgroups, each over `chunk` keys of a token;
     /// with splits > 1 each writes partials to a scratch buffer and `attentionCombine`
-    /// ((n, heads, 1) workgroups) merges them. Both take 128 threads (attention needs ≥ 64).
+    /// ((n, heads, 1) workgroups) merges them. Both take 128 threads (attention: exactly).
     static let attention = Kernel(name: "attention", buffers: 7, constants: [128])
+    static let attentionMaxHeadDim = 512
+    /// Head sizes the attention kernels take (every model's so far: 64 to 256).
+    static func attentionFits(headDim: Int) -> Bool { headDim % 4 == 0 && headDim <= attentionMaxHeadDim }
     static let attentionCombine = Kernel(name: "attention_combine", buffers: 3, constants: [128])
     /// Prefill attention in FlashAttention-2 tiles: (blocks, kvHeads, splits) workgroups of 128
     /// threads, each over `attentionTiledRows` query rows (tokens × the heads of a KV group) that
