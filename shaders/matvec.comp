@@ -21,7 +21,8 @@
 // expertWords 16-bit words after expert e-1's), binding 3 moe_route's output R: activation row m
 // (a pair, in expert order) is multiplied by expert R[idsOff + m]'s rows, and read from X row
 // R[rowsOff + m] (gather = 1: the layer's input, a row per token) or row m (gather = 0). NCOLS
-// must be 1 (each group one pair); glu must be 0. Dispatch (ceil(N / ROWS), M, 1), M the pairs.
+// must be 1 (each group one pair); GLU mode works as above (a stack of interleaved gate/up
+// experts). Dispatch (ceil(N / ROWS), M, 1), M the pairs.
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require

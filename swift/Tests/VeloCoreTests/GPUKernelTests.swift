@@ -236,7 +236,8 @@ final class GPUKernelTests: XCTestCase {
     /// matvec_id_T and matmul_id_T for every weight type against float64 products of each
     /// routed pair's expert (a stacked tensor of 6 experts of 37 rows), routed by moe_route:
     /// one expert never chosen, one with more rows than a matmul tile (150 tokens), rows read
-    /// through the routing from a strided input (gather) or a row per pair.
+    /// through the routing from a strided input (gather) or a row per pair; and matvec_id_T's
+    /// GLU mode (interleaved gate/up experts).
     func testExpertProductsEveryType() throws {
         let experts = 6, used = 2, n = 37
         for type in GPUKernels.weightTypes {
@@ -278,6 +279,22 @@ final class GPUKernelTests: XCTestCase {
                     try run(GPUKernels.matmulID(type), bindings: [GPUBinding(wb), GPUBinding(xb), GPUBinding(y2), GPUBinding(rb)], p2,
                             GPUKernels.matmulIDGroups(n: n, tokens: tokens, experts: experts))
                     assertClose(try read(y2, pairs * n), want, tolerance: tol, "matmul_id \(what)")
+                    // GLU mode: each expert's first 36 rows as 18 interleaved (gate, up) pairs
+                    let half = 18
+                    var gw = [Double](repeating: 0, count: pairs * half), gt = gw
+                    for i in 0..<pairs {
+                        for j in 0..<half {
+                            let (g, u) = (want[i * n + 2 * j], want[i * n + 2 * j + 1])
+                            gw[i * half + j] = Self.gluAct(g, 1) * u
+                            gt[i * half + j] = 1.1 * tol[i * n + 2 * j] * abs(u) + abs(Self.gluAct(g, 1)) * tol[i * n + 2 * j + 1] + 1e-5
+                        }
+                    }
+                    var p3 = params
+                    (p3[1], p3[5], p3[6]) = (UInt32(2 * half), UInt32(half), 1)
+                    let y3 = try upload([Float](repeating: .nan, count: pairs * half))
+                    try run(GPUKernels.matvecID(type), bindings: [GPUBinding(wb), GPUBinding(xb), GPUBinding(y3), GPUBinding(rb)], p3,
+                            GPUKernels.matvecIDGroups(n: 2 * half, pairs: pairs))
+                    assertClose(try read(y3, pairs * half), gw, tolerance: gt, "matvec_id GLU \(what)")
                 }
             }
         }

@@ -49,10 +49,17 @@ final class GPUForward: ForwardOps {
     /// nil when no pair or no batch larger than matvecMaxRows.
     private let gluScratch: GPUBuffer?
     private var vectors: [String: GPUBuffer] = [:]
-    /// Each stacked expert tensor (gate, up, down of a layer) as one buffer, keyed by its first
-    /// expert's view (`ExpertLayer`), with the bytes of one expert; such weights are not in
-    /// `weights`.
-    private var expertStacks: [UnsafeRawPointer: (buffer: GPUBuffer, expertBytes: Int)] = [:]
+    /// Each stacked expert tensor of a layer as one buffer, keyed by its first expert's view
+    /// (`ExpertLayer`): down, and gate and up interleaved by rows as one stack (expert e's row
+    /// 2i gate row i, 2i+1 up row i: the dense gated pairs' layout) where their formats agree,
+    /// else each on its own. Such weights are not in `weights`.
+    private var expertStacks: [UnsafeRawPointer: ExpertStack] = [:]
+    private struct ExpertStack {
+        let buffer: GPUBuffer
+        /// One expert's weight (its rows: 2·ffn for an interleaved pair).
+        let expert: WeightMatrix
+        var expertBytes: Int { expert.rows * expert.rowBytes }
+    }
     /// Mixture-of-experts layers' buffers (nil: a dense model).
     private let moe: MoEBuffers?
     /// Each of `config.ropes`' per-pair frequencies.
@@ -176,14 +183,37 @@ final class GPUForward: ForwardOps {
         // stacked expert tensors: one buffer each, bound whole (the expert-indexed kernels find
         // expert e at e times an expert's bytes)
         for l in model.expertLayers {
-            for stack in [l.gate, l.up, l.down] {
-                let bytes = stack[0].rows * stack[0].rowBytes
+            let (g, u) = (l.gate[0], l.up[0])
+            let interleave = g.type == u.type && g.rows == u.rows && g.cols == u.cols && g.rowBytes == u.rowBytes
+            for stack in interleave ? [l.gate, l.down] : [l.gate, l.up, l.down] {
+                let w = stack[0], pair = interleave && w.data == g.data
+                let bytes = w.rows * w.rowBytes * (pair ? 2 : 1)
                 guard bytes * stack.count <= device.maxBindingBytes else {
-                    throw VeloError(.unsupported, "\(stack[0].name) (\((bytes * stack.count) >> 20) MiB) is larger than one GPU buffer binding may be on \(device.name)")
+                    throw VeloError(.unsupported, "\(w.name)\(pair ? " with its up weights" : "") (\((bytes * stack.count) >> 20) MiB) is larger than one GPU buffer binding may be on \(device.name)")
                 }
-                let b = try device.makeBuffer(bytes: bytes * stack.count, memory: .device, label: stack[0].name)
-                try device.upload(b, offset: 0, from: stack[0].data, bytes: bytes * stack.count)
-                expertStacks[stack[0].data] = (b, bytes)
+                let b = try device.makeBuffer(bytes: bytes * stack.count, memory: .device, label: w.name)
+                if pair {
+                    // staged a few experts at a time (each upload waits): up to 64 MiB, or one
+                    let rb = w.rowBytes, per = max(1, (64 << 20) / bytes)
+                    let staging = UnsafeMutableRawPointer.allocate(byteCount: per * bytes, alignment: 16)
+                    defer { staging.deallocate() }
+                    for first in Swift.stride(from: 0, to: stack.count, by: per) {
+                        let count = min(per, stack.count - first)
+                        for j in 0..<count {
+                            let (ge, ue, at) = (l.gate[first + j], l.up[first + j], staging + j * bytes)
+                            for r in 0..<w.rows {
+                                (at + 2 * r * rb).copyMemory(from: ge.data + r * rb, byteCount: rb)
+                                (at + (2 * r + 1) * rb).copyMemory(from: ue.data + r * rb, byteCount: rb)
+                            }
+                        }
+                        try device.upload(b, offset: first * bytes, from: staging, bytes: count * bytes)
+                    }
+                    paired.formUnion(l.up.map(\.data))
+                } else {
+                    try device.upload(b, offset: 0, from: w.data, bytes: bytes * stack.count)
+                }
+                let expert = WeightMatrix(name: w.name, type: w.type, data: w.data, rows: w.rows * (pair ? 2 : 1), cols: w.cols, rowBytes: w.rowBytes)
+                expertStacks[w.data] = ExpertStack(buffer: b, expert: expert)
                 paired.formUnion(stack.map(\.data))
             }
         }
@@ -236,7 +266,7 @@ final class GPUForward: ForwardOps {
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
         if moe != nil {
             for k in [GPUKernels.moeRoute, GPUKernels.moeCombine] { _ = try pipeline(k) }
-            for t in Set(model.expertLayers.flatMap { [$0.gate[0].type, $0.up[0].type, $0.down[0].type] }) {
+            for t in Set(expertStacks.values.map(\.expert.type)) {
                 for k in [GPUKernels.matvecID(t), GPUKernels.matmulID(t)] { _ = try pipeline(k) }
             }
         }
@@ -563,11 +593,23 @@ final class GPUForward: ForwardOps {
         multiply(l.router, x, rows: n, xStride: xs, into: GPUBinding(m.router), yStride: e.count, op: .matmul)
         dispatch(GPUKernels.moeRoute, [GPUBinding(m.router), GPUBinding(m.routing)],
                  [UInt32(n), UInt32(e.count), UInt32(e.used), e.normalizeWeights ? 1 : 0, UInt32(m.cap)], (1, 1, 1), .other)
-        let pairs = n * e.used
-        expertProduct(l.gate, x, xStride: xs, gather: true, into: GPUBinding(m.gate), yStride: h)
-        expertProduct(l.up, x, xStride: xs, gather: true, into: GPUBinding(m.up), yStride: h)
-        swiglu(GPUBinding(m.gate), GPUBinding(m.up), count: pairs * h)
-        expertProduct(l.down, GPUBinding(m.gate), xStride: h, gather: false, into: GPUBinding(m.output), yStride: d)
+        let pairs = n * e.used, gate = expertStacks[l.gate[0].data]!
+        if gate.expert.rows == h {
+            // gate and up apart
+            expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.gate), yStride: h)
+            expertProduct(expertStacks[l.up[0].data]!, x, xStride: xs, gather: true, into: GPUBinding(m.up), yStride: h)
+            swiglu(GPUBinding(m.gate), GPUBinding(m.up), count: pairs * h)
+        } else if n <= GPUKernels.matvecMaxRows {
+            // interleaved: SwiGLU in the product's GLU mode
+            expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.gate), yStride: h, glu: .silu)
+        } else {
+            // interleaved products (2·ffn a pair, in `up`), then swiglu_pairs
+            expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.up), yStride: 2 * h)
+            let count = pairs * h
+            dispatch(GPUKernels.swigluPairs, [GPUBinding(m.up), GPUBinding(m.gate)], [UInt32(count), UInt32(ModelConfig.FFNActivation.silu.rawValue)],
+                     (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
+        }
+        expertProduct(expertStacks[l.down[0].data]!, GPUBinding(m.gate), xStride: h, gather: false, into: GPUBinding(m.output), yStride: d)
         var shared = (out: GPUBinding(m.output), gate: GPUBinding(m.output))
         if let sh = l.shared, let out = m.shared {
             let w = e.sharedFFNDim
@@ -585,10 +627,13 @@ final class GPUForward: ForwardOps {
     /// Y = each routed pair's expert times its activation row, over all the pairs of the step
     /// in one dispatch: matvec_id_T for decode-sized batches (a workgroup per pair and few
     /// rows, reading only the chosen experts' weights), matmul_id_T's tiles per expert above.
-    /// `gather`: row i of X is pair i's token's row (else X has a row per pair).
-    private func expertProduct(_ stack: [WeightMatrix], _ x: GPUBinding, xStride: Int, gather: Bool, into y: GPUBinding, yStride: Int) {
-        let w = stack[0], s = expertStacks[w.data]!, e = config.experts!, m = moe!
-        let params = [UInt32(w.cols), UInt32(w.rows), UInt32(n * e.used), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), 0,
+    /// `gather`: row i of X is pair i's token's row (else X has a row per pair). `glu` (decode,
+    /// an interleaved gate/up stack): Y = act(gate·X) * (up·X), as matvec_T's GLU mode.
+    private func expertProduct(_ s: ExpertStack, _ x: GPUBinding, xStride: Int, gather: Bool, into y: GPUBinding, yStride: Int,
+                               glu: ModelConfig.FFNActivation? = nil) {
+        let w = s.expert, e = config.experts!, m = moe!
+        precondition(glu == nil || n <= GPUKernels.matvecMaxRows)
+        let params = [UInt32(w.cols), UInt32(w.rows), UInt32(n * e.used), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0),
                       UInt32(s.expertBytes / 2), gather ? 1 : 0] + m.offsets.map { UInt32($0) }
         let buffers = [GPUBinding(s.buffer), x, y, GPUBinding(m.routing)]
         if n <= GPUKernels.matvecMaxRows {
@@ -740,7 +785,7 @@ struct MoEBuffers {
         router = try device.makeBuffer(bytes: maxTokens * e.count * 4, memory: .device, label: "router logits")
         routing = try device.makeBuffer(bytes: (5 * cap + 2 * e.count) * 4, memory: .device, label: "expert routing")
         gate = try device.makeBuffer(bytes: pairs * e.ffnDim * 4, memory: .device, label: "expert gate products")
-        up = try device.makeBuffer(bytes: pairs * e.ffnDim * 4, memory: .device, label: "expert up products")
+        up = try device.makeBuffer(bytes: pairs * 2 * e.ffnDim * 4, memory: .device, label: "expert up (or interleaved gate/up) products")
         output = try device.makeBuffer(bytes: pairs * c.dim * 4, memory: .device, label: "expert outputs")
         shared = e.sharedFFNDim > 0 ? try device.makeBuffer(bytes: maxTokens * c.dim * 4, memory: .device, label: "shared expert outputs") : nil
     }
@@ -756,6 +801,6 @@ struct MoEBuffers {
     static func bytes(config c: ModelConfig, maxTokens: Int) -> Int {
         guard let e = c.experts else { return 0 }
         let pairs = maxTokens * e.used
-        return 4 * (maxTokens * e.count + 5 * pairs + 2 * e.count + pairs * (c.dim + 2 * e.ffnDim) + (e.sharedFFNDim > 0 ? maxTokens * c.dim : 0)) + 2048
+        return 4 * (maxTokens * e.count + 5 * pairs + 2 * e.count + pairs * (c.dim + 3 * e.ffnDim) + (e.sharedFFNDim > 0 ? maxTokens * c.dim : 0)) + 2048
     }
 }
