@@ -81,7 +81,11 @@ test-neon:
 # Weight kernels are built once per weight type (-DWTYPE_<TYPE>), named <kernel>_<type>.
 WTYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k q2_k q3_k iq4_nl iq4_xs
 WEIGHT_KERNELS := get_rows matvec matmul matmul_coop
-PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attention_tiled attention_combine swiglu swiglu_pairs add add_bias softcap quantize_q8 to_f16 sum_splits moe_gather moe_combine
+PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attention_tiled attention_combine swiglu swiglu_pairs add add_bias softcap quantize_q8 to_f16 sum_splits moe_route moe_combine
+# mixture-of-experts products over a stacked expert tensor, indexed by moe_route's output:
+# <kernel>.comp built with -DEXPERTS once per weight type, named <kernel>_id_<type>
+ID_KERNELS := matvec matmul
+ID_VARIANTS := $(foreach k,$(ID_KERNELS),$(addprefix $(k)_id_,$(WTYPES)))
 # matvec with 8-bit activations and integer dot products, for the types it supports
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
@@ -93,7 +97,7 @@ KV_KERNELS := kv_store rope_store attention attention_tiled attention_coop
 KV_PAIRS := $(filter-out f32_f32,$(foreach k,$(KV_TYPES),$(addprefix $(k)_,$(KV_TYPES))))
 KV_VARIANTS := $(foreach k,$(KV_KERNELS),$(addprefix $(k)_,$(KV_PAIRS)))
 SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) \
-  attention_coop $(KV_VARIANTS)
+  attention_coop $(KV_VARIANTS) $(ID_VARIANTS)
 # Kernels Metal never runs, left out of the MSL and the metallib: cooperative matrices (no MSL
 # translation) and the 8-bit-activation decode path (GPUKernels.integerDot is Vulkan-only;
 # add_rms_norm_q8 alone takes 41 KB of threadgroup memory, over Apple GPUs' 32 KiB).
@@ -112,8 +116,10 @@ METAL_MATMUL_BM := 64
 METAL_MATMUL_BN := 64
 METAL_MATVEC := $(foreach t,$(WTYPES),$(foreach c,$(METAL_MATVEC_NCOLS),matvec_$(t)_s$(c)x$(METAL_MATVEC_ROWS)))
 METAL_MATMUL := $(foreach t,$(WTYPES),matmul_$(t)_s$(METAL_MATMUL_BM)x$(METAL_MATMUL_BN))
-MSL_SHADERS := $(filter-out $(VULKAN_ONLY) $(addprefix matvec_,$(WTYPES)) $(addprefix matmul_,$(WTYPES)),$(SHADERS)) \
-  $(METAL_MATVEC) $(METAL_MATMUL)
+# the expert-indexed ones: matvec_id one activation row a group, matmul_id matmul's tile
+METAL_ID := $(foreach t,$(WTYPES),matvec_id_$(t)_s1x$(METAL_MATVEC_ROWS) matmul_id_$(t)_s$(METAL_MATMUL_BM)x$(METAL_MATMUL_BN))
+MSL_SHADERS := $(filter-out $(VULKAN_ONLY) $(addprefix matvec_,$(WTYPES)) $(addprefix matmul_,$(WTYPES)) $(ID_VARIANTS),$(SHADERS)) \
+  $(METAL_MATVEC) $(METAL_MATMUL) $(METAL_ID)
 MSL_FILES = $(MSL_SHADERS:%=$(METAL_DIR)/%.metal)
 SPV_ENV := vulkan1.2
 MSL_VER := 20400
@@ -136,6 +142,8 @@ endef
 $(foreach k,$(WEIGHT_KERNELS),$(foreach t,$(WTYPES),\
   $(eval $(call shader_rules,$(k)_$(t),shaders/$(k).comp,-DWTYPE_$(call upper,$(t))))))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matvec_dot.comp,-DWTYPE_$(call upper,$(t)))))
+$(foreach k,$(ID_KERNELS),$(foreach t,$(WTYPES),\
+  $(eval $(call shader_rules,$(k)_id_$(t),shaders/$(k).comp,-DEXPERTS -DWTYPE_$(call upper,$(t))))))
 $(eval $(call shader_rules,attention_coop,shaders/attention_coop.comp,))
 $(foreach k,$(PLAIN_KERNELS),$(eval $(call shader_rules,$(k),shaders/$(k).comp,)))
 $(foreach k,$(Q8_KERNELS),$(eval $(call shader_rules,$(k)_q8,shaders/$(k).comp,-DQ8)))
@@ -152,6 +160,10 @@ $(foreach t,$(WTYPES),$(foreach c,$(METAL_MATVEC_NCOLS),$(eval $(call msl_shape_
   shaders/matvec.comp,-DWTYPE_$(call upper,$(t)),$(c) $(METAL_MATVEC_ROWS)))))
 $(foreach t,$(WTYPES),$(eval $(call msl_shape_rule,matmul_$(t)_s$(METAL_MATMUL_BM)x$(METAL_MATMUL_BN),\
   shaders/matmul.comp,-DWTYPE_$(call upper,$(t)),$(METAL_MATMUL_BM) $(METAL_MATMUL_BN))))
+$(foreach t,$(WTYPES),$(eval $(call msl_shape_rule,matvec_id_$(t)_s1x$(METAL_MATVEC_ROWS),\
+  shaders/matvec.comp,-DEXPERTS -DWTYPE_$(call upper,$(t)),1 $(METAL_MATVEC_ROWS))))
+$(foreach t,$(WTYPES),$(eval $(call msl_shape_rule,matmul_id_$(t)_s$(METAL_MATMUL_BM)x$(METAL_MATMUL_BN),\
+  shaders/matmul.comp,-DEXPERTS -DWTYPE_$(call upper,$(t)),$(METAL_MATMUL_BM) $(METAL_MATMUL_BN))))
 -include $(wildcard $(SHADER_GEN)/*.d)
 
 # the list of shaders, rewritten only when it changes, so the registry follows it

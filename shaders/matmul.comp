@@ -10,6 +10,13 @@
 //
 // The workgroup size must be (BM/4) * (BN/4): 256 with the defaults BM = BN = 64.
 // Dispatch (ceil(N / BN), ceil(M / BM), 1).
+//
+// matmul_id_T (built with -DEXPERTS): the prefill half of a mixture-of-experts layer's products,
+// one dispatch over all its experts, with matvec_id_T's buffers and parameters (binding 3 moe_route's
+// output R). Workgroup z is expert e, with W's expert e (expertWords 16-bit words after expert
+// e-1): its activation rows are the pairs R[expertsOff + 2e] + m for m < R[expertsOff + 2e + 1]
+// (gathered from X as matvec_id_T does), and groups past its count exit at once. M is the most
+// rows an expert can have (the tokens). Dispatch (ceil(N / BN), ceil(M / BM), experts).
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 
@@ -24,14 +31,25 @@ layout(std430, binding = 1) readonly buffer XBuf { float X[]; };
 // the 4 values of a group start at a multiple of 4 and lie within the row)
 layout(std430, binding = 1) readonly buffer XBuf4 { vec4 X4[]; };
 layout(std430, binding = 2) writeonly buffer YBuf { float Y[]; };
+#ifdef EXPERTS
+layout(std430, binding = 3) readonly buffer RouteBuf { uint R[]; };
+layout(std140, binding = 4) uniform Params {
+    uint K, N, M, rowBytes, xStride, yStride, glu;
+    uint expertWords, gather, rowsOff, idsOff, expertsOff;
+} p;
+#else
 layout(std140, binding = 3) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride;
 } p;
+#endif
 
 const uint BK = 32u;                 // values per step
 const uint UPT = BK / UNIT_VALUES;   // units per step
 shared vec4 Ws[BK * BN / 4u];        // [k][n/4]
 shared vec4 Xs[BK * BM / 4u];        // [k][m/4]
+#ifdef EXPERTS
+shared uint xrow[BM];                // where each of the tile's activation rows starts in X
+#endif
 
 vec4 xload(uint i, uint k) {
 #ifdef UNIT_TAIL
@@ -53,6 +71,20 @@ void main() {
     const bool computes = ty < BM / 4u;
     const uint rowWords = p.rowBytes >> 1;
     const uint U = units_per_row(p.K);
+#ifdef EXPERTS
+    const uint e = gl_WorkGroupID.z, first = R[p.expertsOff + 2u * e], M = R[p.expertsOff + 2u * e + 1u];
+    if (m0 >= M) return; // whole workgroup: no barrier is skipped by part of it
+    const uint wb = e * p.expertWords;
+    for (uint m = tid; m < BM; m += WG) {
+        const uint i = first + min(m0 + m, M - 1u);
+        xrow[m] = (p.gather != 0u ? R[p.rowsOff + i] : i) * p.xStride;
+    }
+    barrier();
+#define XROW(m) xrow[m]
+#else
+    const uint first = 0u, M = p.M, wb = 0u;
+#define XROW(m) ((m0 + (m)) * p.xStride)
+#endif
 
     vec4 acc[4];
     [[unroll]] for (uint i = 0u; i < 4u; i++) acc[i] = vec4(0.0);
@@ -63,7 +95,7 @@ void main() {
             const uint n = it % BN, j = it / BN, u = u0 + j, row = n0 + n;
             const bool ok = row < p.N && u < U;
             Unit s;
-            if (ok) s = unit_load(row * rowWords, u, p.K);
+            if (ok) s = unit_load(wb + row * rowWords, u, p.K);
             [[unroll]] for (uint g = 0u; g < UNIT_VECS; g++) {
                 const vec4 v = ok ? unit_vec(s, g) : vec4(0.0);
                 const uint kk = j * UNIT_VALUES + g * 4u;
@@ -77,9 +109,9 @@ void main() {
         for (uint it = tid; it < BM * UPT * UNIT_VECS; it += WG) {
             const uint m = it % BM, jg = it / BM, j = jg / UNIT_VECS, g = jg % UNIT_VECS, u = u0 + j;
             vec4 x = vec4(0.0);
-            if (m0 + m < p.M && u < U) {
+            if (m0 + m < M && u < U) {
                 const uint k = unit_pos(u, g);
-                x = xload((m0 + m) * p.xStride + k, k);
+                x = xload(XROW(m) + k, k);
             }
             const uint kk = j * UNIT_VALUES + g * 4u;
             Xs[(kk + 0u) * (BM / 4u) + m / 4u][m & 3u] = x.x;
@@ -107,7 +139,7 @@ void main() {
         if (r >= p.N) break;
         [[unroll]] for (uint jm = 0u; jm < 4u; jm++) {
             const uint m = m0 + ty * 4u + jm;
-            if (m < p.M) Y[m * p.yStride + r] = acc[i][jm];
+            if (m < M) Y[(first + m) * p.yStride + r] = acc[i][jm];
         }
     }
 }

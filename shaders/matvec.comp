@@ -15,6 +15,14 @@
 // GLU mode (params.glu = 1, the MLP's gate and up in one dispatch): W holds N/2 (gate, up) row pairs
 // interleaved (row 2i = gate row i, row 2i+1 = up row i) and the kernel stores
 // Y[m*yStride + i] = silu(gate_i . x_m) * (up_i . x_m) instead of the N products (ROWS must be even).
+//
+// matvec_id_T (built with -DEXPERTS): the decode half of a mixture-of-experts layer's products,
+// one dispatch over all its routed pairs. W is a stacked expert tensor (expert e's N rows start
+// expertWords 16-bit words after expert e-1's), binding 3 moe_route's output R: activation row m
+// (a pair, in expert order) is multiplied by expert R[idsOff + m]'s rows, and read from X row
+// R[rowsOff + m] (gather = 1: the layer's input, a row per token) or row m (gather = 0). NCOLS
+// must be 1 (each group one pair); GLU mode works as above (a stack of interleaved gate/up
+// experts). Dispatch (ceil(N / ROWS), M, 1), M the pairs.
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -31,10 +39,23 @@ layout(std430, binding = 1) readonly buffer XBuf { float X[]; };
 // the 4 values of a group start at a multiple of 4 and lie within the row)
 layout(std430, binding = 1) readonly buffer XBuf4 { vec4 X4[]; };
 layout(std430, binding = 2) writeonly buffer YBuf { float Y[]; };
+#ifdef EXPERTS
+layout(std430, binding = 3) readonly buffer RouteBuf { uint R[]; };
+layout(std140, binding = 4) uniform Params {
+    uint K, N, M, rowBytes, xStride, yStride, glu;
+    uint expertWords, gather, rowsOff, idsOff, expertsOff;
+} p;
+// the first word of row m's expert, and the first value of its activation row
+uint expert_base(uint m) { return R[p.idsOff + m] * p.expertWords; }
+uint x_row(uint m) { return (p.gather != 0u ? R[p.rowsOff + m] : m) * p.xStride; }
+#else
 layout(std140, binding = 3) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride;
     uint glu; // > 0: rows come in (gate, up) pairs, Y[m*yStride + r/2] = glu_act(gate, glu) * up (ROWS even)
 } p;
+uint expert_base(uint m) { return 0u; }
+uint x_row(uint m) { return m * p.xStride; }
+#endif
 
 #include "glu.glsl"
 
@@ -64,7 +85,10 @@ void main() {
     const uint rowWords = p.rowBytes >> 1;
 
     uint rw[ROWS];
-    [[unroll]] for (uint r = 0u; r < ROWS; r++) rw[r] = min(r0 + r, p.N - 1u) * rowWords; // rows past N: read row N-1, never stored
+    const uint wb = expert_base(c0);
+    [[unroll]] for (uint r = 0u; r < ROWS; r++) rw[r] = wb + min(r0 + r, p.N - 1u) * rowWords; // rows past N: read row N-1, never stored
+    uint xr[NCOLS];
+    [[unroll]] for (uint c = 0u; c < NCOLS; c++) xr[c] = c < ncols ? x_row(c0 + c) : 0u;
 
     float acc[ROWS * NCOLS];
     [[unroll]] for (uint i = 0u; i < ROWS * NCOLS; i++) acc[i] = 0.0;
@@ -79,7 +103,7 @@ void main() {
             [[unroll]] for (uint r = 0u; r < ROWS; r++) w[r] = unit_vec(s[r], g);
             [[unroll]] for (uint c = 0u; c < NCOLS; c++) {
                 if (c < ncols) {
-                    const vec4 x = xload((c0 + c) * p.xStride + k, k);
+                    const vec4 x = xload(xr[c] + k, k);
                     [[unroll]] for (uint r = 0u; r < ROWS; r++) {
                         float a = acc[r * NCOLS + c];
                         a = fma(w[r].x, x.x, a);

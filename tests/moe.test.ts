@@ -26,12 +26,15 @@
 //   (qwen3moe q4_0), 0.11 (qwen2moe). The choice itself is checked exactly by the f32 files.
 //   (Mixtral's `test-all` has 3 experts: with 4, its logits were near-ties too often for a third
 //   of the steps to be compared.)
-// The GPU routes on the host: the pass is submitted after each layer's router product.
+// The GPU routes on the device (moe_route) and runs one expert-indexed product per stacked
+// tensor (matvec_id_T for decode, matmul_id_T's per-expert tiles for prefill); a prompt of 300
+// tokens gives each expert about 75 rows, more than one tile of 64 (the kernels themselves, every
+// weight type, experts with no rows: GPUKernelTests.testMoERoute, testExpertProductsEveryType).
 //
 // Beyond the comparison: batched decoding with the prefix cache on gives each sequence the
 // tokens it gets alone, and speculative decoding with a dense draft is exact.
 import { describe, expect, test } from "bun:test";
-import { runVelo, type Tolerance } from "../bench/llamacpp/reference";
+import { randomPrompts, runVelo, type Tolerance } from "../bench/llamacpp/reference";
 import { Engine } from "../src/engine/engine";
 import { Model } from "../src/engine/model";
 import { checkAgainstLlamaCpp, GPU_SLOW, gpuBackend, N_GEN, PROMPTS, SLOW } from "./helpers/llamacpp-check";
@@ -66,6 +69,14 @@ describe("mixture-of-experts models against llama.cpp, CPU backend", () => {
 
 describe(`mixture-of-experts models against llama.cpp, ${gpuBackend} backend`, () => {
   for (const c of GPU_CASES) test(name(c), () => check(c, gpuBackend), GPU_SLOW);
+});
+
+describe(`a long prompt against llama.cpp, ${gpuBackend} backend: many rows an expert`, () => {
+  const long = randomPrompts([300], 32000, 2);
+  for (const arch of ["mixtral", "qwen3moe"] as const) {
+    test(`${arch} f32, 300 tokens`, () =>
+      checkAgainstLlamaCpp(modelFile(arch, "f32"), `${arch} f32, 300 tokens`, { ctx: 512, tol: { rtol: 2e-4 }, backend: gpuBackend, prompts: long }), GPU_SLOW);
+  }
 });
 
 describe("mixture-of-experts models in the engine", () => {

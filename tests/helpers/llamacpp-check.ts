@@ -15,24 +15,27 @@ export const SLOW = 300_000;
 export const GPU_SLOW = 600_000;
 export const gpuBackend = process.platform === "darwin" ? "metal" : "vulkan";
 
-// llama.cpp's run of each file and context, shared by the CPU and the GPU tests
+// llama.cpp's run of each file, context and prompts, shared by the CPU and the GPU tests
 const references = new Map<string, Promise<ReferenceRun>>();
-function reference(file: string, ctx: number): Promise<ReferenceRun> {
-  const key = `${file}-${ctx}`;
+function reference(file: string, ctx: number, prompts: number[][]): Promise<ReferenceRun> {
+  const key = `${file}-${ctx}-${Bun.hash(JSON.stringify(prompts))}`;
   // runReference installs node-llama-cpp first (bench/setup-llamacpp.sh) when it is missing
-  if (!references.has(key)) references.set(key, runReference(file, PROMPTS, { nGen: N_GEN, top: TOP, ctx, threads: 2 }));
+  if (!references.has(key)) references.set(key, runReference(file, prompts, { nGen: N_GEN, top: TOP, ctx, threads: 2 }));
   return references.get(key)!;
 }
 
-/** Throws, with where the two part, unless Velo on `backend` matches llama.cpp on `file`. */
-export async function checkAgainstLlamaCpp(file: string, what: string, opts: { ctx: number; tol: Tolerance; backend: "cpu" | "vulkan" | "metal" }) {
-  const ref = await reference(file, opts.ctx);
+/** Throws, with where the two part, unless Velo on `backend` matches llama.cpp on `file`
+ * (on PROMPTS unless `prompts` are given). */
+export async function checkAgainstLlamaCpp(file: string, what: string,
+  opts: { ctx: number; tol: Tolerance; backend: "cpu" | "vulkan" | "metal"; prompts?: number[][] }) {
+  const prompts = opts.prompts ?? PROMPTS;
+  const ref = await reference(file, opts.ctx, prompts);
   // the reference itself: every prompt decoded, every logit finite
-  expect(ref.results.map((r) => r.tokens.length)).toEqual(PROMPTS.map(() => N_GEN));
+  expect(ref.results.map((r) => r.tokens.length)).toEqual(prompts.map(() => N_GEN));
   expect(ref.results.every((r) => r.steps.every((s) => s.top.length === TOP && s.top.every(([, v]) => Number.isFinite(v))))).toBe(true);
   // Velo gets the context llama.cpp really had (padded to a multiple of 256), and its KV cache
   // in float32 as the reference keeps it (Velo's default is f16)
-  const got = await runVelo(file, PROMPTS, { nGen: N_GEN, top: TOP, ctx: ref.n_ctx, threads: 2, backend: opts.backend, engine: { cacheTypeK: "f32", cacheTypeV: "f32" } });
+  const got = await runVelo(file, prompts, { nGen: N_GEN, top: TOP, ctx: ref.n_ctx, threads: 2, backend: opts.backend, engine: { cacheTypeK: "f32", cacheTypeV: "f32" } });
   const cmp = compareRuns(ref.results, got, opts.tol);
   if (!cmp.ok || cmp.compared * 3 < cmp.total) {
     throw new Error(`${what} on ${opts.backend} against llama.cpp:\n${describeComparison(cmp, opts.tol)}`);

@@ -166,6 +166,140 @@ final class GPUKernelTests: XCTestCase {
         }
     }
 
+    // MARK: mixture of experts
+
+    /// Router logits on a grid of 1/16 (distinct ones far apart for any exp, equal ones exact
+    /// ties), with expert j's bias[j] added: some experts favoured, some never chosen.
+    func routerLogits(tokens: Int, bias: [Float]) -> [Float] {
+        (0..<tokens * bias.count).map { i in ((Float.random(in: -4...4, using: &rng) * 16).rounded() / 16) + bias[i % bias.count] }
+    }
+
+    /// moe_route's output for these logits: the routing buffer and its words.
+    func route(_ logits: [Float], tokens: Int, experts: Int, used: Int, normalize: Bool) throws -> (buffer: GPUBuffer, words: [UInt32], cap: Int) {
+        let d = try device()
+        let cap = MoEBuffers.cap(pairs: tokens * used, alignment: d.bindingAlignment)
+        let words = 5 * cap + 2 * experts
+        let lb = try upload(logits), rb = try upload([UInt8](repeating: 0xEE, count: words * 4))
+        try run(GPUKernels.moeRoute, [lb, rb], [UInt32(tokens), UInt32(experts), UInt32(used), normalize ? 1 : 0, UInt32(cap)], (1, 1, 1))
+        var out = [UInt32](repeating: 0, count: words)
+        try out.withUnsafeMutableBytes { try d.download(rb, offset: 0, into: $0.baseAddress!, bytes: $0.count) }
+        return (rb, out, cap)
+    }
+
+    /// moe_route against the CPU's routing (ExpertRoutes): each expert's first row and count,
+    /// its rows' tokens in token order, each pair's row and weight (picks largest first), with
+    /// exact ties (the lower expert wins), experts that get no rows, experts with more rows than
+    /// a matmul tile, and more pairs than one of the kernel's chunks.
+    func testMoERoute() throws {
+        let cases: [(tokens: Int, experts: Int, used: Int, normalize: Bool)] = [
+            (1, 128, 8, true), (300, 16, 4, true), (37, 60, 4, false), (2100, 8, 2, true), (5, 3, 3, true), (3, 512, 8, true),
+        ]
+        for c in cases {
+            let what = "moe_route \(c.tokens) tokens, \(c.used) of \(c.experts) experts"
+            var bias = [Float](repeating: 0, count: c.experts)
+            if c.experts > 4 { bias[1] = 2; bias[c.experts - 1] = -12; bias[c.experts / 2] = -12 }
+            let logits = routerLogits(tokens: c.tokens, bias: bias)
+            let (_, r, cap) = try route(logits, tokens: c.tokens, experts: c.experts, used: c.used, normalize: c.normalize)
+            var probs = logits
+            let want = probs.withUnsafeMutableBufferPointer {
+                ExpertRoutes(logits: $0.baseAddress!, tokens: c.tokens, Experts(count: c.experts, used: c.used, ffnDim: 1, normalizeWeights: c.normalize))
+            }
+            var first = 0
+            for e in 0..<c.experts {
+                let rows = want.rows[e]
+                XCTAssertEqual(r[5 * cap + 2 * e], UInt32(first), "\(what): expert \(e)'s first row")
+                XCTAssertEqual(r[5 * cap + 2 * e + 1], UInt32(rows.count), "\(what): expert \(e)'s rows")
+                for (i, t) in rows.enumerated() where first + i < c.tokens * c.used {
+                    let row = first + i
+                    XCTAssertEqual(r[row], UInt32(t), "\(what): row \(row)'s token")
+                    XCTAssertEqual(r[3 * cap + row], UInt32(e), "\(what): row \(row)'s expert")
+                    guard let k = (0..<c.used).first(where: { r[cap + t * c.used + $0] == UInt32(row) }) else {
+                        XCTFail("\(what): no pair of token \(t) at row \(row)")
+                        continue
+                    }
+                    let w = Float(bitPattern: r[2 * cap + t * c.used + k])
+                    XCTAssertEqual(w, want.weights[e][i], accuracy: 1e-5 * max(1, want.weights[e][i]), "\(what): token \(t)'s weight for expert \(e)")
+                }
+                first += rows.count
+            }
+            XCTAssertEqual(first, c.tokens * c.used, what)
+            // each token's picks, largest weight first
+            for t in 0..<c.tokens {
+                let w = (0..<c.used).map { Float(bitPattern: r[2 * cap + t * c.used + $0]) }
+                XCTAssertEqual(w, w.sorted(by: >), "\(what): token \(t)'s weights in order")
+            }
+            if c.tokens == 300 { XCTAssertGreaterThan(want.rows[1].count, GPUKernels.matmulBM, what) }
+            if c.experts > 4 { XCTAssertTrue(want.rows[c.experts - 1].isEmpty, what) }
+        }
+    }
+
+    /// matvec_id_T and matmul_id_T for every weight type against float64 products of each
+    /// routed pair's expert (a stacked tensor of 6 experts of 37 rows), routed by moe_route:
+    /// one expert never chosen, one with more rows than a matmul tile (150 tokens), rows read
+    /// through the routing from a strided input (gather) or a row per pair; and matvec_id_T's
+    /// GLU mode (interleaved gate/up experts).
+    func testExpertProductsEveryType() throws {
+        let experts = 6, used = 2, n = 37
+        for type in GPUKernels.weightTypes {
+            let k = type.blockSize == 256 ? 256 : 64
+            let w = weights(type, rows: experts * n, cols: k) // expert e: rows e·n ..< (e + 1)·n
+            let wb = try upload(w.bytes)
+            for tokens in [3, 150] {
+                let (rb, r, cap) = try route(routerLogits(tokens: tokens, bias: [0, 3, 0, -12, 0, 0]), tokens: tokens, experts: experts, used: used, normalize: true)
+                let pairs = tokens * used
+                XCTAssertEqual(r[5 * cap + 7], 0, "expert 3 chosen")
+                for gather in [true, false] {
+                    let xStride = gather ? k + 4 : k
+                    let x = random((gather ? tokens : pairs) * xStride)
+                    var want = [Double](repeating: 0, count: pairs * n), tol = want
+                    for i in 0..<pairs {
+                        let e = Int(r[3 * cap + i]), xr = (gather ? Int(r[i]) : i) * xStride
+                        for row in 0..<n {
+                            var s = 0.0, a = 0.0
+                            for j in 0..<k {
+                                let p = Double(w.values[(e * n + row) * k + j]) * Double(x[xr + j])
+                                s += p
+                                a += abs(p)
+                            }
+                            want[i * n + row] = s
+                            tol[i * n + row] = 1e-4 * a + 1e-5
+                        }
+                    }
+                    let xb = try upload(x)
+                    let params = [UInt32(k), UInt32(n), UInt32(pairs), UInt32(w.rowBytes), UInt32(xStride), UInt32(n), 0,
+                                  UInt32(n * w.rowBytes / 2), gather ? 1 : 0, 0, UInt32(3 * cap), UInt32(5 * cap)]
+                    let what = "\(type.name), \(tokens) tokens\(gather ? ", gathered" : "")"
+                    let y1 = try upload([Float](repeating: .nan, count: pairs * n))
+                    try run(GPUKernels.matvecID(type), bindings: [GPUBinding(wb), GPUBinding(xb), GPUBinding(y1), GPUBinding(rb)], params,
+                            GPUKernels.matvecIDGroups(n: n, pairs: pairs))
+                    assertClose(try read(y1, pairs * n), want, tolerance: tol, "matvec_id \(what)")
+                    var p2 = params
+                    p2[2] = UInt32(tokens)
+                    let y2 = try upload([Float](repeating: .nan, count: pairs * n))
+                    try run(GPUKernels.matmulID(type), bindings: [GPUBinding(wb), GPUBinding(xb), GPUBinding(y2), GPUBinding(rb)], p2,
+                            GPUKernels.matmulIDGroups(n: n, tokens: tokens, experts: experts))
+                    assertClose(try read(y2, pairs * n), want, tolerance: tol, "matmul_id \(what)")
+                    // GLU mode: each expert's first 36 rows as 18 interleaved (gate, up) pairs
+                    let half = 18
+                    var gw = [Double](repeating: 0, count: pairs * half), gt = gw
+                    for i in 0..<pairs {
+                        for j in 0..<half {
+                            let (g, u) = (want[i * n + 2 * j], want[i * n + 2 * j + 1])
+                            gw[i * half + j] = Self.gluAct(g, 1) * u
+                            gt[i * half + j] = 1.1 * tol[i * n + 2 * j] * abs(u) + abs(Self.gluAct(g, 1)) * tol[i * n + 2 * j + 1] + 1e-5
+                        }
+                    }
+                    var p3 = params
+                    (p3[1], p3[5], p3[6]) = (UInt32(2 * half), UInt32(half), 1)
+                    let y3 = try upload([Float](repeating: .nan, count: pairs * half))
+                    try run(GPUKernels.matvecID(type), bindings: [GPUBinding(wb), GPUBinding(xb), GPUBinding(y3), GPUBinding(rb)], p3,
+                            GPUKernels.matvecIDGroups(n: 2 * half, pairs: pairs))
+                    assertClose(try read(y3, pairs * half), gw, tolerance: gt, "matvec_id GLU \(what)")
+                }
+            }
+        }
+    }
+
     /// The gated MLP's activations of the kernels' `act` codes (glu.glsl) in float64: 1 SiLU,
     /// 2 tanh-approximated GELU (ggml_gelu's formula).
     static func gluAct(_ g: Double, _ act: UInt32) -> Double {

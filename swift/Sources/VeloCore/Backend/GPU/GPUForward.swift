@@ -49,13 +49,19 @@ final class GPUForward: ForwardOps {
     /// nil when no pair or no batch larger than matvecMaxRows.
     private let gluScratch: GPUBuffer?
     private var vectors: [String: GPUBuffer] = [:]
-    /// Each expert's gate, up and down as a slice of its stacked tensor's buffer, keyed by the
-    /// expert's view (`ExpertLayer`); such weights are not in `weights`.
-    private var expertWeights: [UnsafeRawPointer: GPUBinding] = [:]
+    /// Each stacked expert tensor of a layer as one buffer, keyed by its first expert's view
+    /// (`ExpertLayer`): down, and gate and up interleaved by rows as one stack (expert e's row
+    /// 2i gate row i, 2i+1 up row i: the dense gated pairs' layout) where their formats agree,
+    /// else each on its own. Such weights are not in `weights`.
+    private var expertStacks: [UnsafeRawPointer: ExpertStack] = [:]
+    private struct ExpertStack {
+        let buffer: GPUBuffer
+        /// One expert's weight (its rows: 2·ffn for an interleaved pair).
+        let expert: WeightMatrix
+        var expertBytes: Int { expert.rows * expert.rowBytes }
+    }
     /// Mixture-of-experts layers' buffers (nil: a dense model).
     private let moe: MoEBuffers?
-    /// A failure of the mid-pass submit that expert routing needs, thrown by `finish`.
-    private var pendingError: Error?
     /// Each of `config.ropes`' per-pair frequencies.
     private var ropeFreqs: [GPUBuffer] = []
     private var batch = ForwardBatch()
@@ -177,19 +183,40 @@ final class GPUForward: ForwardOps {
             qkvWeights[q.data] = (b, k.data, v.data)
             paired.formUnion(ws.map(\.data))
         }
-        // stacked expert tensors: one buffer each, an expert a slice of it
+        // stacked expert tensors: one buffer each, bound whole (the expert-indexed kernels find
+        // expert e at e times an expert's bytes)
         for l in model.expertLayers {
-            for stack in [l.gate, l.up, l.down] {
-                let bytes = stack[0].rows * stack[0].rowBytes
-                guard bytes % device.bindingAlignment == 0 else {
-                    throw VeloError(.unsupported, "\(stack[0].name): an expert of \(bytes) bytes does not start at the \(device.bindingAlignment)-byte binding alignment \(device.name) needs")
-                }
+            let (g, u) = (l.gate[0], l.up[0])
+            let interleave = g.type == u.type && g.rows == u.rows && g.cols == u.cols && g.rowBytes == u.rowBytes
+            for stack in interleave ? [l.gate, l.down] : [l.gate, l.up, l.down] {
+                let w = stack[0], pair = interleave && w.data == g.data
+                let bytes = w.rows * w.rowBytes * (pair ? 2 : 1)
                 guard bytes * stack.count <= device.maxBindingBytes else {
-                    throw VeloError(.unsupported, "\(stack[0].name) (\((bytes * stack.count) >> 20) MiB) is larger than one GPU buffer binding may be on \(device.name)")
+                    throw VeloError(.unsupported, "\(w.name)\(pair ? " with its up weights" : "") (\((bytes * stack.count) >> 20) MiB) is larger than one GPU buffer binding may be on \(device.name)")
                 }
-                let b = try device.makeBuffer(bytes: bytes * stack.count, memory: .device, label: stack[0].name)
-                try device.upload(b, offset: 0, from: stack[0].data, bytes: bytes * stack.count)
-                for (j, w) in stack.enumerated() { expertWeights[w.data] = GPUBinding(b, offset: j * bytes, size: bytes) }
+                let b = try device.makeBuffer(bytes: bytes * stack.count, memory: .device, label: w.name)
+                if pair {
+                    // staged a few experts at a time (each upload waits): up to 64 MiB, or one
+                    let rb = w.rowBytes, per = max(1, (64 << 20) / bytes)
+                    let staging = UnsafeMutableRawPointer.allocate(byteCount: per * bytes, alignment: 16)
+                    defer { staging.deallocate() }
+                    for first in Swift.stride(from: 0, to: stack.count, by: per) {
+                        let count = min(per, stack.count - first)
+                        for j in 0..<count {
+                            let (ge, ue, at) = (l.gate[first + j], l.up[first + j], staging + j * bytes)
+                            for r in 0..<w.rows {
+                                (at + 2 * r * rb).copyMemory(from: ge.data + r * rb, byteCount: rb)
+                                (at + (2 * r + 1) * rb).copyMemory(from: ue.data + r * rb, byteCount: rb)
+                            }
+                        }
+                        try device.upload(b, offset: first * bytes, from: staging, bytes: count * bytes)
+                    }
+                    paired.formUnion(l.up.map(\.data))
+                } else {
+                    try device.upload(b, offset: 0, from: w.data, bytes: bytes * stack.count)
+                }
+                let expert = WeightMatrix(name: w.name, type: w.type, data: w.data, rows: w.rows * (pair ? 2 : 1), cols: w.cols, rowBytes: w.rowBytes)
+                expertStacks[w.data] = ExpertStack(buffer: b, expert: expert)
                 paired.formUnion(stack.map(\.data))
             }
         }
@@ -240,7 +267,12 @@ final class GPUForward: ForwardOps {
         if x16 != nil { for k in [GPUKernels.toF16, GPUKernels.sumSplits] { _ = try pipeline(k) } }
         if coopAttention { _ = try pipeline(attentionCoopKernel) }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
-        if moe != nil { for k in [GPUKernels.moeGather, GPUKernels.moeCombine] { _ = try pipeline(k) } }
+        if moe != nil {
+            for k in [GPUKernels.moeRoute, GPUKernels.moeCombine] { _ = try pipeline(k) }
+            for t in Set(expertStacks.values.map(\.expert.type)) {
+                for k in [GPUKernels.matvecID(t), GPUKernels.matmulID(t)] { _ = try pipeline(k) }
+            }
+        }
         for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, ropeStoreKernel, GPUKernels.rope, kvStoreKernel, attentionKernel, attentionTiledKernel, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap] { _ = try pipeline(k) }
     }
 
@@ -561,57 +593,33 @@ final class GPUForward: ForwardOps {
 
     var hiddenStates: UnsafePointer<Float> { UnsafePointer(hiddenBuffer!.contents!.assumingMemoryBound(to: Float.self)) }
 
-    /// The router's product runs first and the pass is submitted so the host can route (top-k
-    /// of each token's softmax, as the CPU does); recording then goes on with the rows routed to
-    /// each expert gathered, one product per expert over its rows (weights bound as slices of
-    /// the stacked tensors), SwiGLU over all of them, and moe_combine's weighted sum into dst.
+    /// The router's product, then moe_route (each token's experts and weights, the pairs grouped
+    /// by expert, all on the device: no wait), one expert-indexed product per stacked tensor
+    /// (gate and up read each pair's token row from the layer's input, down the pairs' hidden
+    /// rows), SwiGLU over all the pairs, and moe_combine's weighted sum into dst.
     func experts(_ src: Activation, _ l: ExpertLayer, into dst: Activation) {
         let c = config, e = c.experts!, m = moe!, d = c.dim, h = e.ffnDim
         let x = act(src), xs = stride(src)
         multiply(l.router, x, rows: n, xStride: xs, into: GPUBinding(m.router), yStride: e.count, op: .matmul)
-        let routes: ExpertRoutes
-        do {
-            try device.commit(profiler: profiler.enabled ? profiler : nil)
-            routes = ExpertRoutes(logits: m.router.contents!.assumingMemoryBound(to: Float.self), tokens: n, e)
-            try device.begin()
-        } catch {
-            if pendingError == nil { pendingError = error }
-            try? device.begin()
-            return
+        dispatch(GPUKernels.moeRoute, [GPUBinding(m.router), GPUBinding(m.routing)],
+                 [UInt32(n), UInt32(e.count), UInt32(e.used), e.normalizeWeights ? 1 : 0, UInt32(m.cap)], (1, 1, 1), .other)
+        let pairs = n * e.used, gate = expertStacks[l.gate[0].data]!
+        if gate.expert.rows == h {
+            // gate and up apart
+            expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.gate), yStride: h)
+            expertProduct(expertStacks[l.up[0].data]!, x, xStride: xs, gather: true, into: GPUBinding(m.up), yStride: h)
+            swiglu(GPUBinding(m.gate), GPUBinding(m.up), count: pairs * h)
+        } else if n <= GPUKernels.matvecMaxRows {
+            // interleaved: SwiGLU in the product's GLU mode
+            expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.gate), yStride: h, glu: .silu)
+        } else {
+            // interleaved products (2·ffn a pair, in `up`), then swiglu_pairs
+            expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.up), yStride: 2 * h)
+            let count = pairs * h
+            dispatch(GPUKernels.swigluPairs, [GPUBinding(m.up), GPUBinding(m.gate)], [UInt32(count), UInt32(ModelConfig.FFNActivation.silu.rawValue)],
+                     (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
         }
-        q8Source = nil
-        x16Source = nil
-        // the routed (token, expert) pairs in expert order: rows[i] is pair i's token; each
-        // token's used pairs are slot[t·used + k] with weight w[t·used + k]
-        let rows = m.routing.contents!.assumingMemoryBound(to: UInt32.self)
-        let slot = (m.routing.contents! + m.slotOffset).assumingMemoryBound(to: UInt32.self)
-        let weight = (m.routing.contents! + m.weightOffset).assumingMemoryBound(to: Float.self)
-        var filled = [Int](repeating: 0, count: n)
-        var starts: [(expert: Int, first: Int, count: Int)] = []
-        var i = 0
-        for j in 0..<e.count where !routes.rows[j].isEmpty {
-            starts.append((j, i, routes.rows[j].count))
-            for (r, t) in routes.rows[j].enumerated() {
-                rows[i] = UInt32(t)
-                slot[t * e.used + filled[t]] = UInt32(i)
-                weight[t * e.used + filled[t]] = routes.weights[j][r]
-                filled[t] += 1
-                i += 1
-            }
-        }
-        let pairs = n * e.used
-        dispatch(GPUKernels.moeGather, [x, GPUBinding(m.routing, offset: 0, size: m.slotOffset), GPUBinding(m.input)],
-                 [UInt32(d), UInt32(pairs), UInt32(xs)], (pairs, 1, 1), .other)
-        let input = { (first: Int) in GPUBinding(m.input, offset: first * d * 4) }
-        let hidden = { (b: GPUBuffer, first: Int) in GPUBinding(b, offset: first * h * 4) }
-        for s in starts {
-            multiply(l.gate[s.expert], input(s.first), rows: s.count, xStride: d, into: hidden(m.gate, s.first), yStride: h, op: .matmul, weight: expertWeights[l.gate[s.expert].data]!)
-            multiply(l.up[s.expert], input(s.first), rows: s.count, xStride: d, into: hidden(m.up, s.first), yStride: h, op: .matmul, weight: expertWeights[l.up[s.expert].data]!)
-        }
-        swiglu(GPUBinding(m.gate), GPUBinding(m.up), count: pairs * h)
-        for s in starts {
-            multiply(l.down[s.expert], hidden(m.gate, s.first), rows: s.count, xStride: h, into: GPUBinding(m.output, offset: s.first * d * 4), yStride: d, op: .matmul, weight: expertWeights[l.down[s.expert].data]!)
-        }
+        expertProduct(expertStacks[l.down[0].data]!, GPUBinding(m.gate), xStride: h, gather: false, into: GPUBinding(m.output), yStride: d)
         var shared = (out: GPUBinding(m.output), gate: GPUBinding(m.output))
         if let sh = l.shared, let out = m.shared {
             let w = e.sharedFFNDim
@@ -622,8 +630,29 @@ final class GPUForward: ForwardOps {
             shared = (GPUBinding(out), GPUBinding(vectors[sh.gateInput.name]!))
         }
         dispatch(GPUKernels.moeCombine,
-                 [act(dst), GPUBinding(m.output), GPUBinding(m.routing, offset: m.slotOffset), GPUBinding(m.routing, offset: m.weightOffset), shared.out, shared.gate],
+                 [act(dst), GPUBinding(m.output), m.section(.slot), m.section(.weight), shared.out, shared.gate],
                  [UInt32(d), UInt32(e.used), l.shared == nil ? 0 : 1, UInt32(stride(dst)), UInt32(n)], (n, 1, 1), .other)
+    }
+
+    /// Y = each routed pair's expert times its activation row, over all the pairs of the step
+    /// in one dispatch: matvec_id_T for decode-sized batches (a workgroup per pair and few
+    /// rows, reading only the chosen experts' weights), matmul_id_T's tiles per expert above.
+    /// `gather`: row i of X is pair i's token's row (else X has a row per pair). `glu` (decode,
+    /// an interleaved gate/up stack): Y = act(gate·X) * (up·X), as matvec_T's GLU mode.
+    private func expertProduct(_ s: ExpertStack, _ x: GPUBinding, xStride: Int, gather: Bool, into y: GPUBinding, yStride: Int,
+                               glu: ModelConfig.FFNActivation? = nil) {
+        let w = s.expert, e = config.experts!, m = moe!
+        precondition(glu == nil || n <= GPUKernels.matvecMaxRows)
+        let params = [UInt32(w.cols), UInt32(w.rows), UInt32(n * e.used), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0),
+                      UInt32(s.expertBytes / 2), gather ? 1 : 0] + m.offsets.map { UInt32($0) }
+        let buffers = [GPUBinding(s.buffer), x, y, GPUBinding(m.routing)]
+        if n <= GPUKernels.matvecMaxRows {
+            dispatch(GPUKernels.matvecID(w.type), buffers, params, GPUKernels.matvecIDGroups(n: w.rows, pairs: n * e.used), .matmul)
+        } else {
+            var p = params
+            p[2] = UInt32(n) // the most rows one expert can have
+            dispatch(GPUKernels.matmulID(w.type), buffers, p, GPUKernels.matmulIDGroups(n: w.rows, tokens: n, experts: e.count), .matmul)
+        }
     }
 
     private func swiglu(_ gate: GPUBinding, _ up: GPUBinding, count: Int) {
@@ -650,10 +679,6 @@ final class GPUForward: ForwardOps {
         if profiler.enabled { profiler.add(.record, nanos: t0 - recordStart) }
         try device.commit(profiler: profiler.enabled ? profiler : nil)
         if profiler.enabled { profiler.add(.wait, nanos: nowNanos() - t0) }
-        if let e = pendingError {
-            pendingError = nil
-            throw e
-        }
         return logitsBuffer.contents!.assumingMemoryBound(to: Float.self)
     }
 }
@@ -750,37 +775,42 @@ final class GPUKVPages {
     }
 }
 
-/// A mixture-of-experts model's GPU buffers, `maxTokens` tokens' worth: the router's logits
-/// (read by the host), the routing the host writes back (each routed pair's token, each token's
-/// pairs and weights), the gathered input rows, the experts' hidden and output rows, and the
-/// shared expert's output.
+/// A mixture-of-experts model's GPU buffers, `maxTokens` tokens' worth: the router's logits,
+/// moe_route's output (sections of `cap` words: each pair-in-expert-order's token, each token's
+/// pairs' rows and weights, each row's expert, a scratch, each expert's first row and count;
+/// shaders/moe_route.comp), the experts' hidden and output rows, and the shared expert's output.
 struct MoEBuffers {
-    let router, routing, input, gate, up, output: GPUBuffer
+    let router, routing, gate, up, output: GPUBuffer
     let shared: GPUBuffer?
-    /// Byte offsets of the slots and the weights in `routing` (after the pairs' tokens).
-    let slotOffset, weightOffset: Int
+    /// Words of each section of `routing`: the pairs, aligned so each may start a binding.
+    let cap: Int
+    enum Section: Int { case rows, slot, weight, ids, scratch, experts }
 
     init(device: GPUDevice, config c: ModelConfig, maxTokens: Int) throws {
-        let e = c.experts!, pairs = maxTokens * e.used, a = device.bindingAlignment
-        // every expert's rows start at a row of these buffers: rows must keep the alignment
-        for width in [c.dim, e.ffnDim] where (width * 4) % a != 0 {
-            throw VeloError(.unsupported, "mixture-of-experts rows of \(width) floats do not keep the \(a)-byte binding alignment \(device.name) needs")
+        let e = c.experts!, pairs = maxTokens * e.used
+        guard e.count <= GPUKernels.moeRouteMaxExperts else {
+            throw VeloError(.unsupported, "\(e.count) experts: the GPU's routing takes at most \(GPUKernels.moeRouteMaxExperts)")
         }
-        let section = (pairs * 4 + a - 1) / a * a
-        slotOffset = section
-        weightOffset = 2 * section
-        router = try device.makeBuffer(bytes: maxTokens * e.count * 4, memory: .readback, label: "router logits")
-        routing = try device.makeBuffer(bytes: 3 * section, memory: .upload, label: "expert routing")
-        input = try device.makeBuffer(bytes: pairs * c.dim * 4, memory: .device, label: "expert inputs")
+        cap = Self.cap(pairs: pairs, alignment: device.bindingAlignment)
+        router = try device.makeBuffer(bytes: maxTokens * e.count * 4, memory: .device, label: "router logits")
+        routing = try device.makeBuffer(bytes: (5 * cap + 2 * e.count) * 4, memory: .device, label: "expert routing")
         gate = try device.makeBuffer(bytes: pairs * e.ffnDim * 4, memory: .device, label: "expert gate products")
-        up = try device.makeBuffer(bytes: pairs * e.ffnDim * 4, memory: .device, label: "expert up products")
+        up = try device.makeBuffer(bytes: pairs * 2 * e.ffnDim * 4, memory: .device, label: "expert up (or interleaved gate/up) products")
         output = try device.makeBuffer(bytes: pairs * c.dim * 4, memory: .device, label: "expert outputs")
         shared = e.sharedFFNDim > 0 ? try device.makeBuffer(bytes: maxTokens * c.dim * 4, memory: .device, label: "shared expert outputs") : nil
     }
 
+    static func cap(pairs: Int, alignment: Int) -> Int { (pairs * 4 + alignment - 1) / alignment * alignment / 4 }
+
+    /// One section of `routing` as a binding.
+    func section(_ s: Section) -> GPUBinding { GPUBinding(routing, offset: s.rawValue * cap * 4, size: cap * 4) }
+    /// The word offsets of the rows, ids and experts sections (the expert-indexed kernels' last
+    /// parameters).
+    var offsets: [Int] { [Section.rows, .ids, .experts].map { $0.rawValue * cap } }
+
     static func bytes(config c: ModelConfig, maxTokens: Int) -> Int {
         guard let e = c.experts else { return 0 }
         let pairs = maxTokens * e.used
-        return 4 * (maxTokens * e.count + 3 * pairs + pairs * (2 * c.dim + 2 * e.ffnDim) + (e.sharedFFNDim > 0 ? maxTokens * c.dim : 0)) + 1024
+        return 4 * (maxTokens * e.count + 5 * pairs + 2 * e.count + pairs * (c.dim + 3 * e.ffnDim) + (e.sharedFFNDim > 0 ? maxTokens * c.dim : 0)) + 2048
     }
 }

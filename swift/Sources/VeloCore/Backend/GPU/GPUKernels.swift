@@ -310,10 +310,27 @@ enum GPUKernels {
     /// products S (buffers S, gate; params count, activation; grid-stride, so at most 65535 groups).
     static let swigluPairs = Kernel(name: "swiglu_pairs", buffers: 2, constants: [256])
     static let add = Kernel(name: "add", buffers: 2, constants: [256])
-    /// Mixture-of-experts layers: the routed rows gathered, then the weighted sum of the
-    /// experts' outputs (and the gated shared expert's) back into each token's row.
-    static let moeGather = Kernel(name: "moe_gather", buffers: 3, constants: [256])
+    /// Mixture-of-experts layers: the routing (each token's top experts and weights, the pairs
+    /// grouped by expert; one workgroup: (1, 1, 1)), the expert-indexed products over a stacked
+    /// expert tensor, then the weighted sum of the experts' outputs (and the gated shared
+    /// expert's) back into each token's row.
+    static let moeRoute = Kernel(name: "moe_route", buffers: 2, constants: [512])
+    /// Most experts moe_route takes (its shared counters).
+    static let moeRouteMaxExperts = 512
     static let moeCombine = Kernel(name: "moe_combine", buffers: 6, constants: [256])
+    /// Buffers W (the stacked tensor), X, Y, R (moe_route's); params matvec's + expertWords,
+    /// gather, rowsOff, idsOff, expertsOff. One pair a group: (⌈N/ROWS⌉, pairs, 1).
+    static func matvecID(_ t: GGMLType) -> Kernel {
+        Kernel(name: "matvec_id_" + suffix(t), buffers: 4, constants: [matvecLocal, 1, UInt32(matvecRowsPerGroup)])
+    }
+    static func matvecIDGroups(n: Int, pairs: Int) -> (Int, Int, Int) { ((n + matvecRowsPerGroup - 1) / matvecRowsPerGroup, pairs, 1) }
+    /// matmul_T's tiles, workgroup z an expert: (⌈N/BN⌉, ⌈tokens/BM⌉, experts).
+    static func matmulID(_ t: GGMLType) -> Kernel {
+        Kernel(name: "matmul_id_" + suffix(t), buffers: 4, constants: [256, UInt32(matmulBM), UInt32(matmulBN)])
+    }
+    static func matmulIDGroups(n: Int, tokens: Int, experts: Int) -> (Int, Int, Int) {
+        ((n + matmulBN - 1) / matmulBN, (tokens + matmulBM - 1) / matmulBM, experts)
+    }
     /// A bias on every row: (ceil(n / 256), rows, 1) workgroups.
     static let addBias = Kernel(name: "add_bias", buffers: 2, constants: [256])
     /// cap·tanh(x/cap) in place (grid-stride, so at most 65535 groups).
