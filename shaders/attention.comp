@@ -12,8 +12,9 @@
 //                headDim+2 floats: sum_j exp(x_j - m) v[j] (headDim floats), m, sum_j exp(x_j - m);
 //                attention_combine then merges the splits into out.
 //
-// Keys go TK = 128 at a time (one per thread) with an online softmax, three barriers a tile:
-//   1. thread i scores key j0 + i against every head of the pass (the queries in shared
+// Keys go up to TK = 128 at a time with an online softmax, three barriers a tile:
+//   1. thread i scores key j0 + i against every head of the pass (splits of 32 or 64 keys: 4 or 2
+//      threads a key, each over a slice of the dimensions, summed by shuffles; the queries in shared
 //      memory as [dim][head] vec4s, read by all threads at once; neighbouring threads read
 //      neighbouring K slots), the tile's maximum per head through subgroupMax;
 //   2. every thread derives the new running maxima itself, writes its key's probabilities and
@@ -22,12 +23,13 @@
 //      the tile into vec4 accumulators for all heads of the pass (V rows are contiguous).
 // The key groups' outputs and the threads' sums are reduced once, after the last tile. The
 // heads of a KV group share every K/V load; a pass takes min(8, 2048/headDim) of them.
-// Needs: a workgroup of 128 (constant 0), subgroups of at least 4, headDim a multiple of 4, at
+// Needs: a workgroup of 128 (constant 0), subgroups of at least 4 (consecutive invocations), headDim a multiple of 4, at
 // most 512. K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 
 layout(local_size_x = 128, local_size_x_id = 0) in;
 
@@ -80,33 +82,45 @@ void main() {
     const uint gpass = max(1u, min(GMAX, QMAX / hd));
     // weighted V: column c (dimensions 4c .. 4c+3) of key group kq of `groups`
     const uint cols = hd / 4u, groups = TK / cols, c = tid % cols, kq = tid / cols;
+    // scores: KT threads a key (short splits: 2 or 4, each over a slice of the dimensions, so a
+    // tile is not mostly idle threads), key kt of the tile, dimensions d0 .. d0 + dl
+    const uint KT = hd % 16u != 0u ? 1u : p.chunk <= 32u ? 4u : p.chunk <= 64u ? 2u : 1u;
+    const uint TKE = TK / KT, kt = tid / KT, dl = hd / KT, d0 = (tid % KT) * dl;
 
     for (uint g0 = 0u; g0 < G; g0 += gpass) {
         const uint GC = min(gpass, G - g0), GQ = (GC + 3u) / 4u;
         const uint qb = t * p.qStride + (kvh * G + g0) * hd;
-        for (uint e = tid; e < hd * 4u * GQ; e += TK) {
-            const uint d = e / (4u * GQ), g = e % (4u * GQ);
-            Qs[d * GQ + g / 4u][g % 4u] = g < GC ? Q[qb + g * hd + d] : 0.0;
+        // (four loads in flight per thread: at most 2048 floats, one round trip)
+        for (uint e0 = tid; e0 < hd * 4u * GQ; e0 += 4u * TK) {
+            float qv[4];
+            [[unroll]] for (uint u = 0u; u < 4u; u++) {
+                const uint e = e0 + u * TK, d = e / (4u * GQ), g = e % (4u * GQ);
+                qv[u] = e < hd * 4u * GQ && g < GC ? Q[qb + g * hd + d] : 0.0;
+            }
+            [[unroll]] for (uint u = 0u; u < 4u; u++) {
+                const uint e = e0 + u * TK, d = e / (4u * GQ), g = e % (4u * GQ);
+                if (e < hd * 4u * GQ) Qs[d * GQ + g / 4u][g % 4u] = qv[u];
+            }
         }
         float mrun[GMAX], lpart[GMAX];  // running maxima (the same in every thread), this thread's share of the sums
         vec4 o[GMAX];
         [[unroll]] for (uint g = 0u; g < GMAX; g++) { mrun[g] = NEG; lpart[g] = 0.0; o[g] = vec4(0.0); }
         barrier();
 
-        for (uint j0 = kstart; j0 < kend; j0 += TK) {
-            const uint nt = min(TK, kend - j0);
-            const bool live = tid < nt;
-            // 1. scores of key j0 + tid
+        for (uint j0 = kstart; j0 < kend; j0 += TKE) {
+            const uint nt = min(TKE, kend - j0);
+            const bool live = kt < nt;
+            // 1. scores of key j0 + kt
             vec4 s4[2] = vec4[2](vec4(0.0), vec4(0.0));
             if (live) {
-                const uint j = j0 + tid;
+                const uint j = j0 + kt;
                 const uint pb = uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff, slot = j % ps0;
                 const uint kb = k_key(pb, slot);
-                Vb[tid] = v_row(pb + plane, slot);
+                if (d0 == 0u) Vb[kt] = v_row(pb + plane, slot);
                 // 32 dimensions' loads in flight before they are used (a loop that waits for
                 // each load is bound by memory latency, not bandwidth)
-                uint d = 0u;
-                for (; d + 32u <= hd; d += 32u) {
+                uint d = d0;
+                for (; d + 32u <= d0 + dl; d += 32u) {
                     vec4 k4[8];
                     [[unroll]] for (uint u = 0u; u < 8u; u++) k4[u] = k_at4(kb, kOff + d + 4u * u);
                     [[unroll]] for (uint u = 0u; u < 8u; u++) {
@@ -116,13 +130,17 @@ void main() {
                         }
                     }
                 }
-                for (; d < hd; d += 4u) {
+                for (; d < d0 + dl; d += 4u) {
                     const vec4 k4 = k_at4(kb, kOff + d);
                     [[unroll]] for (uint i = 0u; i < 4u; i++) {
                         s4[0] = fma(Qs[(d + i) * GQ], vec4(k4[i]), s4[0]);
                         if (GQ > 1u) s4[1] = fma(Qs[(d + i) * GQ + 1u], vec4(k4[i]), s4[1]);
                     }
                 }
+            }
+            for (uint sh = 1u; sh < KT; sh <<= 1) {  // the key's slices summed
+                s4[0] += subgroupShuffleXor(s4[0], sh);
+                s4[1] += subgroupShuffleXor(s4[1], sh);
             }
             float x[GMAX];
             [[unroll]] for (uint g = 0u; g < GMAX; g++) {
@@ -138,8 +156,8 @@ void main() {
                     for (uint i = 0u; i < nsg; i++) tmax = max(tmax, red[i * GMAX + g]);
                     const float mn = max(mrun[g], tmax), alpha = exp(mrun[g] - mn);
                     mrun[g] = mn;
-                    const float e = live ? exp(x[g] - mn) : 0.0;
-                    Ps[g * TK + tid] = e;
+                    const float e = live && d0 == 0u ? exp(x[g] - mn) : 0.0;
+                    if (live && d0 == 0u) Ps[g * TK + kt] = e;
                     lpart[g] = fma(lpart[g], alpha, e);
                     o[g] *= alpha;
                 }
