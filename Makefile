@@ -83,8 +83,9 @@ WTYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k q2_k q3_k iq4_nl 
 WEIGHT_KERNELS := get_rows matvec matmul matmul_coop
 PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attention_tiled attention_combine swiglu swiglu_pairs add add_bias softcap quantize_q8 to_f16 sum_splits moe_route moe_combine
 # mixture-of-experts products over a stacked expert tensor, indexed by moe_route's output:
-# <kernel>.comp built with -DEXPERTS once per weight type, named <kernel>_id_<type>
-ID_KERNELS := matvec matmul
+# <kernel>.comp built with -DEXPERTS once per weight type, named <kernel>_id_<type> (Metal: the
+# shapes below; matmul_coop_id, on tensor cores, Vulkan only)
+ID_KERNELS := matvec matmul matmul_coop
 ID_VARIANTS := $(foreach k,$(ID_KERNELS),$(addprefix $(k)_id_,$(WTYPES)))
 # matvec with 8-bit activations and integer dot products, for the types it supports
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0

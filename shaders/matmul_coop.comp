@@ -26,6 +26,15 @@
 // 32 values a step, double-buffered or not, ran 25-30 % slower. Figures in GPUKernels.coopShape
 // and bench/RESULTS.md.
 //
+// matmul_coop_id_T (built with -DEXPERTS): matmul_id_T on tensor cores, the prefill products of
+// a mixture-of-experts layer in one dispatch over its experts. Buffers W (the stacked tensor),
+// X (float16 rows), Y, R (moe_route's output); params these + expertWords, gather, rowsOff,
+// idsOff, expertsOff. Workgroup z is expert e (no split-K: splitUnits is every unit, plane 0),
+// with W's expert e; its activation rows are pairs R[expertsOff + 2e] + m, m < R[expertsOff +
+// 2e + 1] (X rows R[rowsOff + pair] with gather, else X row pair), written to Y row pair; groups
+// past the expert's rows exit at once. M is the most rows an expert can have (the tokens).
+// Dispatch (ceil(N / 128), ceil(M / BM), experts).
+//
 // Needs: shaderFloat16, 16-bit storage, VK_KHR_cooperative_matrix with a subgroup-scope
 // 16x16x16 float16 x float16 -> float32 shape, subgroup size 32 (the warp layout), 44 KiB of
 // shared memory. Constant 0 must be 128 WGM. Dispatch (ceil(N / 128), ceil(M / BM), splits).
@@ -53,10 +62,19 @@ layout(constant_id = 5) const uint STAGES = 1u;
 
 layout(std430, binding = 1) readonly buffer XBuf { f16vec4 X4[]; };
 layout(std430, binding = 2) writeonly buffer YBuf { float Y[]; };
+#ifdef EXPERTS
+layout(std430, binding = 3) readonly buffer RouteBuf { uint R[]; };
+layout(std140, binding = 4) uniform Params {
+    uint K, N, M, rowBytes, xStride, yStride;
+    uint splitUnits, plane;
+    uint expertWords, gather, rowsOff, idsOff, expertsOff;
+} p;
+#else
 layout(std140, binding = 3) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride;
     uint splitUnits, plane;
 } p;
+#endif
 
 const uint WG = 128u * WGM;
 const uint BM = 16u * TM * WGM;       // activation rows per tile
@@ -73,6 +91,11 @@ const uint SGM = 16u * TM, SGN = 32u, TN = SGN / 16u;
 shared float16_t Xs[STAGES * BM * SK]; // [stage][m][k]
 shared float16_t Ws[STAGES * BN * SK]; // [stage][n][k]
 shared float Cs[8u * 256u];           // 8 subgroups' 16 x 16 result tiles (edge tiles)
+#ifdef EXPERTS
+shared uint xrow[BM];                 // where each of the tile's activation rows starts in X
+#endif
+// this workgroup's weights (16-bit word offset), activation rows, and first Y row
+uint wBase = 0u, mRows = 0u, yRow0 = 0u;
 
 #ifdef WTYPE_Q4_0
 // Q4_0 in float16 arithmetic: a nibble n in the low bits of a float16 with bits 0x6400 is
@@ -99,13 +122,17 @@ void fetch(uint u0, uint n0, uint m0, uint U, uint rowWords, uint tid) {
     [[unroll]] for (uint i = 0u; i < WIT; i++) {
         const uint it = tid + i * WG, j = it % UPT, n = it / UPT, u = u0 + j, row = n0 + n;
         wok[i] = it < WUNITS && row < p.N && u < U;
-        if (wok[i]) wu[i] = unit_load(row * rowWords, u, p.K);
+        if (wok[i]) wu[i] = unit_load(wBase + row * rowWords, u, p.K);
     }
     [[unroll]] for (uint i = 0u; i < XIT; i++) {
         const uint it = tid + i * WG, jg = it % XVR, m = it / XVR;
         const uint j = jg / UNIT_VECS, g = jg % UNIT_VECS, u = u0 + j;
         f16vec4 x = f16vec4(0.0);
-        if (m0 + m < p.M && u < U) x = X4[((m0 + m) * p.xStride + unit_pos(u, g)) >> 2];
+#ifdef EXPERTS
+        if (m0 + m < mRows && u < U) x = X4[(xrow[m] + unit_pos(u, g)) >> 2];
+#else
+        if (m0 + m < mRows && u < U) x = X4[((m0 + m) * p.xStride + unit_pos(u, g)) >> 2];
+#endif
         xv[i] = x;
     }
 }
@@ -134,11 +161,27 @@ void main() {
     const uint n0 = gl_WorkGroupID.x * BN, m0 = gl_WorkGroupID.y * BM;
     const uint sg = gl_SubgroupID, sm = (sg / 4u) * SGM, sn = (sg % 4u) * SGN;
     const uint rowWords = p.rowBytes >> 1;
+#ifdef EXPERTS
+    // workgroup z: expert z's rows and weights, all of K
+    const uint ez = gl_WorkGroupID.z, first = R[p.expertsOff + 2u * ez];
+    mRows = R[p.expertsOff + 2u * ez + 1u];
+    if (m0 >= mRows) return; // whole workgroup: no barrier is skipped by part of it
+    wBase = ez * p.expertWords;
+    yRow0 = first;
+    for (uint m = tid; m < BM; m += WG) {
+        const uint i = first + min(m0 + m, mRows - 1u);
+        xrow[m] = (p.gather != 0u ? R[p.rowsOff + i] : i) * p.xStride;
+    }
+    barrier();
+    const uint u0 = 0u, U = units_per_row(p.K), yOff = 0u;
+#else
     // split-K: workgroup z takes units [u0, U) and writes output plane z
     const uint z = gl_WorkGroupID.z;
     const uint u0 = z * p.splitUnits, U = min(units_per_row(p.K), u0 + min(p.splitUnits, 0xFFFFFFFFu - u0));
-    const uint steps = U > u0 ? (U - u0 + UPT - 1u) / UPT : 0u;
     const uint yOff = z * p.plane;
+    mRows = p.M;
+#endif
+    const uint steps = U > u0 ? (U - u0 + UPT - 1u) / UPT : 0u;
 
     coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM * TN];
     [[unroll]] for (uint t = 0u; t < TM * TN; t++)
@@ -177,16 +220,16 @@ void main() {
             [[unroll]] for (uint i = 0u; i < TM; i++) {
                 [[unroll]] for (uint j = 0u; j < TN; j++) {
                     const uint mm = m0 + sm + i * 16u, nn = n0 + sn + j * 16u;
-                    if (mm >= p.M || nn >= p.N) continue;
-                    if (aligned && mm + 16u <= p.M && nn + 16u <= p.N) {
-                        coopMatStore(acc[i * TN + j], Y, yOff + mm * p.yStride + nn, p.yStride, gl_CooperativeMatrixLayoutRowMajor);
+                    if (mm >= mRows || nn >= p.N) continue;
+                    if (aligned && mm + 16u <= mRows && nn + 16u <= p.N) {
+                        coopMatStore(acc[i * TN + j], Y, yOff + (yRow0 + mm) * p.yStride + nn, p.yStride, gl_CooperativeMatrixLayoutRowMajor);
                     } else {
                         coopMatStore(acc[i * TN + j], Cs, slot, 16u, gl_CooperativeMatrixLayoutRowMajor);
                         subgroupMemoryBarrierShared();
                         subgroupBarrier();
                         for (uint e = gl_SubgroupInvocationID; e < 256u; e += gl_SubgroupSize) {
                             const uint r = e / 16u, c = e % 16u;
-                            if (mm + r < p.M && nn + c < p.N) Y[yOff + (mm + r) * p.yStride + nn + c] = Cs[slot + e];
+                            if (mm + r < mRows && nn + c < p.N) Y[yOff + (yRow0 + mm + r) * p.yStride + nn + c] = Cs[slot + e];
                         }
                         subgroupBarrier();
                     }

@@ -239,7 +239,7 @@ final class GPUForward: ForwardOps {
         for v in model.vectors { vectors[v.name] = try upload(v.values, label: v.name) }
         ropeFreqs = try c.ropes.map { try upload($0.freqs, label: "rope frequencies") }
         if maxTokens > GPUKernels.matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
-            x16 = try device.makeBuffer(bytes: maxTokens * GPUKernels.f16Row(k) * 2, memory: .device, label: "float16 activations")
+            x16 = try device.makeBuffer(bytes: GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts), memory: .device, label: "float16 activations")
         } else {
             x16 = nil
         }
@@ -271,6 +271,9 @@ final class GPUForward: ForwardOps {
             for k in [GPUKernels.moeRoute, GPUKernels.moeCombine] { _ = try pipeline(k) }
             for t in Set(expertStacks.values.map(\.expert.type)) {
                 for k in [GPUKernels.matvecID(t), GPUKernels.matmulID(t)] { _ = try pipeline(k) }
+                if x16 != nil && GPUKernels.useCoop(device, t) {
+                    for m in [32, 64, 128] { _ = try pipeline(GPUKernels.matmulCoopID(t, rows: m)) } // each tile height
+                }
             }
         }
         for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, ropeStoreKernel, GPUKernels.rope, kvStoreKernel, attentionKernel, attentionTiledKernel, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap] { _ = try pipeline(k) }
@@ -289,7 +292,7 @@ final class GPUForward: ForwardOps {
         b += maxTokens * 24 + maxLogitRows * 4 + pagetab * 4 + 1536
         if maxTokens > GPUKernels.matvecMaxRows, let rows = model.gatedPairs.map({ $0.0.rows }).max() { b += maxTokens * 2 * rows * 4 }
         if maxTokens > GPUKernels.matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
-            b += maxTokens * GPUKernels.f16Row(k) * 2
+            b += GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts)
         }
         if GPUKernels.integerDot(device), let k = model.matrices.filter({ GPUKernels.dotTypes.contains($0.type) }).map(\.cols).max() {
             let q = GPUKernels.q8Bytes(k: k, m: GPUKernels.matvecMaxRows)
@@ -430,7 +433,7 @@ final class GPUForward: ForwardOps {
             dispatch(GPUKernels.matvecDot(w.type, rows: rows), [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y], params,
                      GPUKernels.matvecGroups(n: w.rows, m: rows, dot: true), op)
             if q8Source?.buffer == ObjectIdentifier(y.buffer) { q8Source = nil } // Y overwrote them
-        } else if rows <= GPUKernels.matvecMaxRows {
+        } else if rows <= GPUKernels.matvecMaxRows || w.rows <= GPUKernels.matvecAnyRows {
             let k = GPUKernels.matvec(w.type, rows: rows)
             dispatch(k, [wb, x, y], params, GPUKernels.matvecGroups(n: w.rows, m: rows), op)
         } else if GPUKernels.useCoop(device, w.type), let x16 {
@@ -648,6 +651,22 @@ final class GPUForward: ForwardOps {
         let buffers = [GPUBinding(s.buffer), x, y, GPUBinding(m.routing)]
         if n <= GPUKernels.matvecMaxRows {
             dispatch(GPUKernels.matvecID(w.type), buffers, params, GPUKernels.matvecIDGroups(n: w.rows, pairs: n * e.used), .matmul)
+        } else if GPUKernels.useCoop(device, w.type), let x16 {
+            // tensor cores: the input rows (tokens, or pairs for down) to float16 once, then
+            // tiles as tall as an expert's rows on average
+            let xRows = gather ? n : n * e.used, kp = GPUKernels.f16Row(w.cols)
+            let key = rowsKey(x, rows: xRows, xStride: xStride, k: w.cols)
+            if x16Source.map({ $0 != key }) ?? true {
+                dispatch(GPUKernels.toF16, [x, GPUBinding(x16)], [UInt32(w.cols), UInt32(xRows), UInt32(xStride), UInt32(kp)],
+                         GPUKernels.toF16Groups(k: w.cols, m: xRows), .matmul)
+                x16Source = key
+            }
+            let perExpert = (n * e.used + e.count - 1) / e.count
+            let p = [UInt32(w.cols), UInt32(w.rows), UInt32(n), UInt32(w.rowBytes), UInt32(kp), UInt32(yStride), UInt32.max, 0,
+                     UInt32(s.expertBytes / 2), gather ? 1 : 0] + m.offsets.map { UInt32($0) }
+            dispatch(GPUKernels.matmulCoopID(w.type, rows: perExpert), [GPUBinding(s.buffer), GPUBinding(x16), y, GPUBinding(m.routing)], p,
+                     GPUKernels.matmulCoopIDGroups(n: w.rows, rows: perExpert, tokens: n, experts: e.count), .matmul)
+            if x16Source?.buffer == ObjectIdentifier(y.buffer) { x16Source = nil } // Y overwrote them
         } else {
             var p = params
             p[2] = UInt32(n) // the most rows one expert can have

@@ -52,6 +52,11 @@ enum GPUKernels {
         fputs("velo: ignoring VELO_GPU_MATVEC_MAX_ROWS=\(String(cString: e)) (expected 1…16)\n", stderr)
         return 16
     }()
+    /// Weights of at most this many rows (a mixture-of-experts router: one row an expert) go
+    /// through matvec at any batch: the tiled matmul makes a handful of workgroups of them
+    /// (Qwen3-30B-A3B's 128 x 2048 router at 512 tokens: 16 of 256 threads, 268 µs a layer on
+    /// an H100).
+    static let matvecAnyRows = 256
     // tiled matrix × matrix (prefill)
     static let matmulBM = 64
     static let matmulBN = 64
@@ -330,6 +335,22 @@ enum GPUKernels {
     }
     static func matmulIDGroups(n: Int, tokens: Int, experts: Int) -> (Int, Int, Int) {
         ((n + matmulBN - 1) / matmulBN, (tokens + matmulBM - 1) / matmulBM, experts)
+    }
+    /// matmul_coop_T's tiles per expert (tensor cores), X as float16 rows: buffers W, X16, Y, R;
+    /// params matmul_coop_T's (one split) + expertWords, gather, rowsOff, idsOff, expertsOff.
+    /// Tiles as tall as an expert's rows on average (`rows`), (⌈N/128⌉, ⌈tokens/BM⌉, experts).
+    static func matmulCoopID(_ t: GGMLType, rows: Int) -> Kernel {
+        let k = matmulCoop(t, rows: rows)
+        return Kernel(name: "matmul_coop_id_" + suffix(t), buffers: 4, constants: k.constants)
+    }
+    static func matmulCoopIDGroups(n: Int, rows: Int, tokens: Int, experts: Int) -> (Int, Int, Int) {
+        let bm = matmulCoopRows(rows)
+        return ((n + matmulCoopTile - 1) / matmulCoopTile, (tokens + bm - 1) / bm, experts)
+    }
+    /// Bytes of the float16 copy of activation rows the tensor-core products read: `maxTokens`
+    /// rows of the widest input, or a mixture-of-experts layer's routed pairs' hidden rows.
+    static func f16Bytes(maxTokens: Int, maxCols: Int, experts: Experts?) -> Int {
+        max(maxTokens * f16Row(maxCols), experts.map { maxTokens * $0.used * f16Row($0.ffnDim) } ?? 0) * 2
     }
     /// A bias on every row: (ceil(n / 256), rows, 1) workgroups.
     static let addBias = Kernel(name: "add_bias", buffers: 2, constants: [256])
