@@ -87,8 +87,10 @@ PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attent
 # shapes below; matmul_coop_id, on tensor cores, Vulkan only)
 ID_KERNELS := matvec matmul matmul_coop
 ID_VARIANTS := $(foreach k,$(ID_KERNELS),$(addprefix $(k)_id_,$(WTYPES)))
-# matvec with 8-bit activations and integer dot products, for the types it supports
+# matvec with 8-bit activations and integer dot products, for the types it supports (and its
+# expert-indexed build, -DEXPERTS, named matvec_dot_id_<type>)
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0
+DOT_VARIANTS := $(addprefix matvec_dot_,$(DOT_TYPES)) $(addprefix matvec_dot_id_,$(DOT_TYPES))
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
 Q8_KERNELS := add_rms_norm attention_combine
 # K/V page kernels, once per (K type, V type) of the KV cache (-DKT_<K> -DVT_<V>, kv_types.glsl),
@@ -97,25 +99,26 @@ KV_TYPES := f32 f16 q8_0 q4_0
 KV_KERNELS := kv_store rope_store attention attention_tiled attention_coop
 KV_PAIRS := $(filter-out f32_f32,$(foreach k,$(KV_TYPES),$(addprefix $(k)_,$(KV_TYPES))))
 KV_VARIANTS := $(foreach k,$(KV_KERNELS),$(addprefix $(k)_,$(KV_PAIRS)))
-SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(addprefix matvec_dot_,$(DOT_TYPES)) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) \
+SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(DOT_VARIANTS) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) \
   attention_coop $(KV_VARIANTS) $(ID_VARIANTS)
 # Kernels Metal never runs, left out of the MSL and the metallib: cooperative matrices (no MSL
 # translation) and the 8-bit-activation decode path (GPUKernels.integerDot is Vulkan-only;
 # add_rms_norm_q8 alone takes 41 KB of threadgroup memory, over Apple GPUs' 32 KiB).
-VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(addprefix matvec_dot_,$(DOT_TYPES)) \
+VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(DOT_VARIANTS) \
   $(addsuffix _q8,$(Q8_KERNELS)) quantize_q8
 # Specialization constants that size shared arrays (matvec's NCOLS and ROWS, matmul's BM and BN)
 # are preprocessor macros in spirv-cross's MSL, not Metal function constants, so Metal gets one
 # function per shape the host uses, named <kernel>_s<constant 1>x<constant 2>
 # (MetalDevice.functionName): matvec for 1, 2, 4, 8 and 16 activation rows at
-# GPUKernels.matvecRowsPerGroup weight rows, matmul at GPUKernels.matmulBM x matmulBN. A shape
+# GPUKernels.matvecRowsPerGroup weight rows and at 1 (GPUKernels.matvecRows: small N), matmul at GPUKernels.matmulBM x matmulBN. A shape
 # missing here is a clear error on the Mac (a VELO_GPU_MATVEC override, for one), never a
 # kernel silently run at another shape.
 METAL_MATVEC_NCOLS := 1 2 4 8 16
 METAL_MATVEC_ROWS := 4
+METAL_MATVEC_ROWS_SMALL := 1
 METAL_MATMUL_BM := 64
 METAL_MATMUL_BN := 64
-METAL_MATVEC := $(foreach t,$(WTYPES),$(foreach c,$(METAL_MATVEC_NCOLS),matvec_$(t)_s$(c)x$(METAL_MATVEC_ROWS)))
+METAL_MATVEC := $(foreach t,$(WTYPES),$(foreach c,$(METAL_MATVEC_NCOLS),$(foreach r,$(METAL_MATVEC_ROWS) $(METAL_MATVEC_ROWS_SMALL),matvec_$(t)_s$(c)x$(r))))
 METAL_MATMUL := $(foreach t,$(WTYPES),matmul_$(t)_s$(METAL_MATMUL_BM)x$(METAL_MATMUL_BN))
 # the expert-indexed ones: matvec_id one activation row a group, matmul_id matmul's tile
 METAL_ID := $(foreach t,$(WTYPES),matvec_id_$(t)_s1x$(METAL_MATVEC_ROWS) matmul_id_$(t)_s$(METAL_MATMUL_BM)x$(METAL_MATMUL_BN))
@@ -143,6 +146,7 @@ endef
 $(foreach k,$(WEIGHT_KERNELS),$(foreach t,$(WTYPES),\
   $(eval $(call shader_rules,$(k)_$(t),shaders/$(k).comp,-DWTYPE_$(call upper,$(t))))))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matvec_dot.comp,-DWTYPE_$(call upper,$(t)))))
+$(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_id_$(t),shaders/matvec_dot.comp,-DEXPERTS -DWTYPE_$(call upper,$(t)))))
 $(foreach k,$(ID_KERNELS),$(foreach t,$(WTYPES),\
   $(eval $(call shader_rules,$(k)_id_$(t),shaders/$(k).comp,-DEXPERTS -DWTYPE_$(call upper,$(t))))))
 $(eval $(call shader_rules,attention_coop,shaders/attention_coop.comp,))
@@ -157,8 +161,8 @@ define msl_shape_rule
 $(METAL_DIR)/$(1).metal: $(2) shaders/build.sh
 	$(IN_ROOT) env $(SHADER_ENV) MSL_CONSTANTS="$(4)" sh shaders/build.sh msl $(1) $(2) $(3)
 endef
-$(foreach t,$(WTYPES),$(foreach c,$(METAL_MATVEC_NCOLS),$(eval $(call msl_shape_rule,matvec_$(t)_s$(c)x$(METAL_MATVEC_ROWS),\
-  shaders/matvec.comp,-DWTYPE_$(call upper,$(t)),$(c) $(METAL_MATVEC_ROWS)))))
+$(foreach t,$(WTYPES),$(foreach c,$(METAL_MATVEC_NCOLS),$(foreach r,$(METAL_MATVEC_ROWS) $(METAL_MATVEC_ROWS_SMALL),\
+  $(eval $(call msl_shape_rule,matvec_$(t)_s$(c)x$(r),shaders/matvec.comp,-DWTYPE_$(call upper,$(t)),$(c) $(r))))))
 $(foreach t,$(WTYPES),$(eval $(call msl_shape_rule,matmul_$(t)_s$(METAL_MATMUL_BM)x$(METAL_MATMUL_BN),\
   shaders/matmul.comp,-DWTYPE_$(call upper,$(t)),$(METAL_MATMUL_BM) $(METAL_MATMUL_BN))))
 $(foreach t,$(WTYPES),$(eval $(call msl_shape_rule,matvec_id_$(t)_s1x$(METAL_MATVEC_ROWS),\

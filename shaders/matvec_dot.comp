@@ -12,6 +12,14 @@
 // subgroupAdd and shared memory. Dispatch (ceil(N / ROWS), ceil(M / NCOLS), 1).
 // Buffers: W, XQ (quantize_q8's values), XD (its (d, sum) pairs), Y; params as matvec_T (xStride
 // unused: XQ rows are K/32 blocks apart).
+//
+// matvec_dot_id_T (built with -DEXPERTS): matvec_id_T on 8-bit activations, the decode half of a
+// mixture-of-experts layer's products. W is a stacked expert tensor (expert e's N rows start
+// expertWords 16-bit words after expert e-1's), binding 4 moe_route's output R: activation row m
+// (a pair, in expert order) is multiplied by expert R[idsOff + m]'s rows, its blocks read from
+// XQ/XD row R[rowsOff + m] (gather = 1: quantize_q8 of the layer's input, a row per token) or row
+// m (gather = 0: the pairs' rows). NCOLS must be 1 (each group one pair); GLU mode as above.
+// Dispatch (ceil(N / ROWS), M, 1), M the pairs.
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -29,10 +37,23 @@ layout(std430, binding = 0) readonly buffer WeightBuf32 { uint w32[]; };
 layout(std430, binding = 1) readonly buffer XQBuf { uvec4 XQ[]; };
 layout(std430, binding = 2) readonly buffer XDBuf { vec2 XD[]; };
 layout(std430, binding = 3) writeonly buffer YBuf { float Y[]; };
+#ifdef EXPERTS
+layout(std430, binding = 4) readonly buffer RouteBuf { uint R[]; };
+layout(std140, binding = 5) uniform Params {
+    uint K, N, M, rowBytes, xStride, yStride, glu;
+    uint expertWords, gather, rowsOff, idsOff, expertsOff;
+} p;
+// the first word of row m's expert, and row m's activation row (in quantize_q8's rows)
+uint expert_base(uint m) { return R[p.idsOff + m] * p.expertWords; }
+uint x_row(uint m) { return p.gather != 0u ? R[p.rowsOff + m] : m; }
+#else
 layout(std140, binding = 4) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride;
     uint glu; // > 0: rows come in (gate, up) pairs, Y[m*yStride + r/2] = glu_act(gate, glu) * up (ROWS even)
 } p;
+uint expert_base(uint m) { return 0u; }
+uint x_row(uint m) { return m; }
+#endif
 
 #include "glu.glsl"
 
@@ -169,7 +190,10 @@ void main() {
     const uint nb = p.K / 32u;
 
     uint rw[ROWS];
-    [[unroll]] for (uint r = 0u; r < ROWS; r++) rw[r] = min(r0 + r, p.N - 1u) * rowWords; // rows past N: read row N-1, never stored
+    const uint wb = expert_base(c0);
+    [[unroll]] for (uint r = 0u; r < ROWS; r++) rw[r] = wb + min(r0 + r, p.N - 1u) * rowWords; // rows past N: read row N-1, never stored
+    uint xr[NCOLS];
+    [[unroll]] for (uint c = 0u; c < NCOLS; c++) xr[c] = c < ncols ? x_row(c0 + c) * nb : 0u;
 
     float acc[ROWS * NCOLS];
     [[unroll]] for (uint i = 0u; i < ROWS * NCOLS; i++) acc[i] = 0.0;
@@ -179,7 +203,7 @@ void main() {
         [[unroll]] for (uint r = 0u; r < ROWS; r++) w[r] = wbload(rw[r] + b * BLOCK_WORDS);
         [[unroll]] for (uint c = 0u; c < NCOLS; c++) {
             if (c < ncols) {
-                const XB x = xblock((c0 + c) * nb + b);
+                const XB x = xblock(xr[c] + b);
                 [[unroll]] for (uint r = 0u; r < ROWS; r++) acc[r * NCOLS + c] += wdot(w[r], x);
             }
         }

@@ -14,11 +14,18 @@
 // moe_combine reads slot and weight, the expert-indexed products (matvec_id_T, matmul_id_T)
 // rows, ids and experts.
 //
-// One workgroup (any size, a multiple of the subgroup size): each subgroup routes tokens in turn
-// (lanes over the experts), counting each expert's pairs in shared memory; then the first rows
-// (a prefix sum of the counts); then each expert's pairs found in pair order (a thread per
-// expert, the pairs' experts read through shared memory in chunks). At most MAX_EXPERTS experts.
-// Dispatch (1, 1, 1).
+// One workgroup (any size, a multiple of the subgroup size), all in shared memory but for one
+// read of the logits and the writes of R, tokens in chunks of QCAP / experts:
+//   1. each token's softmax (a subgroup per token, lanes over the experts, the logits read
+//      once into shared memory);
+//   2. each (token, expert) its rank in the token's order (probability descending, expert
+//      ascending) by a count over the token's experts, a thread per (token, expert): rank k <
+//      used makes it pick k; each expert's pairs counted in shared memory;
+//   3. each token's picks' sum (in pick order) and the weights (a thread per token);
+// then each expert's first row by a prefix sum over the experts (subgroup scans, a thread per
+// expert), and each pair's row: its expert's first row plus the earlier pairs of that expert
+// (a thread per pair over chunks of CHUNK pairs; the pairs' experts stay in shared memory when
+// they fit one chunk, the decode case). At most MAX_EXPERTS experts. Dispatch (1, 1, 1).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
@@ -30,86 +37,120 @@ layout(std140, binding = 2) uniform Params { uint tokens, experts, used, normali
 
 const uint MAX_EXPERTS = 512u;
 const uint CHUNK = 1024u;
+const uint QCAP = 2048u;   // probabilities (and picks' weights) of a chunk of tokens
+const uint MAX_SUBGROUPS = 128u;
 shared uint counts[MAX_EXPERTS];
 shared uint fill[MAX_EXPERTS];
 shared uint chunk[CHUNK];
+shared float q[QCAP];
+shared float pick[QCAP];
+shared uint sgsum[MAX_SUBGROUPS];
 
 void main() {
     const uint lid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
     const uint E = p.experts, used = p.used, pairs = p.tokens * used;
     const uint ROWS = 0u, SLOT = p.cap, WEIGHT = 2u * p.cap, IDS = 3u * p.cap, CHOICE = 4u * p.cap, EXPERTS = 5u * p.cap;
+    const uint lane = gl_SubgroupInvocationID, SG = gl_SubgroupSize, sg = gl_SubgroupID, nsg = gl_NumSubgroups;
     for (uint e = lid; e < E; e += WG) counts[e] = 0u;
     barrier();
 
-    // 1. each token's experts and weights (a subgroup per token, its lanes over the experts)
-    const uint lane = gl_SubgroupInvocationID, SG = gl_SubgroupSize;
-    for (uint t = gl_SubgroupID; t < p.tokens; t += gl_NumSubgroups) {
-        const uint base = t * E;
-        float mx = -3.402823466e38;
-        for (uint j = lane; j < E; j += SG) mx = max(mx, L[base + j]);
-        mx = subgroupMax(mx);
-        float s = 0.0;
-        for (uint j = lane; j < E; j += SG) s += exp(L[base + j] - mx);
-        const float inv = 1.0 / subgroupAdd(s);
-        // the k-th pick is the most probable expert after the (k-1)-th in the order
-        // (probability descending, expert ascending)
-        float pv = 0.0, sum = 0.0;
-        uint pj = 0u;
-        for (uint k = 0u; k < used; k++) {
-            float bp = -1.0;
-            uint bj = 0xFFFFFFFFu;
+    const uint TC = max(1u, QCAP / E); // tokens a chunk (E <= MAX_EXPERTS <= QCAP)
+    for (uint t0 = 0u; t0 < p.tokens; t0 += TC) {
+        const uint tc = min(TC, p.tokens - t0);
+        // 1. softmax: a subgroup per token, each lane only ever touching its own experts' q
+        for (uint tl = sg; tl < tc; tl += nsg) {
+            const uint base = (t0 + tl) * E, qb = tl * E;
+            float mx = -3.402823466e38;
             for (uint j = lane; j < E; j += SG) {
-                const float q = exp(L[base + j] - mx) * inv;
-                const bool after = k == 0u || q < pv || (q == pv && j > pj);
-                if (after && q > bp) { bp = q; bj = j; }
+                const float v = L[base + j];
+                q[qb + j] = v;
+                mx = max(mx, v);
             }
-            pv = subgroupMax(bp);
-            pj = subgroupMin(bp == pv ? bj : 0xFFFFFFFFu);
-            sum += pv;
-            if (lane == 0u) {
-                R[CHOICE + t * used + k] = pj;
-                R[WEIGHT + t * used + k] = floatBitsToUint(pv);
-                atomicAdd(counts[pj], 1u);
+            mx = subgroupMax(mx);
+            float s = 0.0;
+            for (uint j = lane; j < E; j += SG) s += exp(q[qb + j] - mx);
+            const float inv = 1.0 / subgroupAdd(s);
+            for (uint j = lane; j < E; j += SG) q[qb + j] = exp(q[qb + j] - mx) * inv;
+        }
+        barrier();
+        // 2. each (token, expert)'s rank among the token's experts
+        for (uint i = lid; i < tc * E; i += WG) {
+            const uint tl = i / E, j = i - tl * E, qb = tl * E;
+            const float v = q[i];
+            uint rank = 0u;
+            for (uint o = 0u; o < E && rank < used; o++) {
+                const float w = q[qb + o];
+                if (w > v || (w == v && o < j)) rank++;
+            }
+            if (rank < used) {
+                const uint pr = (t0 + tl) * used + rank;
+                pick[tl * used + rank] = v;
+                R[CHOICE + pr] = j;
+                if (pr < CHUNK) chunk[pr] = j;
+                atomicAdd(counts[j], 1u);
             }
         }
-        if (p.normalize != 0u && lane == 0u) {
-            // the lane that wrote the weights reads them back
-            sum = max(sum, 6.103515625e-5);
+        barrier();
+        // 3. the weights, divided by their sum (in pick order) where asked
+        for (uint tl = lid; tl < tc; tl += WG) {
+            float sum = 0.0;
+            for (uint k = 0u; k < used; k++) sum += pick[tl * used + k];
+            sum = p.normalize != 0u ? max(sum, 6.103515625e-5) : 1.0;
             for (uint k = 0u; k < used; k++) {
-                const uint i = WEIGHT + t * used + k;
-                R[i] = floatBitsToUint(uintBitsToFloat(R[i]) / sum);
+                const float w = pick[tl * used + k];
+                R[WEIGHT + (t0 + tl) * used + k] = floatBitsToUint(p.normalize != 0u ? w / sum : w);
             }
         }
+        barrier();
     }
     memoryBarrierBuffer();
-    barrier();
 
-    // 2. each expert's first row: the counts before it
-    for (uint e = lid; e < E; e += WG) {
-        uint first = 0u;
-        for (uint j = 0u; j < e; j++) first += counts[j];
-        fill[e] = first;
-        R[EXPERTS + 2u * e] = first;
-        R[EXPERTS + 2u * e + 1u] = counts[e];
+    // 4. each expert's first row: the counts before it (subgroup scans, then the subgroups' sums;
+    // experts numbered by subgroup and lane, as the scans run, whatever the invocations' order)
+    uint carry = 0u;
+    for (uint e0 = 0u; e0 < E; e0 += WG) {
+        const uint e = e0 + sg * SG + lane, c = e < E ? counts[e] : 0u;
+        const uint incl = subgroupInclusiveAdd(c);
+        const uint tot = subgroupAdd(c);
+        if (subgroupElect()) sgsum[sg] = tot;
+        barrier();
+        uint before = carry, all = 0u;
+        for (uint j = 0u; j < nsg; j++) {
+            const uint v = sgsum[j];
+            if (j < sg) before += v;
+            all += v;
+        }
+        if (e < E) {
+            const uint first = before + incl - c;
+            fill[e] = first;
+            R[EXPERTS + 2u * e] = first;
+            R[EXPERTS + 2u * e + 1u] = c;
+            counts[e] = 0u; // from here: each expert's pairs in the chunks before
+        }
+        carry += all;
+        barrier();
     }
-    barrier();
 
-    // 3. each expert's pairs in pair order (so in token order)
+    // 5. each pair's row: its expert's first row, plus its expert's pairs before it
     for (uint c0 = 0u; c0 < pairs; c0 += CHUNK) {
         const uint n = min(CHUNK, pairs - c0);
-        for (uint i = lid; i < n; i += WG) chunk[i] = R[CHOICE + c0 + i];
+        if (c0 > 0u) {
+            for (uint i = lid; i < n; i += WG) chunk[i] = R[CHOICE + c0 + i];
+            barrier();
+        }
+        for (uint i = lid; i < n; i += WG) {
+            const uint e = chunk[i];
+            uint at = fill[e];
+            for (uint o = 0u; o < i; o++) at += chunk[o] == e ? 1u : 0u;
+            R[ROWS + at] = (c0 + i) / used;
+            R[SLOT + c0 + i] = at;
+            R[IDS + at] = e;
+            atomicAdd(counts[e], 1u);
+        }
         barrier();
         for (uint e = lid; e < E; e += WG) {
-            uint at = fill[e];
-            for (uint i = 0u; i < n; i++) {
-                if (chunk[i] == e) {
-                    R[ROWS + at] = (c0 + i) / used;
-                    R[SLOT + c0 + i] = at;
-                    R[IDS + at] = e;
-                    at++;
-                }
-            }
-            fill[e] = at;
+            fill[e] += counts[e];
+            counts[e] = 0u;
         }
         barrier();
     }

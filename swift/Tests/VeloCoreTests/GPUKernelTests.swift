@@ -141,7 +141,7 @@ final class GPUKernelTests: XCTestCase {
                     let params = [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(n), 0]
                     if m <= GPUKernels.matvecMaxRows {
                         let yb = try upload([Float](repeating: .nan, count: m * n))
-                        try run(GPUKernels.matvec(type, rows: m), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m))
+                        try run(GPUKernels.matvec(type, rows: m, n: n), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m))
                         assertClose(try read(yb, m * n), want, tolerance: tol, "matvec \(type.name) N=\(n) M=\(m) K=\(k)")
                     }
                     if m <= GPUKernels.matvecMaxRows, GPUKernels.dotTypes.contains(type), GPUKernels.integerDot(try device()) {
@@ -149,7 +149,7 @@ final class GPUKernelTests: XCTestCase {
                         let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
                         try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
                         let yb = try upload([Float](repeating: .nan, count: m * n))
-                        try run(GPUKernels.matvecDot(type, rows: m), [wb, xq, xd, yb], params, GPUKernels.matvecGroups(n: n, m: m, dot: true))
+                        try run(GPUKernels.matvecDot(type, rows: m, n: n), [wb, xq, xd, yb], params, GPUKernels.matvecGroups(n: n, m: m, dot: true))
                         assertClose(try read(yb, m * n), want, tolerance: tolDot, "matvec_dot \(type.name) N=\(n) M=\(m) K=\(k)")
                     }
                     // several activation-row groups: 4 columns per workgroup
@@ -251,7 +251,7 @@ final class GPUKernelTests: XCTestCase {
                 for gather in [true, false] {
                     let xStride = gather ? k + 4 : k
                     let x = random((gather ? tokens : pairs) * xStride)
-                    var want = [Double](repeating: 0, count: pairs * n), tol = want
+                    var want = [Double](repeating: 0, count: pairs * n), tol = want, tolDot = want
                     for i in 0..<pairs {
                         let e = Int(r[3 * cap + i]), xr = (gather ? Int(r[i]) : i) * xStride
                         for row in 0..<n {
@@ -263,6 +263,17 @@ final class GPUKernelTests: XCTestCase {
                             }
                             want[i * n + row] = s
                             tol[i * n + row] = 1e-4 * a + 1e-5
+                            // 8-bit activations: as products()' tolDot
+                            var td = tol[i * n + row]
+                            for b in 0..<(k / 32) {
+                                var amax: Float = 0, aw = 0.0
+                                for j in (b * 32)..<(b * 32 + 32) {
+                                    amax = max(amax, abs(x[xr + j]))
+                                    aw += abs(Double(w.values[(e * n + row) * k + j]))
+                                }
+                                td += aw * Double(amax) / 127 * (0.5 + 127.0 / 2048) * 1.001
+                            }
+                            tolDot[i * n + row] = td
                         }
                     }
                     let xb = try upload(x)
@@ -281,22 +292,87 @@ final class GPUKernelTests: XCTestCase {
                     assertClose(try read(y2, pairs * n), want, tolerance: tol, "matmul_id \(what)")
                     // GLU mode: each expert's first 36 rows as 18 interleaved (gate, up) pairs
                     let half = 18
-                    var gw = [Double](repeating: 0, count: pairs * half), gt = gw
-                    for i in 0..<pairs {
-                        for j in 0..<half {
-                            let (g, u) = (want[i * n + 2 * j], want[i * n + 2 * j + 1])
-                            gw[i * half + j] = Self.gluAct(g, 1) * u
-                            gt[i * half + j] = 1.1 * tol[i * n + 2 * j] * abs(u) + abs(Self.gluAct(g, 1)) * tol[i * n + 2 * j + 1] + 1e-5
+                    var gw = [Double](repeating: 0, count: pairs * half)
+                    func gluTol(_ t: [Double]) -> [Double] {
+                        (0..<(pairs * half)).map { o in
+                            let (i, j) = (o / half, o % half), (g, u) = (want[i * n + 2 * j], want[i * n + 2 * j + 1])
+                            let (dg, du) = (t[i * n + 2 * j], t[i * n + 2 * j + 1])
+                            return 1.1 * dg * (abs(u) + du) + abs(Self.gluAct(g, 1)) * du + 1e-5
                         }
                     }
+                    for i in 0..<pairs {
+                        for j in 0..<half { gw[i * half + j] = Self.gluAct(want[i * n + 2 * j], 1) * want[i * n + 2 * j + 1] }
+                    }
+                    let gt = gluTol(tol)
                     var p3 = params
                     (p3[1], p3[5], p3[6]) = (UInt32(2 * half), UInt32(half), 1)
                     let y3 = try upload([Float](repeating: .nan, count: pairs * half))
                     try run(GPUKernels.matvecID(type), bindings: [GPUBinding(wb), GPUBinding(xb), GPUBinding(y3), GPUBinding(rb)], p3,
                             GPUKernels.matvecIDGroups(n: 2 * half, pairs: pairs))
                     assertClose(try read(y3, pairs * half), gw, tolerance: gt, "matvec_id GLU \(what)")
+                    if GPUKernels.dotTypes.contains(type), GPUKernels.integerDot(try device()) {
+                        // matvec_dot_id_T on quantize_q8's rows (the tokens' when gathered, else the
+                        // pairs'), in the host's shape for this K and in matvec_dot_T's
+                        let xrows = gather ? tokens : pairs
+                        let sizes = GPUKernels.q8Bytes(k: k, m: xrows)
+                        let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
+                        try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(xrows), UInt32(xStride)], GPUKernels.quantizeQ8Groups(k: k, m: xrows))
+                        let host = GPUKernels.matvecDotID(type, k: k)
+                        let dense = GPUKernels.Kernel(name: host.name, buffers: 5,
+                                                      constants: [GPUKernels.matvecDotLocal, 1, UInt32(GPUKernels.matvecDotRowsPerGroup)])
+                        XCTAssertEqual(GPUKernels.matvecDotIDGroups(n: n, k: k, pairs: pairs).0, (n + Int(host.constants[2]) - 1) / Int(host.constants[2]))
+                        for kernel in [host, dense] {
+                            let per = Int(kernel.constants[2]), shape = "\(kernel.constants[0])x\(per)"
+                            let bindings = { (y: GPUBuffer) in [GPUBinding(wb), GPUBinding(xq), GPUBinding(xd), GPUBinding(y), GPUBinding(rb)] }
+                            let yd = try upload([Float](repeating: .nan, count: pairs * n))
+                            try run(kernel, bindings: bindings(yd), params, ((n + per - 1) / per, pairs, 1))
+                            assertClose(try read(yd, pairs * n), want, tolerance: tolDot, "matvec_dot_id \(shape) \(what)")
+                            let yg = try upload([Float](repeating: .nan, count: pairs * half))
+                            try run(kernel, bindings: bindings(yg), p3, ((2 * half + per - 1) / per, pairs, 1))
+                            assertClose(try read(yg, pairs * half), gw, tolerance: gluTol(tolDot), "matvec_dot_id GLU \(shape) \(what)")
+                        }
+                    }
                 }
             }
+        }
+    }
+
+    /// moe_combine against float64 weighted sums: each token's rows of E (through moe_route's
+    /// slots) and weights, with a shared expert (the gate's dot over the row the kernel then
+    /// overwrites; one group a token) and without (the row in column blocks), odd widths,
+    /// strided rows.
+    func testMoECombine() throws {
+        for (tokens, width, shared) in [(1, 2048, false), (3, 700, false), (2, 300, true), (5, 1000, true)] {
+            let experts = 8, used = 3, yStride = width + 5
+            let (_, r, cap) = try route(routerLogits(tokens: tokens, bias: [Float](repeating: 0, count: experts)), tokens: tokens,
+                                        experts: experts, used: used, normalize: true)
+            let pairs = tokens * used
+            let slot = (0..<pairs).map { r[cap + $0] }, w = (0..<pairs).map { Float(bitPattern: r[2 * cap + $0]) }
+            let e = random(pairs * width), y = random(tokens * yStride), sh = random(tokens * width), g = random(width, scale: 0.05)
+            var want = [Double](repeating: 0, count: tokens * yStride), tol = want
+            for t in 0..<tokens {
+                var dot = 0.0
+                for c in 0..<width { dot += Double(g[c]) * Double(y[t * yStride + c]) }
+                let gate = 1 / (1 + exp(-dot))
+                for c in 0..<yStride {
+                    guard c < width else { want[t * yStride + c] = Double(y[t * yStride + c]); continue }
+                    var s = 0.0, a = 0.0
+                    for k in 0..<used {
+                        let v = Double(w[t * used + k]) * Double(e[Int(slot[t * used + k]) * width + c])
+                        s += v
+                        a += abs(v)
+                    }
+                    if shared { s += gate * Double(sh[t * width + c]); a += abs(Double(sh[t * width + c])) }
+                    want[t * yStride + c] = s
+                    tol[t * yStride + c] = 1e-5 * a + 1e-6
+                }
+            }
+            let yb = try upload(y), eb = try upload(e), sb = try upload(slot.map { Int32(bitPattern: $0) }), wb = try upload(w)
+            let shb = try upload(sh), gb = try upload(g)
+            let groups = GPUKernels.moeCombineGroups(tokens: tokens, width: width, shared: shared)
+            if !shared { XCTAssertGreaterThan(groups.1, 1) }
+            try run(GPUKernels.moeCombine, [yb, eb, sb, wb, shb, gb], [UInt32(width), UInt32(used), shared ? 1 : 0, UInt32(yStride), UInt32(tokens)], groups)
+            assertClose(try read(yb, tokens * yStride), want, tolerance: tol, "moe_combine \(tokens) tokens of \(width)\(shared ? ", shared expert" : "")")
         }
     }
 
@@ -353,14 +429,14 @@ final class GPUKernelTests: XCTestCase {
                             if m <= GPUKernels.matvecMaxRows {
                                 let params = [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(pairs), act]
                                 let yb = try upload([Float](repeating: .nan, count: m * pairs))
-                                try run(GPUKernels.matvec(type, rows: m), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m))
+                                try run(GPUKernels.matvec(type, rows: m, n: n, glu: true), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m, glu: true))
                                 assertClose(try read(yb, m * pairs), want, tolerance: bound(tol), "matvec glu " + what)
                                 if dot, GPUKernels.dotTypes.contains(type) {
                                     let sizes = GPUKernels.q8Bytes(k: k, m: m)
                                     let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
                                     try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
                                     let yd = try upload([Float](repeating: .nan, count: m * pairs))
-                                    try run(GPUKernels.matvecDot(type, rows: m), [wb, xq, xd, yd], params, GPUKernels.matvecGroups(n: n, m: m, dot: true))
+                                    try run(GPUKernels.matvecDot(type, rows: m, n: n, glu: true), [wb, xq, xd, yd], params, GPUKernels.matvecGroups(n: n, m: m, dot: true, glu: true))
                                     assertClose(try read(yd, m * pairs), want, tolerance: bound(tolDot), "matvec_dot glu " + what)
                                 }
                             }

@@ -430,7 +430,7 @@ final class NewQuantTypeTests: XCTestCase {
                         let what = "\(type.name) N=\(n) M=\(m) K=\(k)"
                         if m <= GPUKernels.matvecMaxRows {
                             let yb = try upload([Float](repeating: .nan, count: m * n))
-                            try run(GPUKernels.matvec(type, rows: m), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m))
+                            try run(GPUKernels.matvec(type, rows: m, n: n), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m))
                             assertClose(try read(yb, m * n), want, tolerance: tol, "matvec " + what)
                         }
                         let k4 = GPUKernels.Kernel(name: "matvec_" + GPUKernels.suffix(type), buffers: 3,

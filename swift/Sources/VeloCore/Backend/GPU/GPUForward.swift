@@ -245,20 +245,23 @@ final class GPUForward: ForwardOps {
         }
         let q8k = model.matrices.filter { GPUKernels.dotTypes.contains($0.type) }.map(\.cols).max()
         q8Width = q8k ?? 0
-        if GPUKernels.integerDot(device), let k = q8k {
-            let b = GPUKernels.q8Bytes(k: k, m: GPUKernels.matvecMaxRows)
+        if let b = Self.q8Bytes(device: device, model: model) {
             q8 = (try device.makeBuffer(bytes: b.values, memory: .device, label: "8-bit activations"),
                   try device.makeBuffer(bytes: b.scales, memory: .device, label: "8-bit activation scales"))
             for k in [GPUKernels.quantizeQ8, GPUKernels.addRMSNormQ8, GPUKernels.attentionCombineQ8] { _ = try pipeline(k) }
-            for w in model.matrices where GPUKernels.dotTypes.contains(w.type) {
-                for m in [1, 2, 4, 8, 16] { _ = try pipeline(GPUKernels.matvecDot(w.type, rows: m)) }
+            for w in Self.distinctShapes(model.matrices) where GPUKernels.dotTypes.contains(w.type) {
+                for m in [1, 2, 4, 8, 16] {
+                    for glu in [false, true] { _ = try pipeline(GPUKernels.matvecDot(w.type, rows: m, n: w.rows, glu: glu)) }
+                }
             }
         } else {
             q8 = nil
         }
         // compile every pipeline now, not in the first request
-        for w in model.matrices {
-            for m in [1, 2, 4, 8, 16] { _ = try pipeline(GPUKernels.matvec(w.type, rows: m)) }
+        for w in Self.distinctShapes(model.matrices) {
+            for m in [1, 2, 4, 8, 16] {
+                for glu in [false, true] { _ = try pipeline(GPUKernels.matvec(w.type, rows: m, n: w.rows, glu: glu)) }
+            }
             _ = try pipeline(GPUKernels.matmul(w.type))
             if GPUKernels.useCoop(device, w.type) {
                 for m in [32, 64, 128] { _ = try pipeline(GPUKernels.matmulCoop(w.type, rows: m)) } // each tile height
@@ -273,6 +276,11 @@ final class GPUForward: ForwardOps {
                 for k in [GPUKernels.matvecID(t), GPUKernels.matmulID(t)] { _ = try pipeline(k) }
                 if x16 != nil && GPUKernels.useCoop(device, t) {
                     for m in [32, 64, 128] { _ = try pipeline(GPUKernels.matmulCoopID(t, rows: m)) } // each tile height
+                }
+            }
+            if q8 != nil {
+                for s in expertStacks.values where GPUKernels.dotTypes.contains(s.expert.type) {
+                    _ = try pipeline(GPUKernels.matvecDotID(s.expert.type, k: s.expert.cols))
                 }
             }
         }
@@ -294,11 +302,28 @@ final class GPUForward: ForwardOps {
         if maxTokens > GPUKernels.matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
             b += GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts)
         }
-        if GPUKernels.integerDot(device), let k = model.matrices.filter({ GPUKernels.dotTypes.contains($0.type) }).map(\.cols).max() {
-            let q = GPUKernels.q8Bytes(k: k, m: GPUKernels.matvecMaxRows)
-            b += q.values + q.scales
-        }
+        if let q = q8Bytes(device: device, model: model) { b += q.values + q.scales }
         return b + MoEBuffers.bytes(config: c, maxTokens: maxTokens)
+    }
+
+    /// Bytes of the 8-bit activations' buffers (values, scales), nil without matvec_dot: up to
+    /// matvecMaxRows rows of the longest input of a matvec_dot weight, or of a decode step's
+    /// routed pairs' hidden rows where an expert layer's down product runs on matvec_dot_id.
+    static func q8Bytes(device: GPUDevice, model: LanguageModel) -> (values: Int, scales: Int)? {
+        guard GPUKernels.integerDot(device), let k = model.matrices.filter({ GPUKernels.dotTypes.contains($0.type) }).map(\.cols).max() else { return nil }
+        var b = GPUKernels.q8Bytes(k: k, m: GPUKernels.matvecMaxRows)
+        if let e = model.config.experts, model.expertLayers.contains(where: { GPUKernels.dotTypes.contains($0.down[0].type) }) {
+            let d = GPUKernels.q8Bytes(k: e.ffnDim, m: GPUKernels.matvecMaxRows * e.used)
+            b = (max(b.values, d.values), max(b.scales, d.scales))
+        }
+        return b
+    }
+
+    /// One matrix of each (type, rows) (the pipelines a matrix needs depend on nothing else;
+    /// a mixture of experts has thousands of expert views).
+    private static func distinctShapes(_ ws: [WeightMatrix]) -> [WeightMatrix] {
+        var seen = Set<[Int]>()
+        return ws.filter { seen.insert([Int($0.type.rawValue), $0.rows]).inserted }
     }
 
     static func width(_ a: Activation, _ c: ModelConfig) -> Int {
@@ -412,6 +437,16 @@ final class GPUForward: ForwardOps {
         }
     }
 
+    /// quantize_q8 of `rows` rows of X into q8, unless it holds them already.
+    private func quantizeQ8(_ x: GPUBinding, _ q8: (values: GPUBuffer, scales: GPUBuffer), rows: Int, xStride: Int, k: Int, op: Profiler.Op) {
+        let key = rowsKey(x, rows: rows, xStride: xStride, k: k)
+        if q8Source.map({ $0 != key }) ?? true {
+            dispatch(GPUKernels.quantizeQ8, [x, GPUBinding(q8.values), GPUBinding(q8.scales)],
+                     [UInt32(k), UInt32(rows), UInt32(xStride)], GPUKernels.quantizeQ8Groups(k: k, m: rows), op)
+            q8Source = key
+        }
+    }
+
     /// Y = W · X over `rows` activation rows: the matrix×vector kernel for decode-sized batches
     /// (each weight read once for all rows), the tiled one for prefill.
     /// `glu` (decode only, an interleaved pair's weight as `weight`): Y = silu(gate·X) * (up·X),
@@ -424,18 +459,13 @@ final class GPUForward: ForwardOps {
         if rows <= GPUKernels.matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
             // activations to 8 bits once per input (the Q, K and V products share it), then
             // integer dot products with the weight blocks
-            let key = rowsKey(x, rows: rows, xStride: xStride, k: w.cols)
-            if q8Source.map({ $0 != key }) ?? true {
-                dispatch(GPUKernels.quantizeQ8, [x, GPUBinding(q8.values), GPUBinding(q8.scales)],
-                         [UInt32(w.cols), UInt32(rows), UInt32(xStride)], GPUKernels.quantizeQ8Groups(k: w.cols, m: rows), op)
-                q8Source = key
-            }
-            dispatch(GPUKernels.matvecDot(w.type, rows: rows), [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y], params,
-                     GPUKernels.matvecGroups(n: w.rows, m: rows, dot: true), op)
+            quantizeQ8(x, q8, rows: rows, xStride: xStride, k: w.cols, op: op)
+            dispatch(GPUKernels.matvecDot(w.type, rows: rows, n: w.rows, glu: glu != nil), [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y], params,
+                     GPUKernels.matvecGroups(n: w.rows, m: rows, dot: true, glu: glu != nil), op)
             if q8Source?.buffer == ObjectIdentifier(y.buffer) { q8Source = nil } // Y overwrote them
         } else if rows <= GPUKernels.matvecMaxRows || w.rows <= GPUKernels.matvecAnyRows {
-            let k = GPUKernels.matvec(w.type, rows: rows)
-            dispatch(k, [wb, x, y], params, GPUKernels.matvecGroups(n: w.rows, m: rows), op)
+            let k = GPUKernels.matvec(w.type, rows: rows, n: w.rows, glu: glu != nil)
+            dispatch(k, [wb, x, y], params, GPUKernels.matvecGroups(n: w.rows, m: rows, glu: glu != nil), op)
         } else if GPUKernels.useCoop(device, w.type), let x16 {
             // activations to float16 once per input (Q|K|V, gate/up, O and down each have one)
             let kp = GPUKernels.f16Row(w.cols)
@@ -634,12 +664,15 @@ final class GPUForward: ForwardOps {
         }
         dispatch(GPUKernels.moeCombine,
                  [act(dst), GPUBinding(m.output), m.section(.slot), m.section(.weight), shared.out, shared.gate],
-                 [UInt32(d), UInt32(e.used), l.shared == nil ? 0 : 1, UInt32(stride(dst)), UInt32(n)], (n, 1, 1), .other)
+                 [UInt32(d), UInt32(e.used), l.shared == nil ? 0 : 1, UInt32(stride(dst)), UInt32(n)],
+                 GPUKernels.moeCombineGroups(tokens: n, width: d, shared: l.shared != nil), .other)
     }
 
     /// Y = each routed pair's expert times its activation row, over all the pairs of the step
     /// in one dispatch: matvec_id_T for decode-sized batches (a workgroup per pair and few
-    /// rows, reading only the chosen experts' weights), matmul_id_T's tiles per expert above.
+    /// rows, reading only the chosen experts' weights; matvec_dot_id_T on 8-bit activations
+    /// where the device and the type have integer dot products), matmul_id_T's tiles per
+    /// expert above.
     /// `gather`: row i of X is pair i's token's row (else X has a row per pair). `glu` (decode,
     /// an interleaved gate/up stack): Y = act(gate·X) * (up·X), as matvec_T's GLU mode.
     private func expertProduct(_ s: ExpertStack, _ x: GPUBinding, xStride: Int, gather: Bool, into y: GPUBinding, yStride: Int,
@@ -649,7 +682,14 @@ final class GPUForward: ForwardOps {
         let params = [UInt32(w.cols), UInt32(w.rows), UInt32(n * e.used), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0),
                       UInt32(s.expertBytes / 2), gather ? 1 : 0] + m.offsets.map { UInt32($0) }
         let buffers = [GPUBinding(s.buffer), x, y, GPUBinding(m.routing)]
-        if n <= GPUKernels.matvecMaxRows {
+        if n <= GPUKernels.matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
+            // 8-bit activations (the layer's input rows, or the pairs' hidden rows) and integer
+            // dot products, as matvec_dot_T
+            quantizeQ8(x, q8, rows: gather ? n : n * e.used, xStride: xStride, k: w.cols, op: .matmul)
+            dispatch(GPUKernels.matvecDotID(w.type, k: w.cols), [GPUBinding(s.buffer), GPUBinding(q8.values), GPUBinding(q8.scales), y, GPUBinding(m.routing)],
+                     params, GPUKernels.matvecDotIDGroups(n: w.rows, k: w.cols, pairs: n * e.used), .matmul)
+            if q8Source?.buffer == ObjectIdentifier(y.buffer) { q8Source = nil } // Y overwrote them
+        } else if n <= GPUKernels.matvecMaxRows {
             dispatch(GPUKernels.matvecID(w.type), buffers, params, GPUKernels.matvecIDGroups(n: w.rows, pairs: n * e.used), .matmul)
         } else if GPUKernels.useCoop(device, w.type), let x16 {
             // tensor cores: the input rows (tokens, or pairs for down) to float16 once, then

@@ -62,11 +62,21 @@ enum GPUKernels {
     static let matmulBN = 64
 
     static func matvecCols(_ m: Int) -> Int { m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <= 8 ? 8 : 16 }
-    static func matvec(_ t: GGMLType, rows m: Int) -> Kernel {
-        Kernel(name: "matvec_" + suffix(t), buffers: 3, constants: [matvecLocal, UInt32(matvecCols(m)), UInt32(matvecRowsPerGroup)])
+    /// Weight rows per workgroup for a product of `n` rows: the tuned count, or 1 where that
+    /// would leave fewer than `matvecSmallGroups` workgroups a column group (a router's 128 rows:
+    /// 32 groups at 4 rows, too few to keep a large GPU's memory busy). GLU mode keeps the pairs
+    /// (an even count); a VELO_GPU_MATVEC override holds for every N.
+    static func matvecRows(n: Int, dot: Bool = false, glu: Bool = false) -> Int {
+        let rows = dot ? matvecDotRowsPerGroup : matvecRowsPerGroup
+        return tuning == nil && !glu && (n + rows - 1) / rows < matvecSmallGroups ? 1 : rows
     }
-    static func matvecGroups(n: Int, m: Int, dot: Bool = false) -> (Int, Int, Int) {
-        let cols = matvecCols(m), rows = dot ? matvecDotRowsPerGroup : matvecRowsPerGroup
+    static let matvecSmallGroups = 256
+    /// matvec_T for `m` activation rows of a weight of `n` rows (`glu`: interleaved pairs).
+    static func matvec(_ t: GGMLType, rows m: Int, n: Int, glu: Bool = false) -> Kernel {
+        Kernel(name: "matvec_" + suffix(t), buffers: 3, constants: [matvecLocal, UInt32(matvecCols(m)), UInt32(matvecRows(n: n, glu: glu))])
+    }
+    static func matvecGroups(n: Int, m: Int, dot: Bool = false, glu: Bool = false) -> (Int, Int, Int) {
+        let cols = matvecCols(m), rows = matvecRows(n: n, dot: dot, glu: glu)
         return ((n + rows - 1) / rows, (m + cols - 1) / cols, 1)
     }
     /// Weight types with an 8-bit-activation matvec (`matvec_dot_T`: integer dot products with
@@ -84,8 +94,26 @@ enum GPUKernels {
         return false
     }
     /// Buffers: W, XQ, XD (quantize_q8's outputs), Y; dispatched as matvec_T (matvecGroups, dot).
-    static func matvecDot(_ t: GGMLType, rows m: Int) -> Kernel {
-        Kernel(name: "matvec_dot_" + suffix(t), buffers: 4, constants: [matvecDotLocal, UInt32(matvecCols(m)), UInt32(matvecDotRowsPerGroup)])
+    static func matvecDot(_ t: GGMLType, rows m: Int, n: Int, glu: Bool = false) -> Kernel {
+        Kernel(name: "matvec_dot_" + suffix(t), buffers: 4,
+               constants: [matvecDotLocal, UInt32(matvecCols(m)), UInt32(matvecRows(n: n, dot: true, glu: glu))])
+    }
+    /// matvec_dot_T over a stacked expert tensor (-DEXPERTS), a routed pair a group: buffers W,
+    /// XQ, XD (quantize_q8 of the gathered input rows or of the pairs' rows), Y, R
+    /// (moe_route's); params as matvec_id_T. Rows of at most 32 blocks (an expert's down, K =
+    /// its FFN width) take one 32-thread group over 4 weight rows, so that more of the threads
+    /// have a block each; longer rows matvec_dot_T's shape.
+    static func matvecDotID(_ t: GGMLType, k: Int) -> Kernel {
+        let s = matvecDotIDShape(k: k)
+        return Kernel(name: "matvec_dot_id_" + suffix(t), buffers: 5, constants: [s.local, 1, UInt32(s.rows)])
+    }
+    static func matvecDotIDShape(k: Int) -> (local: UInt32, rows: Int) {
+        if tuning == nil && k / 32 <= 32 { return (32, 4) }
+        return (matvecDotLocal, matvecDotRowsPerGroup)
+    }
+    static func matvecDotIDGroups(n: Int, k: Int, pairs: Int) -> (Int, Int, Int) {
+        let rows = matvecDotIDShape(k: k).rows
+        return ((n + rows - 1) / rows, pairs, 1)
     }
     /// Activation rows to 8-bit blocks of 32 (X, XQ, XD): 8 threads per block.
     static let quantizeQ8 = Kernel(name: "quantize_q8", buffers: 3, constants: [256])
@@ -323,6 +351,12 @@ enum GPUKernels {
     /// Most experts moe_route takes (its shared counters).
     static let moeRouteMaxExperts = 512
     static let moeCombine = Kernel(name: "moe_combine", buffers: 6, constants: [256])
+    /// moe_combine's groups: a token's row in blocks of 256 columns (decode: one token's row
+    /// over several groups), the whole row in one group with a shared expert (its gate's dot
+    /// reads the row before it is written).
+    static func moeCombineGroups(tokens: Int, width: Int, shared: Bool) -> (Int, Int, Int) {
+        (tokens, shared ? 1 : min((width + 255) / 256, 65535), 1)
+    }
     /// Buffers W (the stacked tensor), X, Y, R (moe_route's); params matvec's + expertWords,
     /// gather, rowsOff, idsOff, expertsOff. One pair a group: (⌈N/ROWS⌉, pairs, 1).
     static func matvecID(_ t: GGMLType) -> Kernel {
