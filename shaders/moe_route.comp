@@ -18,9 +18,8 @@
 // read of the logits and the writes of R, tokens in chunks of QCAP / experts:
 //   1. each token's softmax (a subgroup per token, lanes over the experts, the logits read
 //      once into shared memory);
-//   2. each (token, expert) its rank in the token's order (probability descending, expert
-//      ascending) by a count over the token's experts, a thread per (token, expert): rank k <
-//      used makes it pick k; each expert's pairs counted in shared memory;
+//   2. each token's `used` picks (probability descending, expert ascending) by as many rounds
+//      of a subgroup maximum, a subgroup per token; each expert's pairs counted in shared memory;
 //   3. each token's picks' sum (in pick order) and the weights (a thread per token);
 // then each expert's first row by a prefix sum over the experts (subgroup scans, a thread per
 // expert), and each pair's row: its expert's first row plus the earlier pairs of that expert
@@ -73,21 +72,28 @@ void main() {
             for (uint j = lane; j < E; j += SG) q[qb + j] = exp(q[qb + j] - mx) * inv;
         }
         barrier();
-        // 2. each (token, expert)'s rank among the token's experts
-        for (uint i = lid; i < tc * E; i += WG) {
-            const uint tl = i / E, j = i - tl * E, qb = tl * E;
-            const float v = q[i];
-            uint rank = 0u;
-            for (uint o = 0u; o < E && rank < used; o++) {
-                const float w = q[qb + o];
-                if (w > v || (w == v && o < j)) rank++;
-            }
-            if (rank < used) {
-                const uint pr = (t0 + tl) * used + rank;
-                pick[tl * used + rank] = v;
-                R[CHOICE + pr] = j;
-                if (pr < CHUNK) chunk[pr] = j;
-                atomicAdd(counts[j], 1u);
+        // 2. each token's picks, largest first (ties: the lower expert): a subgroup per token,
+        // `used` rounds of a subgroup maximum over the probabilities not yet picked (a picked
+        // one is set to -1 by the lane that owns it, so no lane reads another's writes)
+        for (uint tl = sg; tl < tc; tl += nsg) {
+            const uint qb = tl * E;
+            for (uint k = 0u; k < used; k++) {
+                float best = -1.0;
+                uint bj = 0xFFFFFFFFu;
+                for (uint j = lane; j < E; j += SG) {
+                    const float v = q[qb + j];
+                    if (v > best) { best = v; bj = j; }
+                }
+                const float m = subgroupMax(best);
+                const uint j = subgroupMin(best == m ? bj : 0xFFFFFFFFu);
+                if (lane == j % SG) q[qb + j] = -1.0;
+                if (subgroupElect()) {
+                    const uint pr = (t0 + tl) * used + k;
+                    pick[tl * used + k] = m;
+                    R[CHOICE + pr] = j;
+                    if (pr < CHUNK) chunk[pr] = j;
+                    atomicAdd(counts[j], 1u);
+                }
             }
         }
         barrier();
