@@ -180,7 +180,7 @@ final class GPUKernelTests: XCTestCase {
         let cap = MoEBuffers.cap(pairs: tokens * used, alignment: d.bindingAlignment)
         let words = 5 * cap + 2 * experts
         let lb = try upload(logits), rb = try upload([UInt8](repeating: 0xEE, count: words * 4))
-        try run(GPUKernels.moeRoute(pairs: tokens * used), [lb, rb], [UInt32(tokens), UInt32(experts), UInt32(used), normalize ? 1 : 0, UInt32(cap)], (1, 1, 1))
+        try run(GPUKernels.moeRoute, [lb, rb], [UInt32(tokens), UInt32(experts), UInt32(used), normalize ? 1 : 0, UInt32(cap)], (1, 1, 1))
         var out = [UInt32](repeating: 0, count: words)
         try out.withUnsafeMutableBytes { try d.download(rb, offset: 0, into: $0.baseAddress!, bytes: $0.count) }
         return (rb, out, cap)
@@ -189,8 +189,7 @@ final class GPUKernelTests: XCTestCase {
     /// moe_route against the CPU's routing (ExpertRoutes): each expert's first row and count,
     /// its rows' tokens in token order, each pair's row and weight (picks largest first), with
     /// exact ties (the lower expert wins), experts that get no rows, experts with more rows than
-    /// a matmul tile, and more pairs than one of the kernel's chunks; decode-sized cases run the
-    /// 128-thread workgroup (512 experts: several passes over them), the others 512 threads.
+    /// a matmul tile, and more pairs than one of the kernel's chunks.
     func testMoERoute() throws {
         let cases: [(tokens: Int, experts: Int, used: Int, normalize: Bool)] = [
             (1, 128, 8, true), (300, 16, 4, true), (37, 60, 4, false), (2100, 8, 2, true), (5, 3, 3, true), (3, 512, 8, true),

@@ -271,7 +271,7 @@ final class GPUForward: ForwardOps {
         if coopAttention { _ = try pipeline(attentionCoopKernel) }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
         if moe != nil {
-            for k in [GPUKernels.moeRoute(pairs: 1), GPUKernels.moeRoute(pairs: Int.max), GPUKernels.moeCombine] { _ = try pipeline(k) }
+            for k in [GPUKernels.moeRoute, GPUKernels.moeCombine] { _ = try pipeline(k) }
             for t in Set(expertStacks.values.map(\.expert.type)) {
                 for k in [GPUKernels.matvecID(t), GPUKernels.matmulID(t)] { _ = try pipeline(k) }
                 if x16 != nil && GPUKernels.useCoop(device, t) {
@@ -634,7 +634,7 @@ final class GPUForward: ForwardOps {
         let c = config, e = c.experts!, m = moe!, d = c.dim, h = e.ffnDim
         let x = act(src), xs = stride(src)
         multiply(l.router, x, rows: n, xStride: xs, into: GPUBinding(m.router), yStride: e.count, op: .matmul)
-        dispatch(GPUKernels.moeRoute(pairs: n * e.used), [GPUBinding(m.router), GPUBinding(m.routing)],
+        dispatch(GPUKernels.moeRoute, [GPUBinding(m.router), GPUBinding(m.routing)],
                  [UInt32(n), UInt32(e.count), UInt32(e.used), e.normalizeWeights ? 1 : 0, UInt32(m.cap)], (1, 1, 1), .other)
         let pairs = n * e.used, gate = expertStacks[l.gate[0].data]!
         if gate.expert.rows == h {

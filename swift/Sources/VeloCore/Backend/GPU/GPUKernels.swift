@@ -347,9 +347,7 @@ enum GPUKernels {
     /// grouped by expert; one workgroup: (1, 1, 1)), the expert-indexed products over a stacked
     /// expert tensor, then the weighted sum of the experts' outputs (and the gated shared
     /// expert's) back into each token's row.
-    /// One workgroup: 128 threads for decode-sized batches (its barriers are most of its time
-    /// there), 512 above.
-    static func moeRoute(pairs: Int) -> Kernel { Kernel(name: "moe_route", buffers: 2, constants: [pairs <= 128 ? 128 : 512]) }
+    static let moeRoute = Kernel(name: "moe_route", buffers: 2, constants: [512])
     /// Most experts moe_route takes (its shared counters).
     static let moeRouteMaxExperts = 512
     static let moeCombine = Kernel(name: "moe_combine", buffers: 6, constants: [256])
