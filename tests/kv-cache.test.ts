@@ -228,6 +228,28 @@ describe("the CLI", () => {
     expect(bad.stderr).toMatch(/cache-type-k/);
   });
 
+  test("pages of 1, 7 and 4096 tokens give 16's greedy tokens (CPU and Vulkan, a sliding-window model too); --page-size is taken and 0 is a usage error", async () => {
+    const cases = [
+      { path: sharedModel("stories260K.gguf"), prompt: golden["stories260K"]!.cases[0]!.prompt_ids_with_bos },
+      { path: pathOf("random-gemma2-f32"), prompt: [1, ...Array.from({ length: 40 }, (_, i) => 3 + ((i * 37) % 200))] },
+    ];
+    for (const { path, prompt } of cases) {
+      for (const backend of ["cpu", "vulkan"] as const) {
+        const run = (pageSize: number) => withModel(path, { ctxSize: 128, threads: 2, backend, pageSize }, async (e) => {
+          expect(e.stats().page_size).toBe(pageSize);
+          return greedy(e, prompt, 16);
+        });
+        const want = await run(16);
+        for (const ps of [1, 7, 4096]) expect(await run(ps)).toEqual(want);
+      }
+    }
+    const r = await runCli(["generate", sharedModel("stories260K.gguf"), "Once upon a time", "-n", "4", "--temp", "0", "--page-size", "7"]);
+    expect(r.code).toBe(0);
+    const bad = await runCli(["generate", sharedModel("stories260K.gguf"), "hi", "--page-size", "0"]);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toMatch(/--page-size/);
+  });
+
   test("bench -d runs each test at depth, as llama-bench -d", async () => {
     const r = await runCli(["bench", sharedModel("stories260K.gguf"), "-p", "16", "-n", "8", "-d", "96", "-r", "2", "-t", "2", "--json", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"]);
     expect(r.code).toBe(0);
