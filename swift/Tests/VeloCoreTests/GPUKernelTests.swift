@@ -251,30 +251,14 @@ final class GPUKernelTests: XCTestCase {
                 for gather in [true, false] {
                     let xStride = gather ? k + 4 : k
                     let x = random((gather ? tokens : pairs) * xStride)
-                    var want = [Double](repeating: 0, count: pairs * n), tol = want, tolDot = want
+                    // each pair: its expert's rows times its activation row, as products() does
+                    var want: [Double] = [], tol: [Double] = [], tolDot: [Double] = []
                     for i in 0..<pairs {
                         let e = Int(r[3 * cap + i]), xr = (gather ? Int(r[i]) : i) * xStride
-                        for row in 0..<n {
-                            var s = 0.0, a = 0.0
-                            for j in 0..<k {
-                                let p = Double(w.values[(e * n + row) * k + j]) * Double(x[xr + j])
-                                s += p
-                                a += abs(p)
-                            }
-                            want[i * n + row] = s
-                            tol[i * n + row] = 1e-4 * a + 1e-5
-                            // 8-bit activations: as products()' tolDot
-                            var td = tol[i * n + row]
-                            for b in 0..<(k / 32) {
-                                var amax: Float = 0, aw = 0.0
-                                for j in (b * 32)..<(b * 32 + 32) {
-                                    amax = max(amax, abs(x[xr + j]))
-                                    aw += abs(Double(w.values[(e * n + row) * k + j]))
-                                }
-                                td += aw * Double(amax) / 127 * (0.5 + 127.0 / 2048) * 1.001
-                            }
-                            tolDot[i * n + row] = td
-                        }
+                        let p = products(Array(w.values[(e * n * k)..<((e + 1) * n * k)]), Array(x[xr..<(xr + k)]), n: n, k: k, m: 1)
+                        want += p.want
+                        tol += p.tol
+                        tolDot += p.tolDot
                     }
                     let xb = try upload(x)
                     let params = [UInt32(k), UInt32(n), UInt32(pairs), UInt32(w.rowBytes), UInt32(xStride), UInt32(n), 0,

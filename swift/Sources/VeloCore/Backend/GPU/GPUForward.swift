@@ -34,6 +34,8 @@ final class GPUForward: ForwardOps {
     private let inputs: GPUBuffer
     /// Query blocks of this step for attention_tiled (GPUKernels.attentionBlocks); 0: split-K.
     private var tiledBlocks = 0
+    /// This step's attention splits (keys a split, splits), the same for every layer.
+    private var attentionPlan = (chunk: 0, splits: 1)
     /// Prefill attention on tensor cores (attention_coop, blocks of its rows) or attention_tiled.
     private let coopAttention: Bool
     private let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, blocks: Int, hiddensel: Int, pagetab: Int)
@@ -388,6 +390,10 @@ final class GPUForward: ForwardOps {
                                          rows: coopAttention ? GPUKernels.attentionCoopRows : GPUKernels.attentionTiledRows) : nil
         if let blocks { write(sections.blocks, blocks) }
         tiledBlocks = (blocks?.count ?? 0) / 2
+        let keys = (batch.positions.max() ?? 0) + 1
+        attentionPlan = tiledBlocks > 0
+            ? GPUKernels.prefillAttentionSplits(keys: keys, n: n, workgroups: tiledBlocks * config.kvHeads, maxTokens: maxTokens, maxContext: maxContext)
+            : GPUKernels.attentionSplits(keys: keys, n: n, maxTokens: maxTokens, maxContext: maxContext)
         recordStart = nowNanos()
         try device.begin()
     }
@@ -534,10 +540,8 @@ final class GPUForward: ForwardOps {
     func attention(layer: Int, _ a: AttentionParams) {
         let c = config, ps = kv.pageSize
         let mask = [a.softcap.bitPattern, UInt32(a.window)]
-        let keys = (batch.positions.max() ?? 0) + 1
+        let (chunk, splits) = attentionPlan
         if tiledBlocks > 0 {
-            let (chunk, splits) = GPUKernels.prefillAttentionSplits(keys: keys, n: n, workgroups: tiledBlocks * c.kvHeads,
-                                                                    maxTokens: maxTokens, maxContext: maxContext)
             dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel,
                      [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens), GPUBinding(attnScratch)],
                      [UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
@@ -549,7 +553,6 @@ final class GPUForward: ForwardOps {
             }
             return
         }
-        let (chunk, splits) = GPUKernels.attentionSplits(keys: keys, n: n, maxTokens: maxTokens, maxContext: maxContext)
         dispatch(attentionKernel, [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)],
                  [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
                  [a.scale.bitPattern,
