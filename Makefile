@@ -88,9 +88,10 @@ PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attent
 ID_KERNELS := matvec matmul matmul_coop
 ID_VARIANTS := $(foreach k,$(ID_KERNELS),$(addprefix $(k)_id_,$(WTYPES)))
 # matvec with 8-bit activations and integer dot products, for the types it supports (and its
-# expert-indexed build, -DEXPERTS, named matvec_dot_id_<type>)
+# expert-indexed build, -DEXPERTS, named matvec_dot_id_<type>; matvec_dot_batch_<type> for decode
+# batches of 2..16 rows)
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0
-DOT_VARIANTS := $(addprefix matvec_dot_,$(DOT_TYPES)) $(addprefix matvec_dot_id_,$(DOT_TYPES))
+DOT_VARIANTS := $(addprefix matvec_dot_,$(DOT_TYPES)) $(addprefix matvec_dot_id_,$(DOT_TYPES)) $(addprefix matvec_dot_batch_,$(DOT_TYPES))
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
 Q8_KERNELS := add_rms_norm attention_combine
 # K/V page kernels, once per (K type, V type) of the KV cache (-DKT_<K> -DVT_<V>, kv_types.glsl),
@@ -147,6 +148,7 @@ $(foreach k,$(WEIGHT_KERNELS),$(foreach t,$(WTYPES),\
   $(eval $(call shader_rules,$(k)_$(t),shaders/$(k).comp,-DWTYPE_$(call upper,$(t))))))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matvec_dot.comp,-DWTYPE_$(call upper,$(t)))))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_id_$(t),shaders/matvec_dot.comp,-DEXPERTS -DWTYPE_$(call upper,$(t)))))
+$(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_batch_$(t),shaders/matvec_dot_batch.comp,-DWTYPE_$(call upper,$(t)))))
 $(foreach k,$(ID_KERNELS),$(foreach t,$(WTYPES),\
   $(eval $(call shader_rules,$(k)_id_$(t),shaders/$(k).comp,-DEXPERTS -DWTYPE_$(call upper,$(t))))))
 $(eval $(call shader_rules,attention_coop,shaders/attention_coop.comp,))

@@ -55,6 +55,19 @@ describe(`${backend} backend`, () => {
     });
   }, SLOW);
 
+  test("batched decode of quantized weights (8-bit activations, matvec_dot_batch) gives what each sequence gives alone", async () => {
+    // one sequence decodes through matvec_dot, 2…6 together through matvec_dot_batch
+    const prompts = Array.from({ length: 6 }, (_, s) => [1, ...Array.from({ length: 2 + s }, (_, i) => 3 + ((i * 71 + s * 43) % 500))]);
+    for (const model of ["stories260K-q8_0.gguf", "stories260K-q4_0.gguf"]) {
+      const alone: number[][] = [];
+      for (const p of prompts) alone.push(await greedy(model, { ctxSize: 128, backend }, p, 16));
+      await withEngine(model, { ctxSize: 128, backend, maxBatchSize: 6, batchTokens: 8 }, async (engine) => {
+        const got = await Promise.all(prompts.map((p) => engine.submit({ promptTokens: p, maxTokens: 16, temperature: 0, ignoreEos: true }).collect()));
+        expect(got.map((r) => r.tokens)).toEqual(alone);
+      });
+    }
+  }, SLOW);
+
   test("more sequences than matvec takes (tiled logits, staged through device memory as on a discrete card) give what each gives alone", async () => {
     // 20 sequences decode together: logits of more than 16 rows come from the tiled matmul, and
     // VELO_GPU_STAGE_READBACK makes lavapipe write them to device memory and copy them back

@@ -5,7 +5,7 @@
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... |
 #                     grammar MODELS... | depth MODEL DEPTHS... | depthprof MODEL DEPTH pp|tg | splits tg|pp MODEL DEPTH N... | tune MODEL SHAPES... |
-#                     variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL
+#                     variants MODEL SWITCHES... | batchvariants MODEL B SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
 # for Llama (8b-q4_0), ARCH.SHAPE-TYPE for the others (qwen2.7b-q4_0, gemma2.9b-q4_0,
 # phi3.mini-q4_0; src/gguf/synth.ts lists the shapes). VELO_LIB and VELO_JS choose another build
@@ -96,6 +96,16 @@ items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) el
     for s in "$@"; do
       VELO_GPU_MATVEC=$s velo bench "$f" --backend vulkan --max-batch-size 16 -c 512 -p 128 -n 128 --json | tr -d '\n' > "$OUT/tune-${s/,/x}.json"
       python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('matvec $s',[(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']])" "$OUT/tune-${s/,/x}.json"
+    done ;;
+  batchvariants)  # batched decode (1 … B sequences of 128 + 128 tokens) of one model under each
+                  # set of switches ('+' separates assignments, '-' is none), e.g.
+                  # VELO_GPU_MATVEC_MAX_ROWS=8+VELO_GPU_COOP=1,0,1+VELO_GPU_SPLITK=16,1024,256
+    f=$(model "$1"); b=$2; shift 2
+    for v in "$@"; do
+      e=(); [ "$v" = - ] || IFS=+ read -ra e <<< "$v"
+      env "${e[@]}" /tmp/bun "$C/velo.js" bench "$f" --backend vulkan --max-batch-size "$b" -c 512 -p 128 -n 128 --json | tr -d '\n' > /tmp/bv.json
+      { cat /tmp/bv.json; echo; } >> "$OUT/batchvariants.jsonl"
+      python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('$v',[(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']])" /tmp/bv.json
     done ;;
   depthprof)  # where the time goes at depth: h100.sh depthprof MODEL DEPTH pp|tg (pp512 or tg32 after DEPTH tokens, per-kernel profile)
     f=$(model "$1"); d=$2

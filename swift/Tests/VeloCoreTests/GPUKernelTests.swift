@@ -54,11 +54,17 @@ final class GPUKernelTests: XCTestCase {
         return out
     }
 
-    /// quantize_q8's blocks of `m` rows of `k` values (values, scales as bytes).
-    func quantizeQ8(_ x: GPUBuffer, k: Int, m: Int) throws -> (values: [UInt8], scales: [UInt8]) {
+    /// quantize_q8's blocks of `m` rows of `k` values (rows `xStride` apart) on the device.
+    func q8Buffers(_ x: GPUBuffer, k: Int, m: Int, xStride: Int? = nil) throws -> (values: GPUBuffer, scales: GPUBuffer) {
         let sizes = GPUKernels.q8Bytes(k: k, m: m)
         let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
-        try run(GPUKernels.quantizeQ8, [x, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
+        try run(GPUKernels.quantizeQ8, [x, xq, xd], [UInt32(k), UInt32(m), UInt32(xStride ?? k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
+        return (xq, xd)
+    }
+    /// The same, read back (values, scales as bytes).
+    func quantizeQ8(_ x: GPUBuffer, k: Int, m: Int) throws -> (values: [UInt8], scales: [UInt8]) {
+        let (xq, xd) = try q8Buffers(x, k: k, m: m)
+        let sizes = GPUKernels.q8Bytes(k: k, m: m)
         return (try readBytes(xq, sizes.values), try readBytes(xd, sizes.scales))
     }
 
@@ -145,9 +151,7 @@ final class GPUKernelTests: XCTestCase {
                         assertClose(try read(yb, m * n), want, tolerance: tol, "matvec \(type.name) N=\(n) M=\(m) K=\(k)")
                     }
                     if m <= GPUKernels.matvecMaxRows, GPUKernels.dotTypes.contains(type), GPUKernels.integerDot(try device()) {
-                        let sizes = GPUKernels.q8Bytes(k: k, m: m)
-                        let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
-                        try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
+                        let (xq, xd) = try q8Buffers(xb, k: k, m: m)
                         let yb = try upload([Float](repeating: .nan, count: m * n))
                         try run(GPUKernels.matvecDot(type, rows: m, n: n), [wb, xq, xd, yb], params, GPUKernels.matvecGroups(n: n, m: m, dot: true))
                         assertClose(try read(yb, m * n), want, tolerance: tolDot, "matvec_dot \(type.name) N=\(n) M=\(m) K=\(k)")
@@ -161,6 +165,60 @@ final class GPUKernelTests: XCTestCase {
                     let yb = try upload([Float](repeating: .nan, count: m * n))
                     try run(GPUKernels.matmul(type), [wb, xb, yb], params, GPUKernels.matmulGroups(n: n, m: m))
                     assertClose(try read(yb, m * n), want, tolerance: tol, "matmul \(type.name) N=\(n) M=\(m) K=\(k)")
+                }
+            }
+        }
+    }
+
+    /// matvec_dot_batch_T (decode batches) against float64 in every shape the host may pick
+    /// (SGR 2 and 4, BPL 1 and 2): rows of 3 blocks and of 67 (chunks of 32 and 64 blocks, the
+    /// last one partial), N not a multiple of a workgroup's rows, 1…16 activation rows, plain
+    /// and GLU mode (silu), and the host's own choice where the device takes it.
+    func testMatvecDotBatch() throws {
+        let d = try device()
+        guard GPUKernels.integerDot(d) else {
+            XCTAssertFalse(d.isSoftware, "lavapipe has integer dot products: this test must run there")
+            return
+        }
+        XCTAssertTrue(GPUKernels.dotBatchRuns(d, rows: 2) || !d.isSoftware || GPUKernels.dotBatch.minRows > 2, "lavapipe takes the batch kernel")
+        for type in GPUKernels.dotTypes.sorted(by: { $0.rawValue < $1.rawValue }) {
+            for (k, n, ms) in [(96, 37, [1, 2, 3, 8, 9, 16]), (2144, 300, [1, 3, 16])] {
+                let w = weights(type, rows: n, cols: k)
+                let wb = try upload(w.bytes)
+                for m in ms {
+                    let x = random(m * k)
+                    let (want, _, tolDot) = products(w.values, x, n: n, k: k, m: m)
+                    let xb = try upload(x)
+                    let (xq, xd) = try q8Buffers(xb, k: k, m: m)
+                    let pairs = n / 2
+                    let gluWant = (0..<(m * pairs)).map { o -> Double in
+                        let i = o / pairs, p = o % pairs
+                        return Self.gluAct(want[i * n + 2 * p], 1) * want[i * n + 2 * p + 1]
+                    }
+                    let gluTol = (0..<(m * pairs)).map { o -> Double in
+                        let i = o / pairs, p = o % pairs
+                        let g = want[i * n + 2 * p], u = want[i * n + 2 * p + 1], dg = tolDot[i * n + 2 * p], du = tolDot[i * n + 2 * p + 1]
+                        return 1.2 * dg * (abs(u) + du) + abs(Self.gluAct(g, 1)) * du + abs(Self.gluAct(g, 1) * u) * 1e-5 + 1e-6
+                    }
+                    for (sgr, bpl) in [(2, 1), (4, 1), (2, 2), (4, 2)] {
+                        let cols = GPUKernels.matvecCols(m), rows = sgr * GPUKernels.dotBatchLocal / 32
+                        let kernel = GPUKernels.Kernel(name: "matvec_dot_batch_" + GPUKernels.suffix(type), buffers: 4,
+                                                       constants: [UInt32(GPUKernels.dotBatchLocal), UInt32(cols), UInt32(sgr), UInt32(bpl)])
+                        let groups = ((n + rows - 1) / rows, (m + cols - 1) / cols, 1)
+                        let what = "matvec_dot_batch \(type.name) SGR=\(sgr) BPL=\(bpl) N=\(n) M=\(m) K=\(k)"
+                        let yb = try upload([Float](repeating: .nan, count: m * n))
+                        try run(kernel, [wb, xq, xd, yb], [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(n), 0], groups)
+                        assertClose(try read(yb, m * n), want, tolerance: tolDot, what)
+                        let yg = try upload([Float](repeating: .nan, count: m * pairs))
+                        try run(kernel, [wb, xq, xd, yg], [UInt32(k), UInt32(2 * pairs), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(pairs), 1], groups)
+                        assertClose(try read(yg, m * pairs), gluWant, tolerance: gluTol, "glu " + what)
+                    }
+                    if GPUKernels.dotBatchRuns(d, rows: m) {
+                        let yb = try upload([Float](repeating: .nan, count: m * n))
+                        try run(GPUKernels.matvecDotBatch(type, rows: m), [wb, xq, xd, yb], [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(n), 0],
+                                GPUKernels.matvecDotBatchGroups(n: n, m: m))
+                        assertClose(try read(yb, m * n), want, tolerance: tolDot, "matvec_dot_batch (host shape) \(type.name) N=\(n) M=\(m) K=\(k)")
+                    }
                 }
             }
         }
@@ -298,9 +356,7 @@ final class GPUKernelTests: XCTestCase {
                         // matvec_dot_id_T on quantize_q8's rows (the tokens' when gathered, else the
                         // pairs'), in the host's shape for this K and in matvec_dot_T's
                         let xrows = gather ? tokens : pairs
-                        let sizes = GPUKernels.q8Bytes(k: k, m: xrows)
-                        let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
-                        try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(xrows), UInt32(xStride)], GPUKernels.quantizeQ8Groups(k: k, m: xrows))
+                        let (xq, xd) = try q8Buffers(xb, k: k, m: xrows, xStride: xStride)
                         let host = GPUKernels.matvecDotID(type, k: k)
                         let dense = GPUKernels.Kernel(name: host.name, buffers: 5,
                                                       constants: [GPUKernels.matvecDotLocal, 1, UInt32(GPUKernels.matvecDotRowsPerGroup)])
@@ -416,9 +472,7 @@ final class GPUKernelTests: XCTestCase {
                                 try run(GPUKernels.matvec(type, rows: m, n: n, glu: true), [wb, xb, yb], params, GPUKernels.matvecGroups(n: n, m: m, glu: true))
                                 assertClose(try read(yb, m * pairs), want, tolerance: bound(tol), "matvec glu " + what)
                                 if dot, GPUKernels.dotTypes.contains(type) {
-                                    let sizes = GPUKernels.q8Bytes(k: k, m: m)
-                                    let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
-                                    try run(GPUKernels.quantizeQ8, [xb, xq, xd], [UInt32(k), UInt32(m), UInt32(k)], GPUKernels.quantizeQ8Groups(k: k, m: m))
+                                    let (xq, xd) = try q8Buffers(xb, k: k, m: m)
                                     let yd = try upload([Float](repeating: .nan, count: m * pairs))
                                     try run(GPUKernels.matvecDot(type, rows: m, n: n, glu: true), [wb, xq, xd, yd], params, GPUKernels.matvecGroups(n: n, m: m, dot: true, glu: true))
                                     assertClose(try read(yd, m * pairs), want, tolerance: bound(tolDot), "matvec_dot glu " + what)

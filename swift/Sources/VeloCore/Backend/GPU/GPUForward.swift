@@ -466,8 +466,13 @@ final class GPUForward: ForwardOps {
             // activations to 8 bits once per input (the Q, K and V products share it), then
             // integer dot products with the weight blocks
             quantizeQ8(x, q8, rows: rows, xStride: xStride, k: w.cols, op: op)
-            dispatch(GPUKernels.matvecDot(w.type, rows: rows, n: w.rows, glu: glu != nil), [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y], params,
-                     GPUKernels.matvecGroups(n: w.rows, m: rows, dot: true, glu: glu != nil), op)
+            let buffers = [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y]
+            if GPUKernels.dotBatchRuns(device, rows: rows) {
+                dispatch(GPUKernels.matvecDotBatch(w.type, rows: rows), buffers, params, GPUKernels.matvecDotBatchGroups(n: w.rows, m: rows), op)
+            } else {
+                dispatch(GPUKernels.matvecDot(w.type, rows: rows, n: w.rows, glu: glu != nil), buffers, params,
+                         GPUKernels.matvecGroups(n: w.rows, m: rows, dot: true, glu: glu != nil), op)
+            }
             if q8Source?.buffer == ObjectIdentifier(y.buffer) { q8Source = nil } // Y overwrote them
         } else if rows <= GPUKernels.matvecMaxRows || w.rows <= GPUKernels.matvecAnyRows {
             let k = GPUKernels.matvec(w.type, rows: rows, n: w.rows, glu: glu != nil)

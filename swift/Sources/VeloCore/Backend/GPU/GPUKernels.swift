@@ -98,6 +98,37 @@ enum GPUKernels {
         Kernel(name: "matvec_dot_" + suffix(t), buffers: 4,
                constants: [matvecDotLocal, UInt32(matvecCols(m)), UInt32(matvecRows(n: n, dot: true, glu: glu))])
     }
+    /// matvec_dot_batch_T: matvec_dot_T for 2…16 activation rows with many weight rows a
+    /// workgroup (8 groups of 32 invocations, SGR rows each), the activation blocks shared
+    /// through shared memory in chunks of 32 BPL blocks. Where it runs: Vulkan with integer dot
+    /// products and subgroups of at most 32 (the sizes that divide 32), batches of at least
+    /// MINROWS rows. VELO_GPU_DOT_BATCH=SGR,BPL,MINROWS sets the shape (SGR 2 or 4, BPL 1 or 2,
+    /// MINROWS 1…17; 17 turns it off). 8B Q4_0 on the H100, 8 / 16 sequences (`h100.sh
+    /// batchvariants`, one call): matvec_dot_T 926–951 / 1029–1043 t/s; (2,1) 1049 / 1189; (2,2)
+    /// 1057 / 1239; (4,1) 895 / 969; (4,2) 986 / 990 (bench/RESULTS.md).
+    static let dotBatch: (sgr: Int, bpl: Int, minRows: Int) = {
+        if let e = getenv("VELO_GPU_DOT_BATCH") {
+            let v = String(cString: e).split(separator: ",").compactMap { Int($0) }
+            if v.count == 3, [2, 4].contains(v[0]), [1, 2].contains(v[1]), (1...17).contains(v[2]) { return (v[0], v[1], v[2]) }
+            fputs("velo: ignoring VELO_GPU_DOT_BATCH=\(String(cString: e)) (expected SGR,BPL,MINROWS: SGR 2 or 4, BPL 1 or 2, MINROWS 1…17)\n", stderr)
+        }
+        return (2, 2, 2)
+    }()
+    static let dotBatchLocal = 256
+    static func dotBatchRuns(_ device: GPUDevice, rows m: Int) -> Bool {
+        #if canImport(CVulkan)
+        if let v = device as? VulkanDevice, m >= dotBatch.minRows, m <= matvecMaxRows, [4, 8, 16, 32].contains(v.subgroupSize) { return true }
+        #endif
+        return false
+    }
+    static func matvecDotBatch(_ t: GGMLType, rows m: Int) -> Kernel {
+        Kernel(name: "matvec_dot_batch_" + suffix(t), buffers: 4,
+               constants: [UInt32(dotBatchLocal), UInt32(matvecCols(m)), UInt32(dotBatch.sgr), UInt32(dotBatch.bpl)])
+    }
+    static func matvecDotBatchGroups(n: Int, m: Int) -> (Int, Int, Int) {
+        let rows = dotBatch.sgr * dotBatchLocal / 32, cols = matvecCols(m)
+        return ((n + rows - 1) / rows, (m + cols - 1) / cols, 1)
+    }
     /// matvec_dot_T over a stacked expert tensor (-DEXPERTS), a routed pair a group: buffers W,
     /// XQ, XD (quantize_q8 of the gathered input rows or of the pairs' rows), Y, R
     /// (moe_route's); params as matvec_id_T. Rows of at most 32 blocks (an expert's down, K =
@@ -168,7 +199,7 @@ enum GPUKernels {
             if v.count == 3 || v.count == 5, [1, 2, 4].contains(v[0]), [0, 1].contains(v[1]), [1, 2, 4].contains(v[2]) {
                 let bk = v.count == 5 ? v[3] : 64, stages = v.count == 5 ? v[4] : 1
                 let shared = stages * (16 * v[0] * v[2] + 128) * (bk + 8) * 2 + 8192
-                if [16, 32, 64].contains(bk), [1, 2].contains(stages), shared <= 49152 { return (v[0], v[1], v[2], bk, stages) }
+                if [16, 32, 64, 128].contains(bk), [1, 2].contains(stages), shared <= 49152 { return (v[0], v[1], v[2], bk, stages) }
             }
             fputs("velo: ignoring VELO_GPU_COOP=\(String(cString: e)) (expected TM,PREFETCH,WGM[,BK,STAGES] within 48 KiB of shared memory)\n", stderr)
         }
@@ -190,11 +221,22 @@ enum GPUKernels {
         guard ![.f32, .f16, .bf16].contains(type), !splitKDisabled else { return 1 }
         let tile = tile ?? (matmulCoopTile, matmulCoopRows(m))
         let wgs = ((n + tile.0 - 1) / tile.0) * ((m + tile.1 - 1) / tile.1)
+        let cap = splitKTuning
         var s = 1
-        while s < 4, wgs * s < 256, k / (2 * s) >= 1024 { s *= 2 }
+        while s < cap.splits, wgs * s < cap.groups, k / (2 * s) >= cap.minK { s *= 2 }
         return s
     }
     static let splitKDisabled = getenv("VELO_GPU_NO_SPLITK") != nil
+    /// coopSplits' limits (most splits, fewest workgroups it aims for, least K a split);
+    /// VELO_GPU_SPLITK=SPLITS,GROUPS,MINK overrides them (tuning runs on a device).
+    static let splitKTuning: (splits: Int, groups: Int, minK: Int) = {
+        if let e = getenv("VELO_GPU_SPLITK") {
+            let v = String(cString: e).split(separator: ",").compactMap { Int($0) }
+            if v.count == 3, (1...64).contains(v[0]), v[0].nonzeroBitCount == 1, v[1] >= 1, v[2] >= 64 { return (v[0], v[1], v[2]) }
+            fputs("velo: ignoring VELO_GPU_SPLITK=\(String(cString: e)) (expected SPLITS,GROUPS,MINK: SPLITS a power of two up to 64, MINK at least 64)\n", stderr)
+        }
+        return (4, 256, 1024)
+    }()
     /// Units (16 values) of K per split: a multiple of the kernel's 4 units a step.
     static func coopSplitUnits(k: Int, splits: Int) -> Int { ((k / 16 + splits - 1) / splits + 3) / 4 * 4 }
     /// P (splits planes of M x N), Y; params N, M, yStride, splits, plane (grid-stride).

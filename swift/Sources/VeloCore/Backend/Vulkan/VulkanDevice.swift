@@ -25,6 +25,8 @@ final class VulkanDevice: GPUDevice {
     private let pipelineStats: Bool
     /// Packed 4x8-bit integer dot products (VK_KHR_shader_integer_dot_product: matvec_dot_T).
     let integerDot: Bool
+    /// Invocations a subgroup in compute shaders (0 where the driver does not say).
+    let subgroupSize: Int
     /// VK_EXT_memory_budget: the driver says how much of a heap this process may still use.
     private let memoryBudgetExt: Bool
     private let instance: VkInstance
@@ -132,6 +134,8 @@ final class VulkanDevice: GPUDevice {
             pipelineStats = stats
             cooperativeMatrix = coop
             integerDot = Self.integerDotSupported(physical)
+            let sub = Self.subgroupProperties(physical)
+            subgroupSize = sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT.rawValue != 0 ? Int(sub.subgroupSize) : 0
             memoryBudgetExt = Self.hasExtension(physical, "VK_EXT_memory_budget")
             var q: VkQueue?
             vkGetDeviceQueue(device, family, 0, &q)
@@ -451,6 +455,15 @@ final class VulkanDevice: GPUDevice {
     /// matmul_coop_T's layout: subgroups of 32 invocations (in compute shaders), workgroups of
     /// 512 and 48 KiB of shared memory.
     private static func coopLimits(_ p: VkPhysicalDevice) -> Bool {
+        var props = VkPhysicalDeviceProperties()
+        vkGetPhysicalDeviceProperties(p, &props)
+        let sub = subgroupProperties(p)
+        return sub.subgroupSize == 32 && sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT.rawValue != 0
+            && props.limits.maxComputeSharedMemorySize >= 49152
+            && props.limits.maxComputeWorkGroupInvocations >= 512 && props.limits.maxComputeWorkGroupSize.0 >= 512
+    }
+
+    private static func subgroupProperties(_ p: VkPhysicalDevice) -> VkPhysicalDeviceSubgroupProperties {
         var sub = VkPhysicalDeviceSubgroupProperties()
         sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES
         var props = VkPhysicalDeviceProperties2()
@@ -460,9 +473,7 @@ final class VulkanDevice: GPUDevice {
             vkGetPhysicalDeviceProperties2(p, &props)
             props.pNext = nil
         }
-        return sub.subgroupSize == 32 && sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT.rawValue != 0
-            && props.properties.limits.maxComputeSharedMemorySize >= 49152
-            && props.properties.limits.maxComputeWorkGroupInvocations >= 512 && props.properties.limits.maxComputeWorkGroupSize.0 >= 512
+        return sub
     }
 
     // MARK: buffers

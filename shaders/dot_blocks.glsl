@@ -1,0 +1,120 @@
+// dot_blocks.glsl — a weight block of 32 against an 8-bit activation block of 32 (quantize_q8's),
+// in packed 4x8-bit integer dot products, for matvec_dot_T and matvec_dot_batch_T:
+//   WB wbload(i)        the weight block starting at 16-bit word i (its bytes read as aligned
+//                       32-bit words where the block allows)
+//   float wdot(w, x)    sum_k w[k] x[k] for an activation block x (XB: 8 words of values, scale
+//                       d, sum of values s)
+// Needs the weight buffer as 32-bit words, w32 (binding 0, beside quants.glsl's w16), declared
+// first; one of WTYPE_Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
+#extension GL_EXT_integer_dot_product : require
+
+// exact int -> float for |v| < 2^22 (two full-rate operations instead of a conversion)
+float i2f(int v) { return intBitsToFloat(v + 0x4B400000) - 12582912.0; }
+int sdot(uint a, uint b) { return dotPacked4x8EXT(int(a), int(b)); }   // both signed
+int sudot(uint x, uint w) { return dotPacked4x8EXT(int(x), w); }      // signed x, unsigned w
+// bits 0..3 of h, each moved to bit 4 of its byte
+uint spread4(uint h) { return (((h & 0xFu) * 0x00204081u) & 0x01010101u) << 4; }
+
+// One activation block: 32 values as 8 words (a.x = values 0..3, ..., b.w = values 28..31),
+// scale d and sum s of the values.
+struct XB { uvec4 a; uvec4 b; float d; float s; };
+// A block whose first 16-bit word is a scale followed by T = (BLOCK_WORDS - 1) / 2 32-bit words
+// (BLOCK_WORDS odd), starting at 16-bit word i of the weights: T aligned 32-bit loads and one
+// 16-bit load (the words past the scale start on a 32-bit boundary when i is odd; when i is
+// even the scale shares the first 32-bit word and the last 16 bits come alone).
+#define WBLOCK(T) \
+    void wblock(uint i, out float d, out uint q[T]) { \
+        const uint base = (i + 1u) >> 1; \
+        const bool odd = (i & 1u) != 0u; \
+        uint a[T + 1]; \
+        [[unroll]] for (uint j = 0u; j < T; j++) a[j] = w32[base + j]; \
+        a[T] = uint(w16[odd ? i : i + 2u * T]); \
+        d = unpackHalf2x16(odd ? a[T] : a[0]).x; \
+        [[unroll]] for (uint j = 0u; j < T; j++) q[j] = odd ? a[j] : (a[j] >> 16) | (a[j + 1u] << 16); \
+    }
+
+#if defined(WTYPE_Q4_0)
+WBLOCK(4)
+struct WB { float d; uvec4 lo; uvec4 hi; };
+WB wbload(uint i) {
+    WB w;
+    uint q[4];
+    wblock(i, w.d, q);
+    const uvec4 v = uvec4(q[0], q[1], q[2], q[3]);
+    w.lo = v & 0x0F0F0F0Fu;
+    w.hi = (v >> 4) & 0x0F0F0F0Fu;
+    return w;
+}
+float wdot(WB w, XB x) {
+    int s = 0;
+    [[unroll]] for (uint j = 0u; j < 4u; j++) s += sudot(x.a[j], w.lo[j]) + sudot(x.b[j], w.hi[j]);
+    return (w.d * x.d) * i2f(s - 8 * int(x.s));
+}
+
+#elif defined(WTYPE_Q5_0)
+WBLOCK(5)
+struct WB { float d; uvec4 lo; uvec4 hi; };
+WB wbload(uint i) {
+    WB w;
+    uint q[5];
+    wblock(i, w.d, q);
+    const uint h = q[0];
+    const uvec4 v = uvec4(q[1], q[2], q[3], q[4]);
+    w.lo = (v & 0x0F0F0F0Fu) | uvec4(spread4(h), spread4(h >> 4), spread4(h >> 8), spread4(h >> 12));
+    w.hi = ((v >> 4) & 0x0F0F0F0Fu) | uvec4(spread4(h >> 16), spread4(h >> 20), spread4(h >> 24), spread4(h >> 28));
+    return w;
+}
+float wdot(WB w, XB x) {
+    int s = 0;
+    [[unroll]] for (uint j = 0u; j < 4u; j++) s += sudot(x.a[j], w.lo[j]) + sudot(x.b[j], w.hi[j]);
+    return (w.d * x.d) * i2f(s - 16 * int(x.s));
+}
+
+#elif defined(WTYPE_Q8_0)
+WBLOCK(8)
+struct WB { float d; uvec4 a; uvec4 b; };
+WB wbload(uint i) {
+    WB w;
+    uint q[8];
+    wblock(i, w.d, q);
+    w.a = uvec4(q[0], q[1], q[2], q[3]);
+    w.b = uvec4(q[4], q[5], q[6], q[7]);
+    return w;
+}
+float wdot(WB w, XB x) {
+    int s = 0;
+    [[unroll]] for (uint j = 0u; j < 4u; j++) s += sdot(x.a[j], w.a[j]) + sdot(x.b[j], w.b[j]);
+    return (w.d * x.d) * i2f(s);
+}
+
+#elif defined(WTYPE_Q4_1) || defined(WTYPE_Q5_1)
+// even block sizes (10 / 12 words): 32-bit aligned when the row is (rowBytes % 4 == 0, K % 64 == 0
+// in practice), else read word by word
+uint w32at(uint i) { return (i & 1u) == 0u ? w32[i >> 1] : uint(w16[i]) | (uint(w16[i + 1u]) << 16); }
+struct WB { float d; float m; uvec4 lo; uvec4 hi; };
+WB wbload(uint i) {
+    WB w;
+    const vec2 dm = unpackHalf2x16(w32at(i));
+#if defined(WTYPE_Q4_1)
+    const uvec4 v = uvec4(w32at(i + 2u), w32at(i + 4u), w32at(i + 6u), w32at(i + 8u));
+    w.lo = v & 0x0F0F0F0Fu;
+    w.hi = (v >> 4) & 0x0F0F0F0Fu;
+#else
+    const uint h = w32at(i + 2u);
+    const uvec4 v = uvec4(w32at(i + 4u), w32at(i + 6u), w32at(i + 8u), w32at(i + 10u));
+    w.lo = (v & 0x0F0F0F0Fu) | uvec4(spread4(h), spread4(h >> 4), spread4(h >> 8), spread4(h >> 12));
+    w.hi = ((v >> 4) & 0x0F0F0F0Fu) | uvec4(spread4(h >> 16), spread4(h >> 20), spread4(h >> 24), spread4(h >> 28));
+#endif
+    w.d = dm.x;
+    w.m = dm.y;
+    return w;
+}
+float wdot(WB w, XB x) {
+    int s = 0;
+    [[unroll]] for (uint j = 0u; j < 4u; j++) s += sudot(x.a[j], w.lo[j]) + sudot(x.b[j], w.hi[j]);
+    return x.d * fma(w.d, i2f(s), w.m * x.s);
+}
+
+#else
+#error "matvec_dot: Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 weights"
+#endif
