@@ -7,9 +7,9 @@
 // activation row's blocks itself, so each weight byte brings ~18 bytes of activations through the
 // caches at 16 rows. Here a workgroup takes many weight rows (RG row groups of SGR rows each) and
 // the activation blocks go through shared memory once for all of them: the workgroup walks K in
-// chunks of KC = 32 BPL blocks; per chunk its threads copy the NCOLS rows' blocks of the chunk
-// to shared memory, then each thread takes the blocks lane, lane + 32, ... of the chunk for its
-// group's SGR rows and every activation row. A row group is 32 consecutive invocations (a
+// chunks of KC = 32 BPL blocks; per chunk each thread loads its weight blocks (lane, lane + 32,
+// ... of the chunk, for its group's SGR rows), the threads copy the NCOLS rows' blocks of the
+// chunk to shared memory, then each thread multiplies its weight blocks with every activation row. A row group is 32 consecutive invocations (a
 // "lane" is the invocation's index among them); its sums are reduced with subgroupAdd, and where
 // a subgroup is narrower than 32, the subgroups of a group add up through shared memory
 // (subgroup sizes must divide 32, SGR be at most 4: the partial sums reuse the chunk's shared
@@ -64,6 +64,13 @@ void main() {
 
     for (uint cb = 0u; cb < nb; cb += KC) {
         const uint kc = min(KC, nb - cb);
+        // this lane's weight blocks of the chunk, loads issued before the activations' (their
+        // latencies overlap)
+        WB w[BPL * SGR];
+        [[unroll]] for (uint i = 0u; i < BPL; i++) {
+            const uint b = min(lane + 32u * i, kc - 1u); // past the chunk: a block of it, unused
+            [[unroll]] for (uint r = 0u; r < SGR; r++) w[i * SGR + r] = wbload(rw[r] + (cb + b) * BLOCK_WORDS);
+        }
         // the chunk's activation blocks of the ncols rows to shared memory
         for (uint e = tid; e < ncols * 2u * KC; e += WG) {
             const uint c = e / (2u * KC), b = (e / 2u) % KC, h = e % 2u;
@@ -77,8 +84,6 @@ void main() {
         [[unroll]] for (uint i = 0u; i < BPL; i++) {
             const uint b = lane + 32u * i;
             if (b < kc) {
-                WB w[SGR];
-                [[unroll]] for (uint r = 0u; r < SGR; r++) w[r] = wbload(rw[r] + (cb + b) * BLOCK_WORDS);
                 [[unroll]] for (uint c = 0u; c < NCOLS; c++) {
                     if (c < ncols) {
                         XB x;
@@ -87,7 +92,7 @@ void main() {
                         const vec2 ds = xds[c * KC + b];
                         x.d = ds.x;
                         x.s = ds.y;
-                        [[unroll]] for (uint r = 0u; r < SGR; r++) acc[r * NCOLS + c] += wdot(w[r], x);
+                        [[unroll]] for (uint r = 0u; r < SGR; r++) acc[r * NCOLS + c] += wdot(w[i * SGR + r], x);
                     }
                 }
             }

@@ -102,19 +102,20 @@ enum GPUKernels {
     /// workgroup (8 groups of 32 invocations, SGR rows each), the activation blocks shared
     /// through shared memory in chunks of 32 BPL blocks. Where it runs: Vulkan with integer dot
     /// products and subgroups of at most 32 (the sizes that divide 32), batches of at least
-    /// MINROWS rows. VELO_GPU_DOT_BATCH=SGR,BPL,MINROWS sets the shape (SGR 2 or 4, BPL 1 or 2,
-    /// MINROWS 1…17; 17 turns it off). 8B Q4_0 on the H100, 8 / 16 sequences (`h100.sh
+    /// MINROWS rows. VELO_GPU_DOT_BATCH=SGR,BPL,MINROWS[,THREADS] sets the shape (SGR 2 or 4,
+    /// BPL 1 or 2, MINROWS 1…17 (17 turns it off), THREADS 64, 128 or 256). 8B Q4_0 on the H100, 8 / 16 sequences (`h100.sh
     /// batchvariants`, one call): matvec_dot_T 926–951 / 1029–1043 t/s; (2,1) 1049 / 1189; (2,2)
     /// 1057 / 1239; (4,1) 895 / 969; (4,2) 986 / 990 (bench/RESULTS.md).
-    static let dotBatch: (sgr: Int, bpl: Int, minRows: Int) = {
+    static let dotBatch: (sgr: Int, bpl: Int, minRows: Int, local: Int) = {
         if let e = getenv("VELO_GPU_DOT_BATCH") {
             let v = String(cString: e).split(separator: ",").compactMap { Int($0) }
-            if v.count == 3, [2, 4].contains(v[0]), [1, 2].contains(v[1]), (1...17).contains(v[2]) { return (v[0], v[1], v[2]) }
-            fputs("velo: ignoring VELO_GPU_DOT_BATCH=\(String(cString: e)) (expected SGR,BPL,MINROWS: SGR 2 or 4, BPL 1 or 2, MINROWS 1…17)\n", stderr)
+            if v.count == 3 || v.count == 4, [2, 4].contains(v[0]), [1, 2].contains(v[1]), (1...17).contains(v[2]),
+               v.count == 3 || [64, 128, 256].contains(v[3]) { return (v[0], v[1], v[2], v.count == 4 ? v[3] : 256) }
+            fputs("velo: ignoring VELO_GPU_DOT_BATCH=\(String(cString: e)) (expected SGR,BPL,MINROWS[,THREADS]: SGR 2 or 4, BPL 1 or 2, MINROWS 1…17, THREADS 64, 128 or 256)\n", stderr)
         }
-        return (2, 2, 2)
+        return (2, 2, 2, 256)
     }()
-    static let dotBatchLocal = 256
+    static var dotBatchLocal: Int { dotBatch.local }
     static func dotBatchRuns(_ device: GPUDevice, rows m: Int) -> Bool {
         #if canImport(CVulkan)
         if let v = device as? VulkanDevice, m >= dotBatch.minRows, m <= matvecMaxRows, [4, 8, 16, 32].contains(v.subgroupSize) { return true }
