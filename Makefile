@@ -100,12 +100,16 @@ KV_TYPES := f32 f16 q8_0 q4_0
 KV_KERNELS := kv_store rope_store attention attention_tiled attention_coop
 KV_PAIRS := $(filter-out f32_f32,$(foreach k,$(KV_TYPES),$(addprefix $(k)_,$(KV_TYPES))))
 KV_VARIANTS := $(foreach k,$(KV_KERNELS),$(addprefix $(k)_,$(KV_PAIRS)))
+# tensor-core products through VK_NV_cooperative_matrix2 (SPIR-V 1.6, so vulkan1.3), for the
+# weight types it decodes
+CM2_TYPES := q4_0 q8_0
+CM2_VARIANTS := $(addprefix matmul_cm2_,$(CM2_TYPES))
 SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(DOT_VARIANTS) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) \
-  attention_coop $(KV_VARIANTS) $(ID_VARIANTS)
+  attention_coop $(KV_VARIANTS) $(ID_VARIANTS) $(CM2_VARIANTS)
 # Kernels Metal never runs, left out of the MSL and the metallib: cooperative matrices (no MSL
 # translation) and the 8-bit-activation decode path (GPUKernels.integerDot is Vulkan-only;
 # add_rms_norm_q8 alone takes 41 KB of threadgroup memory, over Apple GPUs' 32 KiB).
-VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(DOT_VARIANTS) \
+VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) $(CM2_VARIANTS) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(DOT_VARIANTS) \
   $(addsuffix _q8,$(Q8_KERNELS)) quantize_q8
 # Specialization constants that size shared arrays (matvec's NCOLS and ROWS, matmul's BM and BN)
 # are preprocessor macros in spirv-cross's MSL, not Metal function constants, so Metal gets one
@@ -149,6 +153,8 @@ $(foreach k,$(WEIGHT_KERNELS),$(foreach t,$(WTYPES),\
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matvec_dot.comp,-DWTYPE_$(call upper,$(t)))))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_id_$(t),shaders/matvec_dot.comp,-DEXPERTS -DWTYPE_$(call upper,$(t)))))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_batch_$(t),shaders/matvec_dot_batch.comp,-DWTYPE_$(call upper,$(t)))))
+$(foreach t,$(CM2_TYPES),$(eval $(SHADER_C)/matmul_cm2_$(t).c: shaders/matmul_cm2.comp shaders/build.sh ; \
+  $(IN_ROOT) env $(SHADER_ENV) SPV_ENV=vulkan1.3 sh shaders/build.sh spirv matmul_cm2_$(t) shaders/matmul_cm2.comp -DWTYPE_$(call upper,$(t))))
 $(foreach k,$(ID_KERNELS),$(foreach t,$(WTYPES),\
   $(eval $(call shader_rules,$(k)_id_$(t),shaders/$(k).comp,-DEXPERTS -DWTYPE_$(call upper,$(t))))))
 $(eval $(call shader_rules,attention_coop,shaders/attention_coop.comp,))

@@ -51,10 +51,12 @@ if (values.child) {
   process.exit(0);
 }
 
-function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "cpu"): Run {
+function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "cm2" | "cpu"): Run {
   const env = { ...process.env } as Record<string, string>;
   delete env.VELO_GPU_NO_COOPMAT;
   delete env.VELO_GPU_NO_DOT;
+  delete env.VELO_GPU_CM2;
+  if (mode === "cm2") env.VELO_GPU_CM2 = "on";
   if (mode === "exact") Object.assign(env, { VELO_GPU_NO_COOPMAT: "1", VELO_GPU_NO_DOT: "1" });
   if (mode === "portable") env.VELO_GPU_NO_COOPMAT = "1";
   const args = ["--child", "--tokens", String(PROMPT), "--gen", String(GEN), ...(mode === "cpu" ? ["--cpu"] : []), file];
@@ -86,21 +88,25 @@ function compare(ref: Run, run: Run) {
 let failures = 0;
 for (const file of positionals) {
   const exact = spawn(file, "exact"), cpu = spawn(file, "cpu"), portable = spawn(file, "portable");
-  const coop = spawn(file, "coopmat");
+  const coop = spawn(file, "coopmat"), cm2 = spawn(file, "cm2");
   const c = compare(exact, coop), p = compare(exact, portable), cp = compare(portable, coop), cc = compare(exact, cpu);
+  // the opt-in matmul_cm2_T (VELO_GPU_CM2=on) where the device has VK_NV_cooperative_matrix2;
+  // elsewhere it is the coopmat path again
+  const k = compare(exact, cm2), ck = compare(cm2, coop);
   // the prefill's logits close and its greedy token the same; later tokens may part on
   // rounding in models this sensitive (see the top of this file), so they are only shown
   const good = (r: ReturnType<typeof compare>) => r.agree > 0 && r.rel < 0.02 && r.shared >= TOP * 0.9;
-  const ok = good(c) && !cp.bitwise;
+  const ok = good(c) && good(k) && !cp.bitwise;
   if (!ok) failures++;
   const show = (r: ReturnType<typeof compare>) =>
     `max |Δlogit| ${r.maxDiff.toExponential(3)} (relative ${r.rel.toExponential(3)}; ${r.shared} ids in both top lists), greedy ${r.same ? "identical" : `DIFFERS after ${r.agree}`}`;
   console.log(
     `${file.split("/").pop()} on ${coop.device}, against the GPU's float32 path (top-${TOP} range ${c.range.toFixed(3)}, ${exact.tokens.length} tokens):\n` +
       `  coopmat:  ${show(c)}${cp.bitwise ? "; BITWISE EQUAL to portable: coopmat path not taken?" : ""}\n` +
+      `  cm2:      ${show(k)}${ck.bitwise ? " (bitwise equal to coopmat: no VK_NV_cooperative_matrix2 here)" : ""}\n` +
       `  portable: ${show(p)}\n` +
       `  cpu:      ${show(cc)}\n` +
-      `  prefill ${portable.promptMs.toFixed(1)} ms portable, ${coop.promptMs.toFixed(1)} ms coopmat (first request of a process): ${ok ? "OK" : "FAIL"}`,
+      `  prefill ${portable.promptMs.toFixed(1)} ms portable, ${coop.promptMs.toFixed(1)} ms coopmat, ${cm2.promptMs.toFixed(1)} ms cm2 (first request of a process): ${ok ? "OK" : "FAIL"}`,
   );
 }
 process.exit(failures ? 1 : 0);

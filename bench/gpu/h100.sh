@@ -122,7 +122,7 @@ items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) el
       { echo "== $v"; cat /tmp/stats.txt; } >> "$OUT/stats.txt"
       { cat /tmp/variant.json; echo; } >> "$OUT/variants.jsonl"
       python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('$v',[(r['test'],round(r['avg_tps'],1)) for r in j['results']])" /tmp/variant.json
-      grep -E "pipeline (matmul_coop|attention_tiled|attention_coop)" /tmp/stats.txt | sort -u | cut -c1-400
+      grep -E "pipeline (matmul_coop|matmul_cm2|attention_tiled|attention_coop)" /tmp/stats.txt | sort -u | cut -c1-400
     done ;;
   llamacpp)  # llama.cpp's llama-bench (pp512, tg128; flash attention off and on) and
               # llama-batched-bench (8B shapes: 1-16 sequences of 128 + 128 tokens) with its Vulkan

@@ -488,9 +488,11 @@ final class GPUForward: ForwardOps {
             }
             var p16 = params
             p16[4] = UInt32(kp)
-            let kernel = GPUKernels.matmulCoop(w.type, rows: rows)
-            let g = GPUKernels.matmulCoopGroups(n: w.rows, m: rows)
-            let splits = GPUKernels.coopSplits(n: w.rows, m: rows, k: w.cols, type: w.type)
+            let cm2 = GPUKernels.useCM2(device, w.type)
+            let kernel = cm2 ? GPUKernels.matmulCM2(w.type) : GPUKernels.matmulCoop(w.type, rows: rows)
+            let g = cm2 ? GPUKernels.matmulCM2Groups(n: w.rows, m: rows) : GPUKernels.matmulCoopGroups(n: w.rows, m: rows)
+            let splits = GPUKernels.coopSplits(n: w.rows, m: rows, k: w.cols, type: w.type,
+                                               tile: cm2 ? (GPUKernels.cm2Shape.tw, GPUKernels.cm2Shape.tx) : nil)
             if splits > 1, let scratch = gluScratch, y.buffer !== scratch, splits * rows * w.rows * 4 <= scratch.size {
                 // split-K: each split's plane of the scratch, then their sum into Y
                 let plane = rows * w.rows

@@ -210,6 +210,37 @@ enum GPUKernels {
         // (bench/RESULTS.md)
         return (2, 0, 4, 64, 1)
     }()
+    /// matmul_cm2_T: the tensor-core product through VK_NV_cooperative_matrix2 (a workgroup-scope
+    /// tile, weight blocks decoded by the driver's block loads), for the weight types it has a
+    /// decode callback for. Opt-in, for tuning runs: on the H100 it is correct (coopmat-check)
+    /// but slower than matmul_coop_T with float32 accumulators (8B Q4_0 pp512 5331 against 7457
+    /// at best, bench/RESULTS.md). VELO_GPU_CM2=on turns it on (the device then enables the
+    /// extension), VELO_GPU_CM2=THREADS,TW,TX,BK,UNROLL also sets the tile (weight rows x
+    /// activation rows), the values a step, the steps unrolled and the workgroup.
+    static let cm2Types: Set<GGMLType> = [.q4_0, .q8_0]
+    static let cm2Wanted = getenv("VELO_GPU_CM2") != nil
+    static func useCM2(_ device: GPUDevice, _ t: GGMLType) -> Bool {
+        #if canImport(CVulkan)
+        if let v = device as? VulkanDevice { return v.cooperativeMatrix2 && cm2Types.contains(t) }
+        #endif
+        return false
+    }
+    static let cm2Shape: (threads: Int, tw: Int, tx: Int, bk: Int, unroll: Int) = {
+        let best = (256, 256, 128, 32, 4)
+        guard let e = getenv("VELO_GPU_CM2"), String(cString: e) != "on" else { return best }
+        let v = String(cString: e).split(separator: ",").compactMap { Int($0) }
+        if v.count == 5, [128, 256, 512].contains(v[0]), [32, 64, 128, 256].contains(v[1]), [16, 32, 64, 128, 256].contains(v[2]),
+           [32, 64].contains(v[3]), [1, 2, 4, 8].contains(v[4]) { return (v[0], v[1], v[2], v[3], v[4]) }
+        fputs("velo: VELO_GPU_CM2=\(String(cString: e)) is not a shape (expected on, or THREADS,TW,TX,BK,UNROLL: THREADS 128, 256 or 512; TW 32…256; TX 16…256; BK 32 or 64; UNROLL 1…8); using \(best)\n", stderr)
+        return best
+    }()
+    static func matmulCM2(_ t: GGMLType) -> Kernel {
+        let s = cm2Shape
+        return Kernel(name: "matmul_cm2_" + suffix(t), buffers: 3, constants: [UInt32(s.threads), UInt32(s.tw), UInt32(s.tx), UInt32(s.bk), UInt32(s.unroll)])
+    }
+    static func matmulCM2Groups(n: Int, m: Int) -> (Int, Int, Int) {
+        ((n + cm2Shape.tw - 1) / cm2Shape.tw, (m + cm2Shape.tx - 1) / cm2Shape.tx, 1)
+    }
     /// Activation rows of one tile of matmul_coop_T for `m` rows.
     static func matmulCoopRows(_ m: Int) -> Int { let s = coopShape(rows: m); return 16 * s.tm * s.wgm }
     /// Split-K for tensor-core products with few workgroups (the H100 has 132 SMs; an 8B's

@@ -19,6 +19,10 @@ final class VulkanDevice: GPUDevice {
     let bindingAlignment: Int
     /// Tensor cores through VK_KHR_cooperative_matrix (matmul_coop_T), see createDevice.
     let cooperativeMatrix: Bool
+    /// NVIDIA's VK_NV_cooperative_matrix2 (matmul_cm2_T: workgroup-scope matrices, tensor
+    /// addressing, block loads with a decode callback), see createDevice; only where asked for
+    /// (GPUKernels.cm2Wanted).
+    let cooperativeMatrix2: Bool
     /// VELO_GPU_PIPELINE_STATS (any value): print each pipeline's compiler statistics (registers,
     /// shared memory…) to stderr where the driver has VK_KHR_pipeline_executable_properties.
     static let pipelineStatsWanted = getenv("VELO_GPU_PIPELINE_STATS") != nil
@@ -129,10 +133,11 @@ final class VulkanDevice: GPUDevice {
             throw VeloError(.unsupported, "\(name) supports Vulkan \(props.apiVersion >> 22).\((props.apiVersion >> 12) & 0x3ff); Velo needs 1.2")
         }
         do {
-            let (device, family, timestamps, coop, stats) = try Self.createDevice(physical, name: name)
+            let (device, family, timestamps, coop, cm2, stats) = try Self.createDevice(physical, name: name)
             self.device = device
             pipelineStats = stats
             cooperativeMatrix = coop
+            cooperativeMatrix2 = cm2
             integerDot = Self.integerDotSupported(physical)
             let sub = Self.subgroupProperties(physical)
             subgroupSize = sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT.rawValue != 0 ? Int(sub.subgroupSize) : 0
@@ -204,12 +209,15 @@ final class VulkanDevice: GPUDevice {
     // MARK: set-up
 
     static let apiVersion: UInt32 = (1 << 22) | (2 << 12)
+    /// With matmul_cm2_T asked for, the instance asks for 1.3, so that devices that have it may
+    /// run SPIR-V 1.6 (the kernel's extension needs it); 1.2 devices still run everything else.
+    static let cm2APIVersion: UInt32 = (1 << 22) | (3 << 12)
 
     private static func createInstance() throws -> VkInstance {
         if velo_vk_load() != 0 { throw VeloError(.unsupported, String(cString: velo_vk_error())) }
         var app = VkApplicationInfo()
         app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO
-        app.apiVersion = apiVersion
+        app.apiVersion = GPUKernels.cm2Wanted ? cm2APIVersion : apiVersion
         var inst: VkInstance?
         let r: VkResult = "velo".withCString { n in
             app.pApplicationName = n
@@ -246,7 +254,7 @@ final class VulkanDevice: GPUDevice {
         return i.map { (UInt32($0), fams[$0].timestampValidBits > 0) }
     }
 
-    private static func createDevice(_ p: VkPhysicalDevice, name: String) throws -> (VkDevice, UInt32, Bool, Bool, Bool) {
+    private static func createDevice(_ p: VkPhysicalDevice, name: String) throws -> (VkDevice, UInt32, Bool, Bool, Bool, Bool) {
         guard let (family, timestamps) = computeFamily(p) else { throw VeloError(.unsupported, "\(name) has no compute queue") }
         var extCount: UInt32 = 0
         _ = vkEnumerateDeviceExtensionProperties(p, nil, &extCount, nil)
@@ -254,6 +262,16 @@ final class VulkanDevice: GPUDevice {
         _ = vkEnumerateDeviceExtensionProperties(p, nil, &extCount, &exts)
         let extNames = Set(exts.map { cString($0.extensionName) })
         let coopExt = extNames.contains("VK_KHR_cooperative_matrix")
+        var devProps = VkPhysicalDeviceProperties()
+        vkGetPhysicalDeviceProperties(p, &devProps)
+        let cm2Ext = GPUKernels.cm2Wanted && coopExt && extNames.contains("VK_NV_cooperative_matrix2") && devProps.apiVersion >= cm2APIVersion
+        // VK_NV_cooperative_matrix2's features, queried after the KHR one's and enabled the same way
+        let cm2f = UnsafeMutablePointer<VkPhysicalDeviceCooperativeMatrix2FeaturesNV>.allocate(capacity: 2)
+        defer { cm2f.deallocate() }
+        for i in 0..<2 {
+            (cm2f + i).initialize(to: VkPhysicalDeviceCooperativeMatrix2FeaturesNV())
+            cm2f[i].sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV
+        }
         let stats = pipelineStatsWanted && extNames.contains("VK_KHR_pipeline_executable_properties")
         // features the kernels need (16-bit storage and integers, timeline semaphores) and
         // extensions (push descriptors)
@@ -270,10 +288,12 @@ final class VulkanDevice: GPUDevice {
                 withUnsafeMutablePointer(to: &vcm) { pcm in
                     p11.pointee.pNext = UnsafeMutableRawPointer(p12)
                     if coopExt { p12.pointee.pNext = UnsafeMutableRawPointer(pcm) }
+                    if cm2Ext { pcm.pointee.pNext = UnsafeMutableRawPointer(cm2f) }
                     f2.pNext = UnsafeMutableRawPointer(p11)
                     vkGetPhysicalDeviceFeatures2(p, &f2)
                     p11.pointee.pNext = nil
                     p12.pointee.pNext = nil
+                    pcm.pointee.pNext = nil
                 }
             }
         }
@@ -291,6 +311,18 @@ final class VulkanDevice: GPUDevice {
         // shared memory
         let coop = coopExt && vcm.cooperativeMatrix != 0 && v12.shaderFloat16 != 0 && v12.vulkanMemoryModel != 0
             && coopMatrixShape(p) && coopLimits(p)
+        // optional second tensor-core path (matmul_cm2_T): on top of the first, the extension's
+        // workgroup scope, flexible sizes, tensor addressing and block loads, and buffer device
+        // addresses (its decode callback takes a block by reference)
+        let q = cm2f[0]
+        let cm2 = coop && cm2Ext && q.cooperativeMatrixWorkgroupScope != 0 && q.cooperativeMatrixFlexibleDimensions != 0
+            && q.cooperativeMatrixTensorAddressing != 0 && q.cooperativeMatrixBlockLoads != 0 && v12.bufferDeviceAddress != 0
+        if cm2 {
+            cm2f[1].cooperativeMatrixWorkgroupScope = 1
+            cm2f[1].cooperativeMatrixFlexibleDimensions = 1
+            cm2f[1].cooperativeMatrixTensorAddressing = 1
+            cm2f[1].cooperativeMatrixBlockLoads = 1
+        }
         // enable exactly what is used (and the optional 8-bit/fp16 paths when present)
         var e11 = VkPhysicalDeviceVulkan11Features()
         e11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES
@@ -303,6 +335,7 @@ final class VulkanDevice: GPUDevice {
         e12.shaderInt8 = v12.shaderInt8
         e12.shaderFloat16 = v12.shaderFloat16
         if coop { e12.vulkanMemoryModel = 1 }
+        if cm2 { e12.bufferDeviceAddress = 1 }
         var ecm = VkPhysicalDeviceCooperativeMatrixFeaturesKHR()
         ecm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR
         ecm.cooperativeMatrix = 1
@@ -316,6 +349,10 @@ final class VulkanDevice: GPUDevice {
         if dot {
             e12.pNext = UnsafeMutableRawPointer(edot)
             ecm.pNext = UnsafeMutableRawPointer(edot)
+        }
+        if cm2 {
+            cm2f[1].pNext = ecm.pNext
+            ecm.pNext = UnsafeMutableRawPointer(cm2f + 1)
         }
         var ef = VkPhysicalDeviceFeatures2()
         ef.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
@@ -331,6 +368,7 @@ final class VulkanDevice: GPUDevice {
         let pushExt = Array("VK_KHR_push_descriptor".utf8CString), coopMatExt = Array("VK_KHR_cooperative_matrix".utf8CString)
         let dotExt = Array("VK_KHR_shader_integer_dot_product".utf8CString)
         let statsExt = Array("VK_KHR_pipeline_executable_properties".utf8CString)
+        let cm2Name = Array("VK_NV_cooperative_matrix2".utf8CString)
         let r: VkResult = withUnsafeMutablePointer(to: &e11) { p11 in
             withUnsafeMutablePointer(to: &e12) { p12 in
                 withUnsafeMutablePointer(to: &ecm) { pcm in
@@ -351,8 +389,9 @@ final class VulkanDevice: GPUDevice {
                             return withUnsafePointer(to: &qci) { pq in
                                 pushExt.withUnsafeBufferPointer { e1 in
                                     coopMatExt.withUnsafeBufferPointer { e2 in dotExt.withUnsafeBufferPointer { e3 in statsExt.withUnsafeBufferPointer { e4 in
+                                      cm2Name.withUnsafeBufferPointer { e5 in
                                         let names: [UnsafePointer<CChar>?] = [e1.baseAddress] + (coop ? [e2.baseAddress] : [])
-                                            + (dot ? [e3.baseAddress] : []) + (stats ? [e4.baseAddress] : [])
+                                            + (dot ? [e3.baseAddress] : []) + (stats ? [e4.baseAddress] : []) + (cm2 ? [e5.baseAddress] : [])
                                         return names.withUnsafeBufferPointer { pe in
                                             var dci = VkDeviceCreateInfo()
                                             dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO
@@ -363,6 +402,7 @@ final class VulkanDevice: GPUDevice {
                                             dci.ppEnabledExtensionNames = pe.baseAddress
                                             return vkCreateDevice(p, &dci, nil, &device)
                                         }
+                                      }
                                     } } }
                                 }
                             }
@@ -375,7 +415,7 @@ final class VulkanDevice: GPUDevice {
         if velo_vk_load_device(device) != 0 {
             throw VeloError(.unsupported, "\(name): \(String(cString: velo_vk_error()))")
         }
-        return (device, family, timestamps, coop, stats)
+        return (device, family, timestamps, coop, cm2, stats)
     }
 
     private static func hasExtension(_ p: VkPhysicalDevice, _ name: String) -> Bool {
