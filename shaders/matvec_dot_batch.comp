@@ -72,28 +72,28 @@ void main() {
             [[unroll]] for (uint r = 0u; r < SGR; r++) w[i * SGR + r] = wbload(rw[r] + (cb + b) * BLOCK_WORDS);
         }
         // the chunk's activation blocks of the ncols rows to shared memory
-        for (uint e = tid; e < ncols * 2u * KC; e += WG) {
+        // (rows past ncols as zero blocks: the products below then need no guard, so the
+        // compiler can interleave the activation rows' dependent chains)
+        for (uint e = tid; e < NCOLS * 2u * KC; e += WG) {
             const uint c = e / (2u * KC), b = (e / 2u) % KC, h = e % 2u;
-            xq[(c * 2u + h) * KC + b] = b < kc ? XQ[2u * ((c0 + c) * nb + cb + b) + h] : uvec4(0u);
+            xq[(c * 2u + h) * KC + b] = b < kc && c < ncols ? XQ[2u * ((c0 + c) * nb + cb + b) + h] : uvec4(0u);
         }
-        for (uint e = tid; e < ncols * KC; e += WG) {
+        for (uint e = tid; e < NCOLS * KC; e += WG) {
             const uint c = e / KC, b = e % KC;
-            xds[e] = b < kc ? XD[(c0 + c) * nb + cb + b] : vec2(0.0);
+            xds[e] = b < kc && c < ncols ? XD[(c0 + c) * nb + cb + b] : vec2(0.0);
         }
         barrier();
         [[unroll]] for (uint i = 0u; i < BPL; i++) {
             const uint b = lane + 32u * i;
             if (b < kc) {
                 [[unroll]] for (uint c = 0u; c < NCOLS; c++) {
-                    if (c < ncols) {
-                        XB x;
-                        x.a = xq[(c * 2u) * KC + b];
-                        x.b = xq[(c * 2u + 1u) * KC + b];
-                        const vec2 ds = xds[c * KC + b];
-                        x.d = ds.x;
-                        x.s = ds.y;
-                        [[unroll]] for (uint r = 0u; r < SGR; r++) acc[r * NCOLS + c] += wdot(w[i * SGR + r], x);
-                    }
+                    XB x;
+                    x.a = xq[(c * 2u) * KC + b];
+                    x.b = xq[(c * 2u + 1u) * KC + b];
+                    const vec2 ds = xds[c * KC + b];
+                    x.d = ds.x;
+                    x.s = ds.y;
+                    [[unroll]] for (uint r = 0u; r < SGR; r++) acc[r * NCOLS + c] += wdot(w[i * SGR + r], x);
                 }
             }
         }
