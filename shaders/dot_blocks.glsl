@@ -8,6 +8,21 @@
 // first; one of WTYPE_Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
 #extension GL_EXT_integer_dot_product : require
 
+// A block's eight dot products as two chains of four (DOT_TWO_CHAINS: matvec_dot_batch_T, where
+// the chains' latency is the limit) or one of eight (matvec_dot_T: two chains measured 1-3 %
+// slower for single sequences on the H100; bench/RESULTS.md).
+// DOTS(A, B): int s = sum over j of A + B (A, B expressions in j)
+#ifdef DOT_TWO_CHAINS
+#define DOTS(A, B) \
+    int s0 = 0, s1 = 0; \
+    [[unroll]] for (uint j = 0u; j < 4u; j++) { s0 += A; s1 += B; } \
+    const int s = s0 + s1;
+#else
+#define DOTS(A, B) \
+    int s = 0; \
+    [[unroll]] for (uint j = 0u; j < 4u; j++) s += A + B;
+#endif
+
 // exact int -> float for |v| < 2^22 (two full-rate operations instead of a conversion)
 float i2f(int v) { return intBitsToFloat(v + 0x4B400000) - 12582912.0; }
 int sdot(uint a, uint b) { return dotPacked4x8EXT(int(a), int(b)); }   // both signed
@@ -46,8 +61,7 @@ WB wbload(uint i) {
     return w;
 }
 float wdot(WB w, XB x) {
-    int s = 0;
-    [[unroll]] for (uint j = 0u; j < 4u; j++) s += sudot(x.a[j], w.lo[j]) + sudot(x.b[j], w.hi[j]);
+    DOTS(sudot(x.a[j], w.lo[j]), sudot(x.b[j], w.hi[j]))
     return (w.d * x.d) * i2f(s - 8 * int(x.s));
 }
 
@@ -65,8 +79,7 @@ WB wbload(uint i) {
     return w;
 }
 float wdot(WB w, XB x) {
-    int s = 0;
-    [[unroll]] for (uint j = 0u; j < 4u; j++) s += sudot(x.a[j], w.lo[j]) + sudot(x.b[j], w.hi[j]);
+    DOTS(sudot(x.a[j], w.lo[j]), sudot(x.b[j], w.hi[j]))
     return (w.d * x.d) * i2f(s - 16 * int(x.s));
 }
 
@@ -82,8 +95,7 @@ WB wbload(uint i) {
     return w;
 }
 float wdot(WB w, XB x) {
-    int s = 0;
-    [[unroll]] for (uint j = 0u; j < 4u; j++) s += sdot(x.a[j], w.a[j]) + sdot(x.b[j], w.b[j]);
+    DOTS(sdot(x.a[j], w.a[j]), sdot(x.b[j], w.b[j]))
     return (w.d * x.d) * i2f(s);
 }
 
@@ -110,8 +122,7 @@ WB wbload(uint i) {
     return w;
 }
 float wdot(WB w, XB x) {
-    int s = 0;
-    [[unroll]] for (uint j = 0u; j < 4u; j++) s += sudot(x.a[j], w.lo[j]) + sudot(x.b[j], w.hi[j]);
+    DOTS(sudot(x.a[j], w.lo[j]), sudot(x.b[j], w.hi[j]))
     return x.d * fma(w.d, i2f(s), w.m * x.s);
 }
 

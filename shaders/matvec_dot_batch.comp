@@ -37,6 +37,7 @@ layout(std140, binding = 4) uniform Params {
 } p;
 
 #include "glu.glsl"
+#define DOT_TWO_CHAINS
 #include "dot_blocks.glsl"
 
 const uint KC = 32u * BPL;                     // blocks a chunk
