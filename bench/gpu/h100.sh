@@ -33,7 +33,9 @@ model() { # [arch.]shape-type, e.g. 8b-q4_0, qwen2.7b-q4_0
 }
 what=$1; shift
 case "$what" in
-  golden) /tmp/bun "$C/golden.js" --backend vulkan ;;
+  golden)
+    [ -f "$C/shared/models/golden/greedy_golden.json" ] || { echo "golden: the golden models are not packed (bench/gpu/pack.sh without --lean)" >&2; exit 2; }
+    /tmp/bun "$C/golden.js" --backend vulkan ;;
   bench)  # pp512 and tg128 (5 repetitions), then once more with the per-kernel profile;
           # one JSON document per line in $OUT/bench.jsonl
     for m in "$@"; do
