@@ -81,7 +81,7 @@ test-neon:
 # Weight kernels are built once per weight type (-DWTYPE_<TYPE>), named <kernel>_<type>.
 WTYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k q2_k q3_k iq4_nl iq4_xs
 WEIGHT_KERNELS := get_rows matvec matmul matmul_coop
-PLAIN_KERNELS := rms_norm add_rms_norm rope kv_store rope_store attention attention_tiled attention_combine swiglu swiglu_pairs add add_bias softcap quantize_q8 to_f16 sum_splits moe_route moe_combine
+PLAIN_KERNELS := rms_norm add_rms_norm add_rms_norm_q8 rope kv_store rope_store attention attention_tiled attention_combine swiglu swiglu_pairs add add_bias softcap quantize_q8 to_f16 sum_splits moe_route moe_combine
 # mixture-of-experts products over a stacked expert tensor, indexed by moe_route's output:
 # <kernel>.comp built with -DEXPERTS once per weight type, named <kernel>_id_<type> (Metal: the
 # shapes below; matmul_coop_id, on tensor cores, Vulkan only)
@@ -93,7 +93,7 @@ ID_VARIANTS := $(foreach k,$(ID_KERNELS),$(addprefix $(k)_id_,$(WTYPES)))
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0
 DOT_VARIANTS := $(addprefix matvec_dot_,$(DOT_TYPES)) $(addprefix matvec_dot_id_,$(DOT_TYPES)) $(addprefix matvec_dot_batch_,$(DOT_TYPES))
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
-Q8_KERNELS := add_rms_norm attention_combine
+Q8_KERNELS := attention_combine
 # K/V page kernels, once per (K type, V type) of the KV cache (-DKT_<K> -DVT_<V>, kv_types.glsl),
 # named <kernel>_<k>_<v>; f32/f32 keeps the plain name (kv_store, attention, ... in PLAIN_KERNELS)
 KV_TYPES := f32 f16 q8_0 q4_0
@@ -108,8 +108,8 @@ SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(DOT_VAR
   attention_coop $(KV_VARIANTS) $(ID_VARIANTS) $(CM2_VARIANTS)
 # Kernels Metal never runs, left out of the MSL and the metallib: cooperative matrices (no MSL
 # translation) and the 8-bit-activation decode path (GPUKernels.integerDot is Vulkan-only;
-# add_rms_norm_q8 alone takes 41 KB of threadgroup memory, over Apple GPUs' 32 KiB).
-VULKAN_ONLY := $(addprefix matmul_coop_,$(WTYPES)) $(CM2_VARIANTS) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(DOT_VARIANTS) \
+# add_rms_norm_q8 is one of them).
+VULKAN_ONLY := add_rms_norm_q8 $(addprefix matmul_coop_,$(WTYPES)) $(CM2_VARIANTS) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(DOT_VARIANTS) \
   $(addsuffix _q8,$(Q8_KERNELS)) quantize_q8
 # Specialization constants that size shared arrays (matvec's NCOLS and ROWS, matmul's BM and BN)
 # are preprocessor macros in spirv-cross's MSL, not Metal function constants, so Metal gets one

@@ -4,8 +4,7 @@
 // dispatch (rows, 1, 1). Y may be the same buffer as D (the Llama forward writes the norm over
 // the sublayer output it just added): every element is read by the thread that later writes it,
 // with a barrier in between. Same thread layout as rms_norm.comp.
-// Built with -DQ8 (add_rms_norm_q8), it also writes Y as quantize_q8's 8-bit blocks (XQ, XD) for
-// the matvec_dot that reads it next (n a multiple of 32, at most QMAX).
+// add_rms_norm_q8.comp is the decode rows' version that also writes 8-bit blocks.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -16,17 +15,7 @@ layout(std430, binding = 0) buffer XBuf { float X[]; };
 layout(std430, binding = 1) readonly buffer DBuf { float D[]; };
 layout(std430, binding = 2) readonly buffer WBuf { float W[]; };
 layout(std430, binding = 3) writeonly buffer YBuf { float Y[]; };
-#ifdef Q8
-const uint QMAX = 8192u;
-shared float q8src[QMAX];
-layout(std430, binding = 4) writeonly buffer Q8QBuf { uint XQ[]; };
-layout(std430, binding = 5) writeonly buffer Q8DBuf { vec2 XD[]; };
-#define Q8_STORE 1024
-#include "q8.glsl"
-layout(std140, binding = 6) uniform Params {
-#else
 layout(std140, binding = 4) uniform Params {
-#endif
     uint n, rows;
     float eps;
 } p;
@@ -75,9 +64,6 @@ void main() {
         [[unroll]] for (uint u = 0u; u < U; u++) {
             const float y = (v[u] * scale) * w[u];
             Y[yb + j0 + u * WG + tid] = y;
-#ifdef Q8
-            q8src[j0 + u * WG + tid] = y;
-#endif
         }
     }
     [[unroll]] for (uint u = 0u; u < U; u++) {
@@ -85,13 +71,6 @@ void main() {
         if (j < p.n) {
             const float y = (X[xb + j] * scale) * W[j];
             Y[yb + j] = y;
-#ifdef Q8
-            q8src[j] = y;
-#endif
         }
     }
-#ifdef Q8
-    barrier();
-    q8_store(p.n, i * (p.n / 32u));
-#endif
 }

@@ -591,7 +591,7 @@ final class GPUKernelTests: XCTestCase {
     /// The residual add fused with the next norm, writing the norm over its own input (as the
     /// Llama forward does).
     func testAddRMSNorm() throws {
-        for n in [7, 64, 4096, 5003] {
+        for n in [7, 64, 96, 4096, 5003, 8192] {
             let rows = 3
             let x = random(rows * n, scale: 3), d = random(rows * n), w = random(n)
             let eps: Float = 1e-5
@@ -606,14 +606,16 @@ final class GPUKernelTests: XCTestCase {
             }
             assertClose(try read(xb, rows * n), sum, tolerance: sum.map { abs($0) * 1e-6 + 1e-6 }, "add_rms_norm sum n=\(n)")
             assertClose(try read(db, rows * n), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "add_rms_norm n=\(n)")
-            // the variant that also writes 8-bit blocks: the same floats, and exactly the blocks
-            // quantize_q8 makes of them
+            // the decode kernel that also writes 8-bit blocks (rows of whole blocks, at most
+            // addRMSNormQ8MaxWidth): the same sums and norms, and exactly the blocks quantize_q8
+            // makes of its norms
             guard n % 32 == 0, GPUKernels.integerDot(try device()) else { continue }
             let xb2 = try upload(x), db2 = try upload(d)
             let sizes = GPUKernels.q8Bytes(k: n, m: rows)
             let xq = try upload([UInt8](repeating: 0xAB, count: sizes.values)), xd = try upload([UInt8](repeating: 0xAB, count: sizes.scales))
             try run(GPUKernels.addRMSNormQ8, [xb2, db2, try upload(w), db2, xq, xd], [UInt32(n), UInt32(rows), eps.bitPattern], (rows, 1, 1))
-            XCTAssertEqual(try read(db2, rows * n), try read(db, rows * n), "add_rms_norm_q8 floats n=\(n)")
+            XCTAssertEqual(try read(xb2, rows * n), try read(xb, rows * n), "add_rms_norm_q8 sums n=\(n)")
+            assertClose(try read(db2, rows * n), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "add_rms_norm_q8 n=\(n)")
             let want8 = try quantizeQ8(db2, k: n, m: rows)
             XCTAssertEqual(try readBytes(xq, sizes.values), want8.values, "add_rms_norm_q8 values n=\(n)")
             XCTAssertEqual(try readBytes(xd, sizes.scales), want8.scales, "add_rms_norm_q8 scales n=\(n)")

@@ -288,7 +288,8 @@ enum GPUKernels {
     static let addRMSNorm = Kernel(name: "add_rms_norm", buffers: 4, constants: [1024])
     /// add_rms_norm that also writes its output as quantize_q8's blocks (buffers + XQ, XD), for
     /// rows of at most `addRMSNormQ8MaxWidth` values, a multiple of 32.
-    static let addRMSNormQ8 = Kernel(name: "add_rms_norm_q8", buffers: 6, constants: [1024])
+    /// 256 threads, 8 values a thread a run, 4 runs at most: rows of up to 8192 values.
+    static let addRMSNormQ8 = Kernel(name: "add_rms_norm_q8", buffers: 6, constants: [256])
     static let addRMSNormQ8MaxWidth = 8192
     /// Both take the rope's per-pair frequencies as a buffer (`Rope`, uploaded once).
     static let rope = Kernel(name: "rope", buffers: 3, constants: [64])
