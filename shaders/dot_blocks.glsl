@@ -1,11 +1,13 @@
 // dot_blocks.glsl — a weight block of 32 against an 8-bit activation block of 32 (quantize_q8's),
 // in packed 4x8-bit integer dot products, for matvec_dot_T and matvec_dot_batch_T:
-//   WB wbload(i)        the weight block starting at 16-bit word i (its bytes read as aligned
-//                       32-bit words where the block allows)
+//   WB wbload_at(rw, b) block b (values 32b .. 32b+31) of the row starting at 16-bit word rw
+//                       (its bytes read as aligned 32-bit words where the block allows; for
+//                       Q4_K a 32-value sub-block of a super-block)
 //   float wdot(w, x)    sum_k w[k] x[k] for an activation block x (XB: 8 words of values, scale
 //                       d, sum of values s)
 // Needs the weight buffer as 32-bit words, w32 (binding 0, beside quants.glsl's w16), declared
-// first; one of WTYPE_Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
+// first; one of WTYPE_Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K (rows of Q4_K start on a 32-bit word:
+// 144-byte super-blocks).
 #extension GL_EXT_integer_dot_product : require
 
 // A block's eight dot products as two chains of four (DOT_TWO_CHAINS: matvec_dot_batch_T, where
@@ -126,6 +128,33 @@ float wdot(WB w, XB x) {
     return x.d * fma(w.d, i2f(s), w.m * x.s);
 }
 
+#elif defined(WTYPE_Q4_K)
+// A "block" here is one 32-value sub-block j of a 256-value super-block (quants.glsl's layout:
+// chunk c = j/2 of qs, low nibbles for even j, high for odd): x = d sc_j q - dmin m_j, so the
+// product is Q4_1's with scale d sc_j and offset -dmin m_j.
+struct WB { float d; float m; uvec4 lo; uvec4 hi; };
+WB wbload_at(uint rw, uint b) {
+    const uint sb = rw + (b >> 3) * BLOCK_WORDS, j = b & 7u, q = (sb + 8u + 16u * (j >> 1)) >> 1;
+    const uint sh = 4u * (j & 1u);
+    WB w;
+    const uvec2 sm = kscale(sb, j);
+    w.d = wf16(sb) * ufloat(sm.x);
+    w.m = -wf16(sb + 1u) * ufloat(sm.y);
+    w.lo = (uvec4(w32[q], w32[q + 1u], w32[q + 2u], w32[q + 3u]) >> sh) & 0x0F0F0F0Fu;
+    w.hi = (uvec4(w32[q + 4u], w32[q + 5u], w32[q + 6u], w32[q + 7u]) >> sh) & 0x0F0F0F0Fu;
+    return w;
+}
+float wdot(WB w, XB x) {
+    DOTS(sudot(x.a[j], w.lo[j]), sudot(x.b[j], w.hi[j]))
+    return x.d * fma(w.d, i2f(s), w.m * x.s);
+}
+#define WBLOAD_AT
+
 #else
-#error "matvec_dot: Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 weights"
+#error "matvec_dot: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q4_K weights"
+#endif
+
+#ifndef WBLOAD_AT
+// block b (of 32 values) of the row starting at 16-bit word rw
+WB wbload_at(uint rw, uint b) { return wbload(rw + b * BLOCK_WORDS); }
 #endif

@@ -5,7 +5,8 @@
 // (GL_EXT_integer_dot_product; on NVIDIA one dp4a per 4 weights) and a few float operations:
 //   Q4_0: dw dx (sum nib q - 8 sum q)          Q4_1: dx (dw sum nib q + mw sum q)
 //   Q5_0: dw dx (sum q5 q - 16 sum q)          Q5_1: dx (dw sum q5 q + mw sum q)
-//   Q8_0: dw dx sum w q
+//   Q8_0: dw dx sum w q                        Q4_K: as Q4_1 per 32-value sub-block, dw = d sc,
+//                                              mw = -dmin m
 // Otherwise as matvec_T: one workgroup computes ROWS weight rows for NCOLS activation rows, its
 // threads stride over the blocks of the rows (a thread takes one whole block of each row: its
 // bytes are read as aligned 32-bit words, see wblock), the partial sums are reduced with
@@ -92,7 +93,7 @@ void main() {
 
     for (uint b = tid; b < nb; b += WG) {
         WB w[ROWS];
-        [[unroll]] for (uint r = 0u; r < ROWS; r++) w[r] = wbload(rw[r] + b * BLOCK_WORDS);
+        [[unroll]] for (uint r = 0u; r < ROWS; r++) w[r] = wbload_at(rw[r], b);
         [[unroll]] for (uint c = 0u; c < NCOLS; c++) {
             if (c < ncols) {
                 const XB x = xblock(xr[c] + b);

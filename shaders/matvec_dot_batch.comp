@@ -70,7 +70,7 @@ void main() {
         WB w[BPL * SGR];
         [[unroll]] for (uint i = 0u; i < BPL; i++) {
             const uint b = min(lane + 32u * i, kc - 1u); // past the chunk: a block of it, unused
-            [[unroll]] for (uint r = 0u; r < SGR; r++) w[i * SGR + r] = wbload(rw[r] + (cb + b) * BLOCK_WORDS);
+            [[unroll]] for (uint r = 0u; r < SGR; r++) w[i * SGR + r] = wbload_at(rw[r], cb + b);
         }
         // the chunk's activation blocks of the ncols rows to shared memory
         // (rows past ncols as zero blocks: the products below then need no guard, so the

@@ -182,7 +182,10 @@ final class GPUKernelTests: XCTestCase {
         }
         XCTAssertTrue(GPUKernels.dotBatchRuns(d, rows: 2) || !d.isSoftware || GPUKernels.dotBatch.minRows > 2, "lavapipe takes the batch kernel")
         for type in GPUKernels.dotTypes.sorted(by: { $0.rawValue < $1.rawValue }) {
-            for (k, n, ms) in [(96, 37, [1, 2, 3, 8, 9, 16]), (2144, 300, [3, 16])] {
+            // (K-quants: whole super-blocks of 256; 2304 is 72 blocks of 32, chunks of 64 and 8)
+            let sizes = type.blockSize == 256 ? [(512, 37, [1, 2, 3, 8, 9, 16]), (2304, 300, [3, 16])]
+                : [(96, 37, [1, 2, 3, 8, 9, 16]), (2144, 300, [3, 16])]
+            for (k, n, ms) in sizes {
                 let w = weights(type, rows: n, cols: k)
                 let wb = try upload(w.bytes)
                 for m in ms {
