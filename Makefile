@@ -90,7 +90,7 @@ ID_VARIANTS := $(foreach k,$(ID_KERNELS),$(addprefix $(k)_id_,$(WTYPES)))
 # matvec with 8-bit activations and integer dot products, for the types it supports (and its
 # expert-indexed build, -DEXPERTS, named matvec_dot_id_<type>; matvec_dot_batch_<type> for decode
 # batches of 2..16 rows)
-DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0 q4_k
+DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q6_k
 DOT_VARIANTS := $(addprefix matvec_dot_,$(DOT_TYPES)) $(addprefix matvec_dot_id_,$(DOT_TYPES)) $(addprefix matvec_dot_batch_,$(DOT_TYPES))
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
 Q8_KERNELS := attention_combine

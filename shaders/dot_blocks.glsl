@@ -2,12 +2,12 @@
 // in packed 4x8-bit integer dot products, for matvec_dot_T and matvec_dot_batch_T:
 //   WB wbload_at(rw, b) block b (values 32b .. 32b+31) of the row starting at 16-bit word rw
 //                       (its bytes read as aligned 32-bit words where the block allows; for
-//                       Q4_K a 32-value sub-block of a super-block)
+//                       the K-quants a 32-value sub-block of a super-block)
 //   float wdot(w, x)    sum_k w[k] x[k] for an activation block x (XB: 8 words of values, scale
 //                       d, sum of values s)
 // Needs the weight buffer as 32-bit words, w32 (binding 0, beside quants.glsl's w16), declared
 // first; one of WTYPE_Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K (rows of Q4_K start on a 32-bit word:
-// 144-byte super-blocks).
+// 144-byte super-blocks), Q6_K.
 #extension GL_EXT_integer_dot_product : require
 
 // A block's eight dot products as two chains of four (DOT_TWO_CHAINS: matvec_dot_batch_T, where
@@ -150,8 +150,38 @@ float wdot(WB w, XB x) {
 }
 #define WBLOAD_AT
 
+#elif defined(WTYPE_Q6_K)
+// Sub-block j of a super-block (quants.glsl's layout): half h = j/4 and group g = j%4 there,
+// its bytes l < 32 from ql[64h + 32(g%2) + l] (nibble g/2) and bits 2g of qh[32h + l], scale
+// sc[2j] for its first 16 values and sc[2j+1] for the rest. The 6-bit values minus 32 become
+// signed bytes, so each half of 16 is one chain of signed dot products with its own scale.
+// (Super-blocks are 105 words: a row may start mid 32-bit word, so two 16-bit loads a word.)
+struct WB { float da; float db; uvec4 a; uvec4 b; };
+uint s6(uint q) { const uint v = q ^ 0x20202020u; return v | ((v & 0x20202020u) * 6u); } // q - 32, bytewise
+WB wbload_at(uint rw, uint b) {
+    const uint sb = rw + (b >> 3) * BLOCK_WORDS, j = b & 7u, h = j >> 2, g = j & 3u;
+    const uint qlw = sb + 32u * h + 16u * (g & 1u), qhw = sb + 64u + 16u * h, ns = 4u * (g >> 1), hs = 2u * g;
+    const float d = wf16(sb + 104u);
+    const uint sc = uint(w16[sb + 96u + j]); // sc[2j] (low byte), sc[2j+1]
+    WB w;
+    w.da = d * float(int(sc << 24) >> 24);
+    w.db = d * float(int(sc << 16) >> 24);
+    uint q[8];
+    [[unroll]] for (uint k = 0u; k < 8u; k++)
+        q[k] = s6(((wload32(qlw + 2u * k) >> ns) & 0x0F0F0F0Fu) | (((wload32(qhw + 2u * k) >> hs) & 0x03030303u) << 4));
+    w.a = uvec4(q[0], q[1], q[2], q[3]);
+    w.b = uvec4(q[4], q[5], q[6], q[7]);
+    return w;
+}
+float wdot(WB w, XB x) {
+    int sa = 0, sb = 0;
+    [[unroll]] for (uint j = 0u; j < 4u; j++) { sa += sdot(x.a[j], w.a[j]); sb += sdot(x.b[j], w.b[j]); }
+    return x.d * fma(w.da, i2f(sa), w.db * i2f(sb));
+}
+#define WBLOAD_AT
+
 #else
-#error "matvec_dot: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q4_K weights"
+#error "matvec_dot: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K weights"
 #endif
 
 #ifndef WBLOAD_AT

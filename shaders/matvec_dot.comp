@@ -6,7 +6,7 @@
 //   Q4_0: dw dx (sum nib q - 8 sum q)          Q4_1: dx (dw sum nib q + mw sum q)
 //   Q5_0: dw dx (sum q5 q - 16 sum q)          Q5_1: dx (dw sum q5 q + mw sum q)
 //   Q8_0: dw dx sum w q                        Q4_K: as Q4_1 per 32-value sub-block, dw = d sc,
-//                                              mw = -dmin m
+//   Q6_K: dx (d sc_a sum_a q6 q + d sc_b sum_b q6 q), halves of 16, q6 = 6-bit - 32    mw = -dmin m
 // Otherwise as matvec_T: one workgroup computes ROWS weight rows for NCOLS activation rows, its
 // threads stride over the blocks of the rows (a thread takes one whole block of each row: its
 // bytes are read as aligned 32-bit words, see wblock), the partial sums are reduced with

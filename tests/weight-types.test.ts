@@ -133,7 +133,7 @@ const veloFloat = (type: string, backend: "vulkan" | "metal") =>
 // Weight types whose decode products take 8-bit activations on the GPU (GPUKernels.dotTypes, on
 // devices with integer dot products): test 3 runs them with those products off; test 4 and the
 // kernel tests (GPUKernelTests) cover the 8-bit path.
-const GPU_DOT_TYPES = new Set(["q4_k"]);
+const GPU_DOT_TYPES = new Set(["q4_k", "q6_k"]);
 
 function expectAgree(label: string, ref: PromptRun[], got: PromptRun[], tol: Tolerance, minShare: number) {
   const cmp = compareRuns(ref, got, tol);
