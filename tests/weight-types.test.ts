@@ -28,7 +28,8 @@
 //    reference takes float ones: rtol 2e-4.)
 // 3. Velo's GPU backend against the same float64 pass with float activations, as Velo's GPU
 //    products take them: no rounding to flip, so a tight tolerance. rtol 1e-4; measured at
-//    most 1.2e-5 absolute (Q5_K). Against llama.cpp the GPU is as far off as float activations
+//    most 1.2e-5 absolute (Q5_K). Q4_K and Q6_K decode through 8-bit activations on Vulkan
+//    (GPU_DOT_TYPES): for them this runs with those products off, in a process of its own. Against llama.cpp the GPU is as far off as float activations
 //    are from 8-bit ones, up to 0.31 on these unit-scale logits, which would hide a real bug.
 // 4. Velo's GPU backend against llama.cpp, coarsely: rtol 0.08 (measured at most 0.053 of the
 //    top logit, Q2_K; 0.31 absolute). The runs part at near-ties early (11 of 72 steps
