@@ -180,7 +180,7 @@ final class GPUKernelTests: XCTestCase {
             XCTAssertFalse(d.isSoftware, "lavapipe has integer dot products: this test must run there")
             return
         }
-        XCTAssertTrue(GPUKernels.dotBatchRuns(d, rows: 2) || !d.isSoftware || GPUKernels.dotBatch.minRows > 2, "lavapipe takes the batch kernel")
+        XCTAssertTrue(GPUKernels.dotBatchFits(d) || !d.isSoftware, "lavapipe takes the batch kernel")
         for type in GPUKernels.dotTypes.sorted(by: { $0.rawValue < $1.rawValue }) {
             // (K-quants: whole super-blocks of 256; 2304 is 72 blocks of 32, chunks of 64 and 8)
             let sizes = type.blockSize == 256 ? [(512, 37, [1, 2, 3, 8, 9, 16]), (2304, 300, [3, 16])]
@@ -221,7 +221,7 @@ final class GPUKernelTests: XCTestCase {
                         try run(kernel, [wb, xq, xd, yg], [UInt32(k), UInt32(2 * pairs), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(pairs), 1], groups)
                         assertClose(try read(yg, m * pairs), gluWant, tolerance: gluTol, "glu " + what)
                     }
-                    if GPUKernels.dotBatchRuns(d, rows: m) {
+                    if GPUKernels.dotBatchFits(d) && GPUKernels.dotBatchTakes(rows: m) {
                         let yb = try upload([Float](repeating: .nan, count: m * n))
                         try run(GPUKernels.matvecDotBatch(type, rows: m), [wb, xq, xd, yb], [UInt32(k), UInt32(n), UInt32(m), UInt32(w.rowBytes), UInt32(k), UInt32(n), 0],
                                 GPUKernels.matvecDotBatchGroups(n: n, m: m))

@@ -38,6 +38,9 @@ final class GPUForward: ForwardOps {
     private var attentionPlan = (chunk: 0, splits: 1)
     /// Prefill attention on tensor cores (attention_coop, blocks of its rows) or attention_tiled.
     private let coopAttention: Bool
+    /// Decode batches' products through matvec_dot_batch_T; prefill products through matmul_cm2_T
+    /// (for its weight types): what the device allows, asked once.
+    private let dotBatch: Bool, cm2: Bool
     private let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, blocks: Int, hiddensel: Int, pagetab: Int)
     private let pagetabCapacity: Int
     private var weights: [UnsafeRawPointer: GPUBuffer] = [:]
@@ -144,6 +147,8 @@ final class GPUForward: ForwardOps {
             bl = align(rs + maxLogitRows * 4), hs = align(bl + maxTokens * 8), tab = align(hs + maxTokens * 4)
         sections = (t, p, pt, rs, bl, hs, tab)
         coopAttention = GPUKernels.useAttentionCoop(device, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim)
+        dotBatch = GPUKernels.dotBatchFits(device)
+        cm2 = GPUKernels.hasCM2(device)
         inputs = try device.makeBuffer(bytes: tab + pagetabCapacity * 4, memory: .upload, label: "step inputs")
         // gated-MLP pairs: one interleaved weight each (raw rows, so every weight kernel reads it)
         let pairs = model.gatedPairs.filter { g, u in
@@ -467,7 +472,7 @@ final class GPUForward: ForwardOps {
             // integer dot products with the weight blocks
             quantizeQ8(x, q8, rows: rows, xStride: xStride, k: w.cols, op: op)
             let buffers = [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y]
-            if GPUKernels.dotBatchRuns(device, rows: rows) {
+            if dotBatch && GPUKernels.dotBatchTakes(rows: rows) {
                 dispatch(GPUKernels.matvecDotBatch(w.type, rows: rows), buffers, params, GPUKernels.matvecDotBatchGroups(n: w.rows, m: rows), op)
             } else {
                 dispatch(GPUKernels.matvecDot(w.type, rows: rows, n: w.rows, glu: glu != nil), buffers, params,
@@ -488,7 +493,7 @@ final class GPUForward: ForwardOps {
             }
             var p16 = params
             p16[4] = UInt32(kp)
-            let cm2 = GPUKernels.useCM2(device, w.type)
+            let cm2 = self.cm2 && GPUKernels.cm2Types.contains(w.type)
             let kernel = cm2 ? GPUKernels.matmulCM2(w.type) : GPUKernels.matmulCoop(w.type, rows: rows)
             let g = cm2 ? GPUKernels.matmulCM2Groups(n: w.rows, m: rows) : GPUKernels.matmulCoopGroups(n: w.rows, m: rows)
             let splits = GPUKernels.coopSplits(n: w.rows, m: rows, k: w.cols, type: w.type,

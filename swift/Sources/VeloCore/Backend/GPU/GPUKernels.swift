@@ -118,12 +118,15 @@ enum GPUKernels {
         return (2, 2, 2, 256)
     }()
     static var dotBatchLocal: Int { dotBatch.local }
-    static func dotBatchRuns(_ device: GPUDevice, rows m: Int) -> Bool {
+    /// Whether the device runs it at all (asked once, by GPUForward at set-up), and whether a
+    /// product of `m` activation rows takes it.
+    static func dotBatchFits(_ device: GPUDevice) -> Bool {
         #if canImport(CVulkan)
-        if let v = device as? VulkanDevice, m >= dotBatch.minRows, m <= matvecMaxRows, [4, 8, 16, 32].contains(v.subgroupSize) { return true }
+        if let v = device as? VulkanDevice { return [4, 8, 16, 32].contains(v.subgroupSize) }
         #endif
         return false
     }
+    static func dotBatchTakes(rows m: Int) -> Bool { m >= dotBatch.minRows && m <= matvecMaxRows }
     static func matvecDotBatch(_ t: GGMLType, rows m: Int) -> Kernel {
         Kernel(name: "matvec_dot_batch_" + suffix(t), buffers: 4,
                constants: [UInt32(dotBatchLocal), UInt32(matvecCols(m)), UInt32(dotBatch.sgr), UInt32(dotBatch.bpl)])
@@ -221,9 +224,10 @@ enum GPUKernels {
     /// activation rows), the values a step, the steps unrolled and the workgroup.
     static let cm2Types: Set<GGMLType> = [.q4_0, .q8_0]
     static let cm2Wanted = getenv("VELO_GPU_CM2") != nil
-    static func useCM2(_ device: GPUDevice, _ t: GGMLType) -> Bool {
+    /// Whether the device enabled the extension (asked once, by GPUForward at set-up).
+    static func hasCM2(_ device: GPUDevice) -> Bool {
         #if canImport(CVulkan)
-        if let v = device as? VulkanDevice { return v.cooperativeMatrix2 && cm2Types.contains(t) }
+        if let v = device as? VulkanDevice { return v.cooperativeMatrix2 }
         #endif
         return false
     }
