@@ -10,14 +10,24 @@
 // (as llama.cpp's CPU backend does), and random-weight models amplify that rounding layer by
 // layer; on a 1.1B Q8_0 model the CPU sits 6.4e-2 of the range from a float64 numpy pass while
 // the GPU's float32 path sits 1.2e-5 from it (bench/gpu/numpy-check.ts).
-//   bun bench/gpu/coopmat-check.ts MODEL.gguf...
+// attention_coop is also compared alone, against attention_tiled under the same products.
+//   bun bench/gpu/coopmat-check.ts [--tokens N] [--ctx N] [--cache-type-k T] [--cache-type-v T] [--page-size N] MODEL.gguf...
 import { parseArgs } from "node:util";
 import { Engine } from "../../src/engine/engine";
 import { Model } from "../../src/engine/model";
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
-  options: { child: { type: "boolean", default: false }, cpu: { type: "boolean", default: false }, tokens: { type: "string", default: "100" }, gen: { type: "string", default: "24" } },
+  options: {
+    child: { type: "boolean", default: false }, cpu: { type: "boolean", default: false }, tokens: { type: "string", default: "100" }, gen: { type: "string", default: "24" },
+    // the KV cache every mode runs with (attention_coop reads each type; page sizes that are not
+    // multiples of 8 take its general loads)
+    "cache-type-k": { type: "string" }, "cache-type-v": { type: "string" }, "page-size": { type: "string" }, ctx: { type: "string", default: "512" },
+  },
+});
+const CACHE = ["--cache-type-k", "--cache-type-v", "--page-size"].flatMap((o) => {
+  const v = values[o.slice(2) as "cache-type-k"];
+  return v ? [o, v] : [];
 });
 const PROMPT = Number(values.tokens), GEN = Number(values.gen), TOP = 1000;
 
@@ -25,7 +35,11 @@ type Run = { device: string; prompt: number[]; tokens: number[]; top: [number, n
 
 async function child(file: string): Promise<Run> {
   const m = Model.open(file);
-  const e = Engine.create(m, { backend: values.cpu ? "cpu" : "vulkan", ctxSize: 512 });
+  const e = Engine.create(m, {
+    backend: values.cpu ? "cpu" : "vulkan", ctxSize: Number(values.ctx),
+    cacheTypeK: values["cache-type-k"] as "f16" | undefined, cacheTypeV: values["cache-type-v"] as "f16" | undefined,
+    pageSize: values["page-size"] ? Number(values["page-size"]) : undefined,
+  });
   try {
     // a fixed pseudo-random prompt (ids 100 .. 30099: inside every vocabulary here)
     let s = 12345;
@@ -51,15 +65,17 @@ if (values.child) {
   process.exit(0);
 }
 
-function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "cm2" | "cpu"): Run {
+function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "tiledattn" | "cm2" | "cpu"): Run {
   const env = { ...process.env } as Record<string, string>;
   delete env.VELO_GPU_NO_COOPMAT;
   delete env.VELO_GPU_NO_DOT;
   delete env.VELO_GPU_CM2;
+  delete env.VELO_GPU_NO_COOP_ATTN;
+  if (mode === "tiledattn") env.VELO_GPU_NO_COOP_ATTN = "1";
   if (mode === "cm2") env.VELO_GPU_CM2 = "on";
   if (mode === "exact") Object.assign(env, { VELO_GPU_NO_COOPMAT: "1", VELO_GPU_NO_DOT: "1" });
   if (mode === "portable") env.VELO_GPU_NO_COOPMAT = "1";
-  const args = ["--child", "--tokens", String(PROMPT), "--gen", String(GEN), ...(mode === "cpu" ? ["--cpu"] : []), file];
+  const args = ["--child", "--tokens", String(PROMPT), "--gen", String(GEN), "--ctx", values.ctx!, ...CACHE, ...(mode === "cpu" ? ["--cpu"] : []), file];
   const r = Bun.spawnSync([process.execPath, process.argv[1]!, ...args], { env, stderr: "inherit" });
   if (r.exitCode !== 0) throw new Error(`child failed (${r.exitCode})`);
   const lines = r.stdout.toString().trim().split("\n");
@@ -88,25 +104,29 @@ function compare(ref: Run, run: Run) {
 let failures = 0;
 for (const file of positionals) {
   const exact = spawn(file, "exact"), cpu = spawn(file, "cpu"), portable = spawn(file, "portable");
-  const coop = spawn(file, "coopmat"), cm2 = spawn(file, "cm2");
+  const coop = spawn(file, "coopmat"), cm2 = spawn(file, "cm2"), tiledAttn = spawn(file, "tiledattn");
   const c = compare(exact, coop), p = compare(exact, portable), cp = compare(portable, coop), cc = compare(exact, cpu);
   // the opt-in matmul_cm2_T (VELO_GPU_CM2=on) where the device has VK_NV_cooperative_matrix2;
   // elsewhere it is the coopmat path again
   const k = compare(exact, cm2), ck = compare(cm2, coop);
+  // attention_coop alone: the same tensor-core products with attention_tiled instead
+  // (VELO_GPU_NO_COOP_ATTN), so the two differ only in attention's float16 rounding
+  const a = compare(tiledAttn, coop);
   // the prefill's logits close and its greedy token the same; later tokens may part on
   // rounding in models this sensitive (see the top of this file), so they are only shown
   const good = (r: ReturnType<typeof compare>) => r.agree > 0 && r.rel < 0.02 && r.shared >= TOP * 0.9;
-  const ok = good(c) && good(k) && !cp.bitwise;
+  const ok = good(c) && good(k) && !cp.bitwise && a.agree > 0 && a.rel < 5e-3 && !a.bitwise;
   if (!ok) failures++;
   const show = (r: ReturnType<typeof compare>) =>
     `max |Δlogit| ${r.maxDiff.toExponential(3)} (relative ${r.rel.toExponential(3)}; ${r.shared} ids in both top lists), greedy ${r.same ? "identical" : `DIFFERS after ${r.agree}`}`;
   console.log(
     `${file.split("/").pop()} on ${coop.device}, against the GPU's float32 path (top-${TOP} range ${c.range.toFixed(3)}, ${exact.tokens.length} tokens):\n` +
       `  coopmat:  ${show(c)}${cp.bitwise ? "; BITWISE EQUAL to portable: coopmat path not taken?" : ""}\n` +
+      `  attention_coop against attention_tiled (both with tensor-core products): ${show(a)}${a.bitwise ? "; BITWISE EQUAL: attention_coop not taken?" : ""}\n` +
       `  cm2:      ${show(k)}${ck.bitwise ? " (bitwise equal to coopmat: no VK_NV_cooperative_matrix2 here)" : ""}\n` +
       `  portable: ${show(p)}\n` +
       `  cpu:      ${show(cc)}\n` +
-      `  prefill ${portable.promptMs.toFixed(1)} ms portable, ${coop.promptMs.toFixed(1)} ms coopmat, ${cm2.promptMs.toFixed(1)} ms cm2 (first request of a process): ${ok ? "OK" : "FAIL"}`,
+      `  prefill ${portable.promptMs.toFixed(1)} ms portable, ${coop.promptMs.toFixed(1)} ms coopmat, ${tiledAttn.promptMs.toFixed(1)} ms coopmat with attention_tiled, ${cm2.promptMs.toFixed(1)} ms cm2 (first request of a process): ${ok ? "OK" : "FAIL"}`,
   );
 }
 process.exit(failures ? 1 : 0);

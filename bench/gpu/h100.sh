@@ -3,7 +3,7 @@
 # lends: no Swift, Bun or Vulkan loader there). Everything it needs travels in .carry/ and .gl/
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
-#   bench/gpu/h100.sh golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... |
+#   bench/gpu/h100.sh golden | path MODEL | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... |
 #                     grammar MODELS... | depth MODEL DEPTHS... | depthprof MODEL DEPTH pp|tg | splits tg|pp MODEL DEPTH N... | tune MODEL SHAPES... |
 #                     variants MODEL SWITCHES... | batchvariants MODEL B SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
@@ -33,6 +33,8 @@ model() { # [arch.]shape-type, e.g. 8b-q4_0, qwen2.7b-q4_0
 }
 what=$1; shift
 case "$what" in
+  path)  # the model's file, written first if it is not there (for commands of your own)
+    model "$1" ;;
   golden)
     [ -f "$C/shared/models/golden/greedy_golden.json" ] || { echo "golden: the golden models are not packed (bench/gpu/pack.sh without --lean)" >&2; exit 2; }
     /tmp/bun "$C/golden.js" --backend vulkan ;;
@@ -142,9 +144,10 @@ items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) el
       esac
     done ;;
   coopmat)  # tensor-core prefill (matmul_coop, attention_coop) and the portable kernels against the
-            # GPU's float32 path (bench/gpu/coopmat-check.ts; COOPMAT_TOKENS: prompt length, 100)
+            # GPU's float32 path (bench/gpu/coopmat-check.ts; COOPMAT_TOKENS: prompt length, 100;
+            # COOPMAT_ARGS: more of its options, e.g. "--cache-type-k q8_0 --page-size 12 --ctx 2048")
     fs=(); for m in "$@"; do fs+=("$(model "$m")"); done
-    /tmp/bun "$C/coopmat-check.js" ${COOPMAT_TOKENS:+--tokens $COOPMAT_TOKENS} "${fs[@]}" ;;
+    /tmp/bun "$C/coopmat-check.js" ${COOPMAT_TOKENS:+--tokens $COOPMAT_TOKENS} ${COOPMAT_ARGS:-} "${fs[@]}" ;;
   spec)  # speculative decoding on the GPU: an 8B target with prompt lookup and with a 3B draft
          # (same llama3 vocabulary), and the stories260K pair; verify cost of k+1 tokens vs 1
     S=$C/shared/models
