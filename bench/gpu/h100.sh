@@ -4,7 +4,7 @@
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | path MODEL | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... |
-#                     grammar MODELS... | depth MODEL DEPTHS... | depthprof MODEL DEPTH pp|tg | splits tg|pp MODEL DEPTH N... | tune MODEL SHAPES... |
+#                     grammar MODELS... | depth MODEL DEPTHS... | depthab MODEL DEPTHS SWITCHES... | depthprof MODEL DEPTH pp|tg | splits tg|pp MODEL DEPTH N... | tune MODEL SHAPES... |
 #                     variants MODEL SWITCHES... | batchvariants MODEL B SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
 # for Llama (8b-q4_0), ARCH.SHAPE-TYPE for the others (qwen2.7b-q4_0, gemma2.9b-q4_0,
@@ -111,6 +111,17 @@ items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) el
       { cat /tmp/bv.json; echo; } >> "$OUT/batchvariants.jsonl"
       python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('$v',[(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']])" /tmp/bv.json
     done ;;
+  depthab)  # pp512 at each depth under each set of switches ('+' separates assignments, '-' is
+            # none; VELO_LIB=FILE picks another build), with the attention kernels' share of the
+            # per-kernel profile and compiler statistics: h100.sh depthab MODEL "4096 16384" - VELO_LIB=/tmp/old.so
+    f=$(model "$1"); ds=$2; shift 2
+    for v in "$@"; do for d in $ds; do
+      e=(); [ "$v" = - ] || IFS=+ read -ra e <<< "$v"
+      env "${e[@]}" /tmp/bun "$VELO_JS" bench "$f" --backend vulkan -p 512 -n 0 -d "$d" -r 2 -c $((d + 1024)) --json 2>/dev/null \
+        | python3 -c "import json,sys,statistics as st;j=json.load(sys.stdin);print('$v',[(r['test'],round(st.median(r['samples_tps']),1)) for r in j['results']])"
+      env "${e[@]}" VELO_GPU_PIPELINE_STATS=1 /tmp/bun "$VELO_JS" bench "$f" --backend vulkan -p 512 -n 0 -d "$d" -r 1 -c $((d + 1024)) --profile 2>&1 \
+        | grep -E "pipeline attention_coop|│ attention" | sort -u | cut -c1-160
+    done; done ;;
   depthprof)  # where the time goes at depth: h100.sh depthprof MODEL DEPTH pp|tg (pp512 or tg32 after DEPTH tokens, per-kernel profile)
     f=$(model "$1"); d=$2
     case $3 in pp) run=(-p 512 -n 0) ;; *) run=(-p 0 -n 32) ;; esac
@@ -181,5 +192,5 @@ items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) el
         python3 -c "import json,sys,statistics as st;print('llama.cpp $t', [(r['n_gen'],r.get('n_depth'),round(st.median(r['samples_ts']),1)) for r in json.load(open(sys.argv[1]))])" "$OUT/kv-llamacpp-$t.json"
       done
     fi ;;
-  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | grammar MODELS... | depth MODEL DEPTHS... | depthprof MODEL DEPTH pp|tg | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL" >&2; exit 2 ;;
+  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | grammar MODELS... | depth MODEL DEPTHS... | depthab MODEL DEPTHS SWITCHES... | depthprof MODEL DEPTH pp|tg | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL" >&2; exit 2 ;;
 esac
