@@ -388,6 +388,74 @@ static void attention_f16_avx512(const float *q, int64_t heads, int64_t hd, cons
     }
 }
 
+/* f16 K and V, page_size == 16, hd % 16 == 0, hd <= 256, a GQA group of at least 3 heads:
+ * the group's heads 8 at a time (padded with zero queries), so that each K row (16 keys of one
+ * dimension) and each V row is converted once for all of them and every head has its own
+ * accumulator chain (attention_f16_avx512 runs one dependent chain a head and converts K and V
+ * again for each head). */
+__attribute__((target("avx512f,avx512dq,f16c")))
+static void attention_f16_avx512_group(const float *q, int64_t heads, int64_t hd, const uint16_t *const *kp, const uint16_t *const *vp,
+                                       int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap, int64_t start,
+                                       float *out, float *scores) {
+    static const float zeros[16];
+    const int64_t first = start / 16 * 16;
+    float qpad[8 * 256];
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int64_t g0 = 0; g0 < heads; g0 += 8) {
+        const int64_t gn = heads - g0 < 8 ? heads - g0 : 8;
+        memset(qpad, 0, sizeof(float) * (size_t)(8 * hd));
+        memcpy(qpad, q + g0 * hd, sizeof(float) * (size_t)(gn * hd));
+        for (int64_t j0 = first; j0 < n; j0 += 16) {
+            const uint16_t *kt = kp[j0 / 16] + head_offset * 16;
+            const __mmask16 valid = n - j0 >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j0)) - 1);
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+            for (int64_t d = 0; d < hd; d++) {
+                const __m512 k = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + d * 16)));
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(qpad[d]), k, a0);
+                a1 = _mm512_fmadd_ps(_mm512_set1_ps(qpad[hd + d]), k, a1);
+                a2 = _mm512_fmadd_ps(_mm512_set1_ps(qpad[2 * hd + d]), k, a2);
+                a3 = _mm512_fmadd_ps(_mm512_set1_ps(qpad[3 * hd + d]), k, a3);
+                a4 = _mm512_fmadd_ps(_mm512_set1_ps(qpad[4 * hd + d]), k, a4);
+                a5 = _mm512_fmadd_ps(_mm512_set1_ps(qpad[5 * hd + d]), k, a5);
+                a6 = _mm512_fmadd_ps(_mm512_set1_ps(qpad[6 * hd + d]), k, a6);
+                a7 = _mm512_fmadd_ps(_mm512_set1_ps(qpad[7 * hd + d]), k, a7);
+            }
+            const __m512 a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+            for (int64_t g = 0; g < gn; g++) _mm512_mask_storeu_ps(scores + (g0 + g) * n + j0, valid, _mm512_mul_ps(a[g], sc));
+        }
+    }
+    softmax_rows(scores, heads, n, softcap, start);
+    for (int64_t g0 = 0; g0 < heads; g0 += 8) {
+        const int64_t gn = heads - g0 < 8 ? heads - g0 : 8;
+        for (int64_t d0 = 0; d0 < hd; d0 += 32) {
+            const int wide = hd - d0 >= 32;
+            __m512 o00 = _mm512_setzero_ps(), o01 = o00, o10 = o00, o11 = o00, o20 = o00, o21 = o00, o30 = o00, o31 = o00;
+            __m512 o40 = o00, o41 = o00, o50 = o00, o51 = o00, o60 = o00, o61 = o00, o70 = o00, o71 = o00;
+            for (int64_t j0 = first; j0 < n; j0 += 16) {
+                const uint16_t *base = vp[j0 / 16] + head_offset + d0;
+                const int64_t m = n - j0 < 16 ? n - j0 : 16;
+                const float *p[8];  /* this tile's probabilities of each head; zeros past the group */
+                for (int64_t g = 0; g < 8; g++) p[g] = g < gn ? scores + (g0 + g) * n + j0 : zeros;
+                for (int64_t t = 0; t < m; t++) {
+                    const uint16_t *v = base + t * stride;
+                    const __m512 v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)v));
+                    const __m512 v1 = wide ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + 16))) : _mm512_setzero_ps();
+#define PV(g, x0, x1) { const __m512 pb = _mm512_set1_ps(p[g][t]); x0 = _mm512_fmadd_ps(pb, v0, x0); x1 = _mm512_fmadd_ps(pb, v1, x1); }
+                    PV(0, o00, o01) PV(1, o10, o11) PV(2, o20, o21) PV(3, o30, o31)
+                    PV(4, o40, o41) PV(5, o50, o51) PV(6, o60, o61) PV(7, o70, o71)
+#undef PV
+                }
+            }
+            const __m512 lo[8] = {o00, o10, o20, o30, o40, o50, o60, o70}, hi[8] = {o01, o11, o21, o31, o41, o51, o61, o71};
+            for (int64_t g = 0; g < gn; g++) {
+                float *o = out + (g0 + g) * hd + d0;
+                _mm512_storeu_ps(o, lo[g]);
+                if (wide) _mm512_storeu_ps(o + 16, hi[g]);
+            }
+        }
+    }
+}
+
 /* f16 K and V, page_size % 8 == 0, hd % 8 == 0: attention_avx2 with each load converted */
 __attribute__((target("avx2,fma,f16c")))
 static void attention_f16_avx2(const float *q, int64_t heads, int64_t hd, const uint16_t *const *kp, const uint16_t *const *vp,
@@ -433,6 +501,11 @@ void ck_attention_kv(const float *q, int64_t heads, int64_t hd, int ktype, const
 #if CK_X86
     if (ktype == CK_TYPE_F16 && vtype == CK_TYPE_F16) {
         const ck_table *t = ck_active();
+        if (t->f32.dot == ck_f32_avx512.dot && hd % 16 == 0 && page_size == 16 && heads >= 3 && hd <= 256) {
+            attention_f16_avx512_group(q, heads, hd, (const uint16_t *const *)kpages, (const uint16_t *const *)vpages, kv_dim, head_offset,
+                                       n, scale, softcap, start, out, scores);
+            return;
+        }
         if (t->f32.dot == ck_f32_avx512.dot && hd % 16 == 0 && page_size == 16) {
             attention_f16_avx512(q, heads, hd, (const uint16_t *const *)kpages, (const uint16_t *const *)vpages, kv_dim, head_offset, n,
                                  scale, softcap, start, out, scores);

@@ -79,6 +79,9 @@ final class KVCacheTypeTests: XCTestCase {
     func testCPUAttentionAllTypes() {
         let shapes: [(ps: Int, hd: Int, kvHeads: Int, group: Int, n: Int, softcap: Float, start: Int)] = [
             (16, 8, 4, 2, 37, 0, 0), (16, 64, 2, 4, 300, 0, 0), (16, 128, 1, 4, 70, 30, 20), (5, 40, 2, 3, 23, 0, 7), (8, 16, 2, 1, 50, 0, 0),
+            // GQA groups of 7 (Qwen2.5-7B), past 8 (two passes of the grouped AVX-512 kernel) and
+            // head sizes that end in half a 32-wide V block
+            (16, 128, 2, 7, 45, 0, 0), (16, 32, 1, 9, 33, 0, 5), (16, 48, 2, 5, 40, 0, 0),
         ]
         for (tk, tv) in Self.pairs {
             for sh in shapes {
