@@ -77,7 +77,7 @@ const float NEG = -1.0e30;     // "minus infinity" that stays finite in exp(a - 
 // The tile's K then V, as float16 (f16vec4 units); first Q's 64 rows (stride VS) while its
 // fragments are loaded.
 shared f16vec4 KV[(VBASE + BC * VS) / 4u];
-shared vec4 Ss[4u * 16u * SS / 4u];      // per subgroup [row][key] scores; first the row/column maps
+shared vec4 Ss[4u * 16u * SS / 4u];      // per subgroup [row][key] scores; first the row map, at the end the column map
 shared f16vec4 Ps[4u * 16u * PS / 4u];   // per subgroup [row][key] probabilities
 shared float alphaS[R];                  // per row: rescale of O for this tile, at the end 1 / sum
 
@@ -114,7 +114,7 @@ void load_tile(uint j0) {
     }
 #endif
     // any type: K a key per invocation, 4 dimensions a load (unit i: dims c, c+1, c+2, c+3 and
-    // c + 16 ...); V a key per 32 invocations, 4 dimensions each
+    // c + 16 ...); V a key per 16 invocations, 8 dimensions each
     const uint k = tid % BC, j = j0 + k;
     const bool have = j < kend;
     const uint kb = have ? k_key(uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff, j % ps0) : 0u;

@@ -13,7 +13,7 @@
 // attention_coop is also compared alone, against attention_tiled under the same products.
 //   bun bench/gpu/coopmat-check.ts [--tokens N] [--ctx N] [--cache-type-k T] [--cache-type-v T] [--page-size N] MODEL.gguf...
 import { parseArgs } from "node:util";
-import { Engine } from "../../src/engine/engine";
+import { Engine, type KVCacheType } from "../../src/engine/engine";
 import { Model } from "../../src/engine/model";
 
 const { values, positionals } = parseArgs({
@@ -37,7 +37,7 @@ async function child(file: string): Promise<Run> {
   const m = Model.open(file);
   const e = Engine.create(m, {
     backend: values.cpu ? "cpu" : "vulkan", ctxSize: Number(values.ctx),
-    cacheTypeK: values["cache-type-k"] as "f16" | undefined, cacheTypeV: values["cache-type-v"] as "f16" | undefined,
+    cacheTypeK: values["cache-type-k"] as KVCacheType | undefined, cacheTypeV: values["cache-type-v"] as KVCacheType | undefined,
     pageSize: values["page-size"] ? Number(values["page-size"]) : undefined,
   });
   try {
