@@ -100,17 +100,20 @@ KV_TYPES := f32 f16 q8_0 q4_0
 KV_KERNELS := kv_store rope_store attention attention_tiled attention_coop
 KV_PAIRS := $(filter-out f32_f32,$(foreach k,$(KV_TYPES),$(addprefix $(k)_,$(KV_TYPES))))
 KV_VARIANTS := $(foreach k,$(KV_KERNELS),$(addprefix $(k)_,$(KV_PAIRS)))
+# decode attention that also writes a single split's output as 8-bit blocks (-DQ8), for every
+# pair of cache types: attention_q8, attention_q8_<k>_<v>
+ATTN_Q8 := attention_q8 $(addprefix attention_q8_,$(KV_PAIRS))
 # tensor-core products through VK_NV_cooperative_matrix2 (SPIR-V 1.6, so vulkan1.3), for the
 # weight types it decodes
 CM2_TYPES := q4_0 q8_0
 CM2_VARIANTS := $(addprefix matmul_cm2_,$(CM2_TYPES))
 SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(DOT_VARIANTS) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) \
-  attention_coop $(KV_VARIANTS) $(ID_VARIANTS) $(CM2_VARIANTS)
+  attention_coop $(KV_VARIANTS) $(ATTN_Q8) $(ID_VARIANTS) $(CM2_VARIANTS)
 # Kernels Metal never runs, left out of the MSL and the metallib: cooperative matrices (no MSL
 # translation) and the 8-bit-activation decode path (GPUKernels.integerDot is Vulkan-only;
 # add_rms_norm_q8 is one of them).
 VULKAN_ONLY := add_rms_norm_q8 $(addprefix matmul_coop_,$(WTYPES)) $(CM2_VARIANTS) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(DOT_VARIANTS) \
-  $(addsuffix _q8,$(Q8_KERNELS)) quantize_q8
+  $(addsuffix _q8,$(Q8_KERNELS)) quantize_q8 $(ATTN_Q8)
 # Specialization constants that size shared arrays (matvec's NCOLS and ROWS, matmul's BM and BN)
 # are preprocessor macros in spirv-cross's MSL, not Metal function constants, so Metal gets one
 # function per shape the host uses, named <kernel>_s<constant 1>x<constant 2>
@@ -164,6 +167,8 @@ kv_flags = -DKT_$(call upper,$(firstword $(subst _, ,$(subst q8_0,q8x0,$(subst q
   -DVT_$(call upper,$(lastword $(subst _, ,$(subst q8_0,q8x0,$(subst q4_0,q4x0,$(1))))))
 $(foreach k,$(KV_KERNELS),$(foreach pr,$(KV_PAIRS),\
   $(eval $(call shader_rules,$(k)_$(pr),shaders/$(k).comp,$(subst X,_,$(call kv_flags,$(pr)))))))
+$(eval $(call shader_rules,attention_q8,shaders/attention.comp,-DQ8))
+$(foreach pr,$(KV_PAIRS),$(eval $(call shader_rules,attention_q8_$(pr),shaders/attention.comp,-DQ8 $(subst X,_,$(call kv_flags,$(pr))))))
 # $(1) name, $(2) source, $(3) glslc flags, $(4) constants 1, 2, ... baked into the MSL
 define msl_shape_rule
 $(METAL_DIR)/$(1).metal: $(2) shaders/build.sh

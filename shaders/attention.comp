@@ -25,6 +25,10 @@
 // heads of a KV group share every K/V load; a pass takes min(8, 2048/headDim) of them.
 // Needs: a workgroup of 128 (constant 0), subgroups of at least 4 (consecutive invocations), headDim a multiple of 4, at
 // most 512. K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
+// Built with -DQ8 (attention_q8*), a single split also writes out as quantize_q8's 8-bit blocks
+// (XQ, XD, bindings 7 and 8; rows of heads*headDim values; headDim a multiple of 32) for the
+// O product's matvec_dot, so a short context's decode needs neither attention_combine_q8 nor
+// quantize_q8 after it.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -39,7 +43,17 @@ layout(std430, binding = 3) readonly buffer PosBuf { int tokpos[]; };
 layout(std430, binding = 4) readonly buffer PtBuf { int tokpt[]; };
 layout(std430, binding = 5) readonly buffer PageBuf { int pagetab[]; };
 layout(std430, binding = 6) writeonly buffer PartBuf { float part[]; };
-layout(std140, binding = 7) uniform Params {
+#ifdef Q8
+layout(std430, binding = 7) writeonly buffer Q8QBuf { uint XQ[]; };
+layout(std430, binding = 8) writeonly buffer Q8DBuf { vec2 XD[]; };
+shared float q8src[2048];  // a pass's outputs (QMAX floats), for q8_store
+#define Q8_STORE 128
+#include "q8.glsl"
+#define PARAMS_BINDING 9
+#else
+#define PARAMS_BINDING 7
+#endif
+layout(std140, binding = PARAMS_BINDING) uniform Params {
     uint n, heads, kvHeads, headDim, kvDim, pageSize, pageStride, layerOff;
     float scale;
     uint chunk, splits, qStride;
@@ -206,6 +220,9 @@ void main() {
                 const uint ob = (t * p.heads + h) * hd + 4u * cc;
                 const vec4 r = acc / l;
                 outv[ob] = r.x; outv[ob + 1u] = r.y; outv[ob + 2u] = r.z; outv[ob + 3u] = r.w;
+#ifdef Q8
+                [[unroll]] for (uint i = 0u; i < 4u; i++) q8src[g * hd + 4u * cc + i] = r[i];
+#endif
             } else {
                 const uint rb = ((t * p.heads + h) * p.splits + split) * (hd + 2u);
                 part[rb + 4u * cc] = acc.x; part[rb + 4u * cc + 1u] = acc.y;
@@ -213,6 +230,11 @@ void main() {
                 if (cc == 0u) { part[rb + hd] = mS[g]; part[rb + hd + 1u] = l; }
             }
         }
+#ifdef Q8
+        // the pass's heads are consecutive in the row: GC*hd values from head kvh*G + g0, whole blocks
+        barrier();
+        if (p.splits == 1u) q8_store(GC * hd, (t * p.heads + kvh * G + g0) * hd / 32u);
+#endif
         barrier(); // Qs, red and Os are reused by the next pass
     }
 }

@@ -5,7 +5,7 @@
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | path MODEL | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... |
 #                     grammar MODELS... | depth MODEL DEPTHS... | depthab MODEL DEPTHS SWITCHES... | depthprof MODEL DEPTH pp|tg | splits tg|pp MODEL DEPTH N... | tune MODEL SHAPES... |
-#                     variants MODEL SWITCHES... | batchvariants MODEL B SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL
+#                     tgvariants MODELS ROUNDS SWITCHES... | variants MODEL SWITCHES... | batchvariants MODEL B SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
 # for Llama (8b-q4_0), ARCH.SHAPE-TYPE for the others (qwen2.7b-q4_0, gemma2.9b-q4_0,
 # phi3.mini-q4_0; src/gguf/synth.ts lists the shapes). VELO_LIB and VELO_JS choose another build
@@ -111,6 +111,30 @@ items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) el
       { cat /tmp/bv.json; echo; } >> "$OUT/batchvariants.jsonl"
       python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('$v',[(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']])" /tmp/bv.json
     done ;;
+  tgvariants)  # tg128 of each model (MODELS: comma-separated) under each set of switches ('+'
+               # separates assignments, '-' is none; VELO_LIB=FILE picks another build), ROUNDS
+               # rounds alternating them (medians of 5 each), then one profiled run of each: the
+               # decode kernels' µs a dispatch and the matvec kernels' compiler statistics
+               # (TGDEPTH=D: after D tokens of context, velo bench -d)
+               #   h100.sh tgvariants 8b-q4_0,1b-q4_0 2 - VELO_GPU_ATTN_SPLITS=8
+    ms=${1//,/ }; rounds=$2; shift 2
+    dep=(); [ -n "${TGDEPTH:-}" ] && dep=(-d "$TGDEPTH" -c $((TGDEPTH + 1024)))
+    for r in $(seq "$rounds"); do for m in $ms; do f=$(model "$m"); for v in "$@"; do
+      e=(); [ "$v" = - ] || IFS=+ read -ra e <<< "$v"
+      env "${e[@]}" /tmp/bun "$VELO_JS" bench "$f" --backend vulkan -p 0 -n 128 "${dep[@]}" -r 5 --json 2>/dev/null | tr -d '\n' > /tmp/tgv.json
+      { cat /tmp/tgv.json; echo; } >> "$OUT/tgvariants.jsonl"
+      python3 -c "import json,sys,statistics as st;j=json.load(open(sys.argv[1]));print('round $r $m ${TGDEPTH:+d$TGDEPTH }$v',[(x['test'],round(st.median(x['samples_tps']),1)) for x in j['results']])" /tmp/tgv.json
+    done; done; done
+    for m in $ms; do f=$(model "$m"); for v in "${@:1:${TGPROF:-$#}}"; do  # TGPROF: profile the first N only
+      e=(); [ "$v" = - ] || IFS=+ read -ra e <<< "$v"
+      env "${e[@]}" VELO_GPU_PIPELINE_STATS=1 /tmp/bun "$VELO_JS" bench "$f" --backend vulkan -p 0 -n 128 "${dep[@]}" -r 1 --profile --json 2> /tmp/tgstats.txt | tr -d '\n' > /tmp/tgp.json
+      echo "== profile $m $v"
+      python3 -c "
+import json,sys;j=json.load(open(sys.argv[1]));k=j.get('kernel_ms') or {};t=sum(v['ms'] for v in k.values())
+print('  decode kernels %.1f ms over %s' % (t, [(x['test'],round(x['avg_tps'],1)) for x in j['results']]))
+for n,v in sorted(k.items(),key=lambda kv:-kv[1]['ms'])[:16]: print('  %-44s %8.2f us x %5d = %7.1f ms' % (n, 1000*v['ms']/v['count'], v['count'], v['ms']))" /tmp/tgp.json
+      grep -E "pipeline matvec_dot" /tmp/tgstats.txt | sort -u | cut -c1-300 || true
+    done; done ;;
   depthab)  # pp512 at each depth under each set of switches ('+' separates assignments, '-' is
             # none; VELO_LIB=FILE picks another build), with the attention kernels' share of the
             # per-kernel profile and compiler statistics: h100.sh depthab MODEL "4096 16384" - VELO_LIB=/tmp/old.so

@@ -957,6 +957,20 @@ final class GPUKernelTests: XCTestCase {
                         XCTAssertEqual(try readBytes(xq, sizes.values), want8.values, "attention_combine_q8 values hd=\(hd)")
                         XCTAssertEqual(try readBytes(xd, sizes.scales), want8.scales, "attention_combine_q8 scales hd=\(hd)")
                     }
+                } else if hd % 32 == 0, GPUKernels.integerDot(try device()) {
+                    // one split that also writes 8-bit blocks itself (attention_q8): the same
+                    // floats, and the blocks quantize_q8 makes of them
+                    let out8 = try upload([Float](repeating: .nan, count: n * heads * hd))
+                    let sizes = GPUKernels.q8Bytes(k: heads * hd, m: n)
+                    let xq = try upload([UInt8](repeating: 0xAB, count: sizes.values)), xd = try upload([UInt8](repeating: 0xAB, count: sizes.scales))
+                    try run(GPUKernels.attentionQ8, [qB, kv, out8, posB, ptB, tabB, part, xq, xd],
+                            [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
+                             scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)] + mask,
+                            (n, kvHeads, splits))
+                    XCTAssertEqual(try read(out8, n * heads * hd), try read(out, n * heads * hd), "attention_q8 floats \(what)")
+                    let want8 = try quantizeQ8(out8, k: heads * hd, m: n)
+                    XCTAssertEqual(try readBytes(xq, sizes.values), want8.values, "attention_q8 values \(what)")
+                    XCTAssertEqual(try readBytes(xd, sizes.scales), want8.scales, "attention_q8 scales \(what)")
                 }
                 assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
                             "attention \(what) chunk=\(chunk) splits=\(splits)")

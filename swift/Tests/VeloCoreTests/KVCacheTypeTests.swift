@@ -382,6 +382,18 @@ final class KVCacheTypeTests: XCTestCase {
                                 [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], (n, heads, 1))
                     }
                     check(try read(out, n * heads * hd, as: Float.self), "attention splits \(splits)")
+                    if splits == 1 && hd % 32 == 0 && GPUKernels.integerDot(dev) {
+                        // the build that also writes 8-bit blocks (decode over short contexts): the same floats
+                        let out8 = try upload([Float](repeating: .nan, count: n * heads * hd))
+                        let sizes = GPUKernels.q8Bytes(k: heads * hd, m: n)
+                        let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
+                        try run(GPUKernels.kvVariant(GPUKernels.attentionQ8, k: tk, v: tv), [qB, kvB, out8, posB, ptB, tabB, part, xq, xd].map { GPUBinding($0) },
+                                [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(ps), UInt32(pages.pageStrideWords),
+                                 UInt32(pages.layerOffBytes / 4), scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(heads * hd)] + mask,
+                                (n, kvHeads, splits))
+                        XCTAssertEqual(try read(out8, n * heads * hd, as: Float.self), try read(out, n * heads * hd, as: Float.self), "attention_q8 \(what)")
+                        XCTAssertNotEqual(try read(xd, sizes.scales / 4, as: Float.self), [Float](repeating: 0, count: sizes.scales / 4), "attention_q8 \(what) wrote its blocks")
+                    }
                 }
                 let blocks = GPUKernels.attentionQueryBlocks(sequence: seqOf, group: g)
                 var tiled = [(GPUKernels.attentionTiled, blocks)]

@@ -98,7 +98,7 @@ final class GPUForward: ForwardOps {
     private let kvLayout: KVLayout
     private let kvPlaces: [GPUKVPages.Place]
     /// The K/V page kernels for the cache's types.
-    private let kvStoreKernel, ropeStoreKernel, attentionKernel, attentionTiledKernel, attentionCoopKernel: GPUKernels.Kernel
+    private let kvStoreKernel, ropeStoreKernel, attentionKernel, attentionQ8Kernel, attentionTiledKernel, attentionCoopKernel: GPUKernels.Kernel
 
     init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
          maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
@@ -121,6 +121,7 @@ final class GPUForward: ForwardOps {
         kvStoreKernel = GPUKernels.kvVariant(GPUKernels.kvStore, k: tk, v: tv)
         ropeStoreKernel = GPUKernels.kvVariant(GPUKernels.ropeStore, k: tk, v: tv)
         attentionKernel = GPUKernels.kvVariant(GPUKernels.attention, k: tk, v: tv)
+        attentionQ8Kernel = GPUKernels.kvVariant(GPUKernels.attentionQ8, k: tk, v: tv)
         attentionTiledKernel = GPUKernels.kvVariant(GPUKernels.attentionTiled, k: tk, v: tv)
         attentionCoopKernel = GPUKernels.kvVariant(GPUKernels.attentionCoop, k: tk, v: tv)
         attnScratch = try device.makeBuffer(
@@ -255,7 +256,7 @@ final class GPUForward: ForwardOps {
         if let b = Self.q8Bytes(device: device, model: model) {
             q8 = (try device.makeBuffer(bytes: b.values, memory: .device, label: "8-bit activations"),
                   try device.makeBuffer(bytes: b.scales, memory: .device, label: "8-bit activation scales"))
-            for k in [GPUKernels.quantizeQ8, GPUKernels.addRMSNormQ8, GPUKernels.attentionCombineQ8] { _ = try pipeline(k) }
+            for k in [GPUKernels.quantizeQ8, GPUKernels.addRMSNormQ8, GPUKernels.attentionCombineQ8, attentionQ8Kernel] { _ = try pipeline(k) }
             for w in Self.distinctShapes(model.matrices) where GPUKernels.dotTypes.contains(w.type) {
                 for m in [1, 2, 4, 8, 16] {
                     for glu in [false, true] { _ = try pipeline(GPUKernels.matvecDot(w.type, rows: m, n: w.rows, glu: glu)) }
@@ -565,14 +566,21 @@ final class GPUForward: ForwardOps {
             }
             return
         }
-        dispatch(attentionKernel, [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)],
+        // the output as 8-bit blocks too, for the O product's matvec_dot: by a single split
+        // itself, else by the combine
+        let q8Out = q8 != nil && n <= GPUKernels.matvecMaxRows && c.headDim % 32 == 0
+            && c.headDim <= GPUKernels.attentionCombineQ8MaxHeadDim && c.qDim <= q8Width
+        var buffers = [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)]
+        if splits == 1, q8Out, let q8 { buffers += [GPUBinding(q8.values), GPUBinding(q8.scales)] }
+        dispatch(buffers.count > 7 ? attentionQ8Kernel : attentionKernel, buffers,
                  [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
                  [a.scale.bitPattern,
                   UInt32(chunk), UInt32(splits), UInt32(stride(.q))] + mask,
                  (n, c.kvHeads, splits), .attention)
+        if buffers.count > 7 { q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
         guard splits > 1 else { return }
         let params = [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)]
-        if let q8, n <= GPUKernels.matvecMaxRows, c.headDim % 32 == 0, c.headDim <= GPUKernels.attentionCombineQ8MaxHeadDim, c.qDim <= q8Width {
+        if let q8, q8Out {
             // the output also as 8-bit blocks, for the O product's matvec_dot
             dispatch(GPUKernels.attentionCombineQ8, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(q8.values), GPUBinding(q8.scales)],
                      params, (n, c.heads, 1), .attention)

@@ -762,9 +762,24 @@ final class VulkanDevice: GPUDevice {
         try check(r, "vkQueueSubmit")
     }
 
+    /// How long a wait polls the step's timeline semaphore before it sleeps in the driver. A
+    /// decode step ends within it, and the driver's wake-up is a few % of one: 8B / 1.1B Q4_0
+    /// tg128 on an H200, 280.6 / 571.7 t/s sleeping, 290.0 / 595.2 polling (bench/RESULTS.md).
+    /// It costs a CPU core while the GPU works, so a software device (lavapipe, whose own
+    /// threads need the cores) never polls; VELO_GPU_SLEEP (any value) turns it off.
+    static let pollNanos: UInt64 = getenv("VELO_GPU_SLEEP") != nil ? 0 : 20_000_000
+
     /// Waits until the timeline reaches `value` (0: nothing to wait for).
     private func wait(_ value: UInt64) throws {
         guard value > 0 else { return }
+        if Self.pollNanos > 0 && !isSoftware {
+            let start = nowNanos()
+            var done: UInt64 = 0
+            repeat {
+                try check(vkGetSemaphoreCounterValue(device, timeline, &done), "vkGetSemaphoreCounterValue")
+                if done >= value { return }
+            } while nowNanos() - start < Self.pollNanos
+        }
         var sem: VkSemaphore? = timeline
         var wait = value
         let w: VkResult = withUnsafePointer(to: &sem) { psem in
