@@ -89,9 +89,11 @@ ID_KERNELS := matvec matmul matmul_coop
 ID_VARIANTS := $(foreach k,$(ID_KERNELS),$(addprefix $(k)_id_,$(WTYPES)))
 # matvec with 8-bit activations and integer dot products, for the types it supports (and its
 # expert-indexed build, -DEXPERTS, named matvec_dot_id_<type>; matvec_dot_batch_<type> for decode
-# batches of 2..16 rows)
+# batches of 2..16 rows; matvec_dot_rope_<type>[_f16_f16], -DROPE_KV, a decode token's Q|K|V product
+# with rope_store's work, for f32 and f16 caches)
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q6_k
-DOT_VARIANTS := $(addprefix matvec_dot_,$(DOT_TYPES)) $(addprefix matvec_dot_id_,$(DOT_TYPES)) $(addprefix matvec_dot_batch_,$(DOT_TYPES))
+DOT_VARIANTS := $(addprefix matvec_dot_,$(DOT_TYPES)) $(addprefix matvec_dot_id_,$(DOT_TYPES)) $(addprefix matvec_dot_batch_,$(DOT_TYPES)) \
+  $(addprefix matvec_dot_rope_,$(DOT_TYPES)) $(addsuffix _f16_f16,$(addprefix matvec_dot_rope_,$(DOT_TYPES)))
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
 Q8_KERNELS := attention_combine
 # K/V page kernels, once per (K type, V type) of the KV cache (-DKT_<K> -DVT_<V>, kv_types.glsl),
@@ -156,6 +158,8 @@ $(foreach k,$(WEIGHT_KERNELS),$(foreach t,$(WTYPES),\
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matvec_dot.comp,-DWTYPE_$(call upper,$(t)))))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_id_$(t),shaders/matvec_dot.comp,-DEXPERTS -DWTYPE_$(call upper,$(t)))))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_batch_$(t),shaders/matvec_dot_batch.comp,-DWTYPE_$(call upper,$(t)))))
+$(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_rope_$(t),shaders/matvec_dot.comp,-DROPE_KV -DWTYPE_$(call upper,$(t)))))
+$(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_rope_$(t)_f16_f16,shaders/matvec_dot.comp,-DROPE_KV -DKT_F16 -DVT_F16 -DWTYPE_$(call upper,$(t)))))
 $(foreach t,$(CM2_TYPES),$(eval $(SHADER_C)/matmul_cm2_$(t).c: shaders/matmul_cm2.comp shaders/build.sh ; \
   $(IN_ROOT) env $(SHADER_ENV) SPV_ENV=vulkan1.3 sh shaders/build.sh spirv matmul_cm2_$(t) shaders/matmul_cm2.comp -DWTYPE_$(call upper,$(t))))
 $(foreach k,$(ID_KERNELS),$(foreach t,$(WTYPES),\

@@ -21,6 +21,15 @@
 // XQ/XD row R[rowsOff + m] (gather = 1: quantize_q8 of the layer's input, a row per token) or row
 // m (gather = 0: the pairs' rows). NCOLS must be 1 (each group one pair); GLU mode as above.
 // Dispatch (ceil(N / ROWS), M, 1), M the pairs.
+//
+// matvec_dot_rope_T (built with -DROPE_KV, and once more with -DKT_F16 -DVT_F16): a decode
+// token's Q|K|V product joined with rope_store's work, so the layer needs no dispatch for it.
+// Rows come as the Q|K|V row (qDim, kvDim, kvDim), each group one rotary pair (2i, 2i+1) of a
+// head (NCOLS 1, ROWS 2; the pairwise rope style): Q rows are written rotated, K rows as they
+// are and rotated into the token's KV page slot, V rows as they are and into the slot (pages
+// and angles as rope_store.comp; f32 and f16 caches). Buffers W, XQ, XD, Y, then kv, tokpos,
+// tokpt, pagetab, freqs; params as matvec_dot_T's, then qDim, kvDim, headDim, ropeDim,
+// magnitude, pageSize, pageStride, layerOff.
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -47,6 +56,24 @@ layout(std140, binding = 5) uniform Params {
 // the first word of row m's expert, and row m's activation row (in quantize_q8's rows)
 uint expert_base(uint m) { return R[p.idsOff + m] * p.expertWords; }
 uint x_row(uint m) { return p.gather != 0u ? R[p.rowsOff + m] : m; }
+#elif defined(ROPE_KV)
+layout(std430, binding = 5) readonly buffer PosBuf { int tokpos[]; };
+layout(std430, binding = 6) readonly buffer PtBuf { int tokpt[]; };
+layout(std430, binding = 7) readonly buffer PageBuf { int pagetab[]; };
+layout(std430, binding = 8) readonly buffer FreqBuf { float freqs[]; };
+layout(std140, binding = 9) uniform Params {
+    uint K, N, M, rowBytes, xStride, yStride, glu;
+    uint qDim, kvDim, headDim, ropeDim;
+    float magnitude;
+    uint pageSize, pageStride, layerOff;
+} p;
+uint expert_base(uint m) { return 0u; }
+uint x_row(uint m) { return m; }
+#define KV_BINDING 4
+#define KV_ACCESS writeonly
+#define KV_STORE
+#include "kv_types.glsl"
+#include "rope_angle.glsl"
 #else
 layout(std140, binding = 4) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride;
@@ -88,6 +115,14 @@ void main() {
     uint xr[NCOLS];
     [[unroll]] for (uint c = 0u; c < NCOLS; c++) xr[c] = c < ncols ? x_row(c0 + c) * nb : 0u;
 
+#ifdef ROPE_KV
+    // the token's page slot and the pair's angle, loaded before the products
+    const uint posi = uint(tokpos[0]);
+    const uint page = uint(pagetab[uint(tokpt[0]) + posi / p.pageSize]), slot = posi % p.pageSize;
+    const uint kplane = page * p.pageStride + p.layerOff, vplane = kplane + kv_kplane_words();
+    const uint d = r0 < p.qDim ? r0 : r0 < p.qDim + p.kvDim ? r0 - p.qDim : r0 - p.qDim - p.kvDim, e = d % p.headDim;
+    const vec2 cs = r0 < p.qDim + p.kvDim && e < p.ropeDim ? rope_angle(float(posi), freqs[e >> 1], p.magnitude) : vec2(1.0, 0.0);
+#endif
     float acc[ROWS * NCOLS];
     [[unroll]] for (uint i = 0u; i < ROWS * NCOLS; i++) acc[i] = 0.0;
 
@@ -125,6 +160,28 @@ void main() {
         }
         barrier();
     }
+#ifdef ROPE_KV
+    if (tid == 0u && r0 + 1u < p.N) {
+        const float a = tot[0], b = tot[1];
+        const bool rotated = r0 < p.qDim + p.kvDim && e < p.ropeDim;
+        const float ra = rotated ? a * cs.x - b * cs.y : a, rb = rotated ? a * cs.y + b * cs.x : b;
+        if (r0 < p.qDim) {
+            Y[r0] = ra;
+            Y[r0 + 1u] = rb;
+        } else {
+            Y[r0] = a;
+            Y[r0 + 1u] = b;
+            if (r0 < p.qDim + p.kvDim) {
+                k_put(kplane, slot, d, ra);
+                k_put(kplane, slot, d + 1u, rb);
+            } else {
+                v_put(vplane, slot, d, a);
+                v_put(vplane, slot, d + 1u, b);
+            }
+        }
+    }
+    return;
+#endif
     if (p.glu != 0u) {
         // (gate, up) row pairs: r0 and ROWS are even, so a pair never straddles two groups
         for (uint o = tid; o < RN / 2u; o += WG) {

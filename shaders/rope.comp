@@ -17,10 +17,7 @@ layout(std140, binding = 3) uniform Params {
     uint rowStride;
 } p;
 
-// 2*pi as a float plus the remainder, for an argument reduction accurate at large angles
-const float TWO_PI_HI = 6.28318548202514648;
-const float TWO_PI_LO = -1.7484556000744883e-7;
-const float INV_TWO_PI = 0.159154943091895336;
+#include "rope_angle.glsl"
 
 void main() {
     const uint r = gl_WorkGroupID.x, h = gl_WorkGroupID.y;
@@ -29,15 +26,8 @@ void main() {
     const uint vb = r * p.rowStride + h * p.headDim;
     const float pos = float(tokpos[r]);
     for (uint i = gl_LocalInvocationID.x; i < half_; i += gl_WorkGroupSize.x) {
-        const float freq = freqs[i];
-        // theta = pos * freq, kept as th + tl (exact product), reduced modulo 2 pi
-        precise float th = pos * freq;
-        precise float tl = fma(pos, freq, -th);
-        precise float kq = round(th * INV_TWO_PI);
-        precise float a0 = fma(-kq, TWO_PI_HI, th);
-        precise float a1 = fma(-kq, TWO_PI_LO, a0);
-        precise float ang = a1 + tl;
-        const float c = cos(ang) * p.magnitude, s = sin(ang) * p.magnitude;
+        const vec2 cs = rope_angle(pos, freqs[i], p.magnitude);
+        const float c = cs.x, s = cs.y;
         const uint ia = vb + (p.neox != 0u ? i : 2u * i);
         const uint ib = ia + (p.neox != 0u ? half_ : 1u);
         const float a = X[ia], b = X[ib];

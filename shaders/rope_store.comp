@@ -31,21 +31,10 @@ layout(std140, binding = 8) uniform Params {
 #define KV_STORE
 #include "kv_types.glsl"
 
-const float TWO_PI_HI = 6.28318548202514648;
-const float TWO_PI_LO = -1.7484556000744883e-7;
-const float INV_TWO_PI = 0.159154943091895336;
+#include "rope_angle.glsl"
 
-// cos and sin of pair i's angle at position pos, times the magnitude (see rope.comp)
-vec2 angle(float pos, uint i) {
-    const float freq = freqs[i];
-    precise float th = pos * freq;
-    precise float tl = fma(pos, freq, -th);
-    precise float kq = round(th * INV_TWO_PI);
-    precise float a0 = fma(-kq, TWO_PI_HI, th);
-    precise float a1 = fma(-kq, TWO_PI_LO, a0);
-    precise float ang = a1 + tl;
-    return vec2(cos(ang), sin(ang)) * p.magnitude;
-}
+// cos and sin of pair i's angle at position pos, times the magnitude
+vec2 angle(float pos, uint i) { return rope_angle(pos, freqs[i], p.magnitude); }
 
 void main() {
     const uint t = gl_WorkGroupID.x, h = gl_WorkGroupID.y;

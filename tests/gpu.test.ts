@@ -10,6 +10,7 @@ import { Model } from "../src/engine/model";
 import { runCli } from "./helpers/cli";
 import { withEngine } from "./helpers/engine";
 import { sharedModel } from "./helpers/paths";
+import { synthModel } from "./helpers/synth-models";
 
 const backend = process.platform === "darwin" ? "metal" : "vulkan";
 // lavapipe runs every kernel on the CPU: generous limits on a 2-core CI machine
@@ -83,6 +84,26 @@ describe(`${backend} backend`, () => {
     for (const p of prompts) alone.push(await greedy("stories260K.gguf", { ctxSize: 128, backend: "cpu", threads: 2 }, p, 12));
     expect(await run({})).toEqual(alone);
     expect(await run({ VELO_GPU_STAGE_READBACK: "1" })).toEqual(alone);
+  }, SLOW);
+
+  test("a decode token's Q|K|V product with the rope and K/V store joined decodes as the separate dispatches do", async () => {
+    // matvec_dot_rope (one dispatch) against matvec_dot + rope_store (VELO_GPU_NO_FUSE), each in
+    // a process of its own (the switch is read at start); f16 and f32 caches, Q4_0 and Q8_0
+    // weights, past 32 keys (attention in splits) and across pages of 16
+    const prompts = [[1, ...Array.from({ length: 11 }, (_, i) => 3 + ((i * 37) % 500))]];
+    for (const [type, cache] of [["q4_0", "f16"], ["q8_0", "f32"]] as const) {
+      const model = synthModel("llama", type, "test256");
+      const run = async (env: Record<string, string>) => {
+        const p = Bun.spawn([process.execPath, join(import.meta.dir, "helpers/batched-greedy.ts"), model, backend, "28", JSON.stringify(prompts),
+          JSON.stringify({ cacheTypeK: cache, cacheTypeV: cache })], { env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe" });
+        const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+        if (code !== 0) throw new Error(err);
+        return JSON.parse(out) as number[][];
+      };
+      const joined = await run({});
+      expect(joined[0]!.length).toBe(28);
+      expect(await run({ VELO_GPU_NO_FUSE: "1" })).toEqual(joined);
+    }
   }, SLOW);
 
   test("long prompts (prefill attention in FlashAttention tiles) give the CPU's tokens, alone and together", async () => {

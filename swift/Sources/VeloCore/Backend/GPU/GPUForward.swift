@@ -41,6 +41,11 @@ final class GPUForward: ForwardOps {
     /// Decode batches' products through matvec_dot_batch_T; prefill products through matmul_cm2_T
     /// (for its weight types): what the device allows, asked once.
     private let dotBatch: Bool, cm2: Bool
+    /// A decode token's Q|K|V product waits in `pendingQKV` for rope_store, which it then does
+    /// itself (matvec_dot_rope_T: one dispatch a layer fewer); any other op dispatches it as it
+    /// was. `ropeJoin`: the cache type those kernels are built for, nil where they do not apply.
+    private let ropeJoin: KVCacheType?
+    private var pendingQKV: (w: WeightMatrix, buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int))?
     private let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, blocks: Int, hiddensel: Int, pagetab: Int)
     private let pagetabCapacity: Int
     private var weights: [UnsafeRawPointer: GPUBuffer] = [:]
@@ -118,6 +123,7 @@ final class GPUForward: ForwardOps {
         kvLayout = KVLayout(pageSize: kv.pageSize, layers: layers, kvDim: kvDim, typeK: kv.layout.typeK, typeV: kv.layout.typeV)
         kvPlaces = try kv.places(for: kvLayout)
         let (tk, tv) = (kv.layout.typeK, kv.layout.typeV)
+        ropeJoin = GPUKernels.ropeJoins(kv: (tk, tv), pairwise: c.ropeStyle != .neox) && c.headDim % 2 == 0 && c.ropeDim % 2 == 0 ? tk : nil
         kvStoreKernel = GPUKernels.kvVariant(GPUKernels.kvStore, k: tk, v: tv)
         ropeStoreKernel = GPUKernels.kvVariant(GPUKernels.ropeStore, k: tk, v: tv)
         attentionKernel = GPUKernels.kvVariant(GPUKernels.attention, k: tk, v: tv)
@@ -261,6 +267,7 @@ final class GPUForward: ForwardOps {
                 for m in [1, 2, 4, 8, 16] {
                     for glu in [false, true] { _ = try pipeline(GPUKernels.matvecDot(w.type, rows: m, n: w.rows, glu: glu)) }
                 }
+                if let kv = ropeJoin { _ = try pipeline(GPUKernels.matvecDotRope(w.type, kv: kv)) }
             }
         } else {
             q8 = nil
@@ -348,11 +355,19 @@ final class GPUForward: ForwardOps {
     }
 
     private func dispatch(_ k: GPUKernels.Kernel, _ buffers: [GPUBinding], _ params: [UInt32], _ groups: (Int, Int, Int), _ op: Profiler.Op) {
+        flushQKV()
         // every pipeline was made in init; a failure here would be a bug, not bad input
         let p = try! pipeline(k)
         if q8Source != nil && k.name != GPUKernels.quantizeQ8.name && !k.name.hasPrefix("matvec_dot_") { q8Source = nil }
         if x16Source != nil && k.name != GPUKernels.toF16.name && k.name != GPUKernels.sumSplits.name && !k.name.hasPrefix("matmul_coop_") { x16Source = nil }
         device.dispatch(p, buffers, params: params, groups: groups, op: op)
+    }
+
+    /// The held Q|K|V product as it was, when the op after it is not rope_store.
+    private func flushQKV() {
+        guard let p = pendingQKV else { return }
+        pendingQKV = nil
+        dispatch(GPUKernels.matvecDot(p.w.type, rows: 1, n: p.w.rows), p.buffers, p.params, p.groups, .matmul)
     }
 
     private func act(_ a: Activation) -> GPUBinding { GPUBinding(views[a.rawValue].buffer, offset: views[a.rawValue].offset) }
@@ -441,7 +456,8 @@ final class GPUForward: ForwardOps {
             // the concatenated weight: its rows land as Q|K|V rows, the three views
             let q = pairs[0].0, rows = config.qDim + 2 * config.kvDim
             let w = WeightMatrix(name: q.name, type: q.type, data: q.data, rows: rows, cols: q.cols, rowBytes: q.rowBytes)
-            multiply(w, act(src), rows: n, xStride: stride(src), into: act(.q), yStride: stride(.q), op: .matmul, weight: GPUBinding(m.buffer))
+            multiply(w, act(src), rows: n, xStride: stride(src), into: act(.q), yStride: stride(.q), op: .matmul, weight: GPUBinding(m.buffer),
+                     ropeNext: true)
             return
         }
         for (w, dst) in pairs {
@@ -464,7 +480,7 @@ final class GPUForward: ForwardOps {
     /// `glu` (decode only, an interleaved pair's weight as `weight`): Y = silu(gate·X) * (up·X),
     /// w.rows counting the interleaved rows.
     private func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op,
-                          weight: GPUBinding? = nil, glu: ModelConfig.FFNActivation? = nil) {
+                          weight: GPUBinding? = nil, glu: ModelConfig.FFNActivation? = nil, ropeNext: Bool = false) {
         precondition(glu == nil || rows <= GPUKernels.matvecMaxRows)
         let params = [UInt32(w.cols), UInt32(w.rows), UInt32(rows), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0)]
         let wb = weight ?? GPUBinding(weights[w.data]!)
@@ -473,7 +489,9 @@ final class GPUForward: ForwardOps {
             // integer dot products with the weight blocks
             quantizeQ8(x, q8, rows: rows, xStride: xStride, k: w.cols, op: op)
             let buffers = [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y]
-            if dotBatch && GPUKernels.dotBatchTakes(rows: rows) {
+            if ropeNext && rows == 1 && ropeJoin != nil && GPUKernels.matvecRows(n: w.rows, dot: true) == 2 {
+                pendingQKV = (w, buffers, params, GPUKernels.matvecGroups(n: w.rows, m: 1, dot: true)) // for ropeAndStoreKV
+            } else if dotBatch && GPUKernels.dotBatchTakes(rows: rows) {
                 dispatch(GPUKernels.matvecDotBatch(w.type, rows: rows), buffers, params, GPUKernels.matvecDotBatchGroups(n: w.rows, m: rows), op)
             } else {
                 dispatch(GPUKernels.matvecDot(w.type, rows: rows, n: w.rows, glu: glu != nil), buffers, params,
@@ -543,6 +561,13 @@ final class GPUForward: ForwardOps {
     /// (a single split writes the output directly).
     func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope r: Int) {
         let c = config, ps = kv.pageSize
+        if let p = pendingQKV, let kvType = ropeJoin, heads == c.heads, kvHeads == c.kvHeads, p.w.rows == c.qDim + 2 * kvDim {
+            pendingQKV = nil
+            dispatch(GPUKernels.matvecDotRope(p.w.type, kv: kvType), p.buffers + [kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
+                     p.params + [UInt32(c.qDim), UInt32(kvDim), UInt32(c.headDim), UInt32(c.ropeDim), c.ropes[r].magnitude.bitPattern, UInt32(ps)]
+                        + kvParams(layer), p.groups, .matmul)
+            return
+        }
         dispatch(ropeStoreKernel, [act(.q), act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
                  [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
                   c.ropes[r].magnitude.bitPattern, UInt32(kvDim), UInt32(ps)] + kvParams(layer) + [
@@ -753,10 +778,12 @@ final class GPUForward: ForwardOps {
         if softcap > 0 {
             dispatch(GPUKernels.softcap, [target], [UInt32(count), softcap.bitPattern], (min((count + 255) / 256, 65535), 1, 1), .output)
         }
+        flushQKV()
         if let staged { device.copy(staged, to: logitsBuffer, bytes: count * 4, op: .output) }
     }
 
     func finish() throws -> UnsafeMutablePointer<Float> {
+        flushQKV()
         let t0 = nowNanos()
         if profiler.enabled { profiler.add(.record, nanos: t0 - recordStart) }
         try device.commit(profiler: profiler.enabled ? profiler : nil)

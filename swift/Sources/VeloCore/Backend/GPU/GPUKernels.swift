@@ -100,6 +100,16 @@ enum GPUKernels {
         Kernel(name: "matvec_dot_" + suffix(t), buffers: 4,
                constants: [matvecDotLocal, UInt32(matvecCols(m)), UInt32(matvecRows(n: n, dot: true, glu: glu))])
     }
+    /// matvec_dot_T joined with rope_store's work for a decode token's Q|K|V product
+    /// (matvec_dot_rope_T, -DROPE_KV): buffers W, XQ, XD, Y, kv, tokpos, tokpt, pagetab,
+    /// freqs; 2 weight rows a group (a rotary pair), the pairwise rope style, f32 or f16 caches
+    /// (both K and V). VELO_GPU_NO_FUSE (any value) keeps rope_store a dispatch of its own.
+    static func matvecDotRope(_ t: GGMLType, kv: KVCacheType) -> Kernel {
+        Kernel(name: "matvec_dot_rope_" + suffix(t) + kvSuffix(kv, kv), buffers: 9, constants: [matvecDotLocal, 1, 2])
+    }
+    static func ropeJoins(kv: (KVCacheType, KVCacheType), pairwise: Bool) -> Bool {
+        pairwise && kv.0 == kv.1 && (kv.0 == .f32 || kv.0 == .f16) && tuning == nil && getenv("VELO_GPU_NO_FUSE") == nil
+    }
     /// matvec_dot_batch_T: matvec_dot_T for 2…16 activation rows with many weight rows a
     /// workgroup (8 groups of 32 invocations, SGR rows each), the activation blocks shared
     /// through shared memory in chunks of 32 BPL blocks. Where it runs: Vulkan with integer dot
