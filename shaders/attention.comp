@@ -25,10 +25,13 @@
 // heads of a KV group share every K/V load; a pass takes min(8, 2048/headDim) of them.
 // Needs: a workgroup of 128 (constant 0), subgroups of at least 4 (consecutive invocations), headDim a multiple of 4, at
 // most 512. K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
-// Built with -DQ8 (attention_q8*), a single split also writes out as quantize_q8's 8-bit blocks
+// Built with -DQ8 (attention_q8*), the output is also written as quantize_q8's 8-bit blocks
 // (XQ, XD, bindings 7 and 8; rows of heads*headDim values; headDim a multiple of 32) for the
-// O product's matvec_dot, so a short context's decode needs neither attention_combine_q8 nor
-// quantize_q8 after it.
+// O product's matvec_dot, and with up to JMAX splits a token's splits are merged by the last of
+// them to finish, so decode needs neither attention_combine_q8 nor quantize_q8 after it: each
+// split's workgroup writes its partials, then counts itself on the token's and KV head's
+// counter (binding 9, zero between dispatches); the last one to count reads every split's
+// partials and merges them as attention_combine does.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -42,14 +45,25 @@ layout(std430, binding = 2) writeonly buffer OutBuf { float outv[]; };
 layout(std430, binding = 3) readonly buffer PosBuf { int tokpos[]; };
 layout(std430, binding = 4) readonly buffer PtBuf { int tokpt[]; };
 layout(std430, binding = 5) readonly buffer PageBuf { int pagetab[]; };
+#ifdef Q8
+// the partials are read back by the token's last split: coherent, so it sees the others' stores
+layout(std430, binding = 6) coherent writeonly buffer PartBuf { float part[]; };
+layout(std430, binding = 6) coherent readonly buffer PartBufR { float partR[]; };
+layout(std430, binding = 9) coherent buffer DoneBuf { uint done[]; }; // a counter a (token, KV head)
+const uint JMAX = 16u;
+shared float jw[8u * JMAX];  // [head][split] weights exp(m_s - M)
+shared float jl[8u];         // [head] sum_s w_s l_s
+shared bool lastSplit;
+#else
 layout(std430, binding = 6) writeonly buffer PartBuf { float part[]; };
+#endif
 #ifdef Q8
 layout(std430, binding = 7) writeonly buffer Q8QBuf { uint XQ[]; };
 layout(std430, binding = 8) writeonly buffer Q8DBuf { vec2 XD[]; };
 shared float q8src[2048];  // a pass's outputs (QMAX floats), for q8_store
 #define Q8_STORE 128
 #include "q8.glsl"
-#define PARAMS_BINDING 9
+#define PARAMS_BINDING 10
 #else
 #define PARAMS_BINDING 7
 #endif
@@ -237,4 +251,45 @@ void main() {
 #endif
         barrier(); // Qs, red and Os are reused by the next pass
     }
+#ifdef Q8
+    if (p.splits > 1u && p.splits <= JMAX) {
+        // count this split done; the token's last one merges the splits (every head of the group)
+        const uint ns = min(p.splits, (nkeys + p.chunk - 1u) / p.chunk);
+        memoryBarrierBuffer();
+        barrier();
+        if (tid == 0u) lastSplit = atomicAdd(done[t * p.kvHeads + kvh], 1u) == ns - 1u;
+        barrier();
+        if (!lastSplit) return;
+        memoryBarrierBuffer();
+        if (tid == 0u) done[t * p.kvHeads + kvh] = 0u; // for the next dispatch
+        const uint stride = hd + 2u;
+        for (uint g0 = 0u; g0 < G; g0 += gpass) {
+            const uint GC = min(gpass, G - g0), h0 = kvh * G + g0;
+            if (tid < GC) {
+                const uint rb = (t * p.heads + h0 + tid) * p.splits * stride;
+                float M = NEG;
+                for (uint s = 0u; s < ns; s++) M = max(M, partR[rb + s * stride + hd]);
+                float L = 0.0;
+                for (uint s = 0u; s < ns; s++) {
+                    const float w = exp(partR[rb + s * stride + hd] - M);
+                    jw[tid * JMAX + s] = w;
+                    L = fma(w, partR[rb + s * stride + hd + 1u], L);
+                }
+                jl[tid] = L;
+            }
+            barrier();
+            for (uint e = tid; e < GC * hd; e += TK) {
+                const uint g = e / hd, d = e % hd, rb = (t * p.heads + h0 + g) * p.splits * stride + d;
+                float a = 0.0;
+                for (uint s = 0u; s < ns; s++) a = fma(jw[g * JMAX + s], partR[rb + s * stride], a);
+                const float o = a / jl[g];
+                outv[(t * p.heads + h0) * hd + e] = o;
+                q8src[e] = o;
+            }
+            barrier();
+            q8_store(GC * hd, (t * p.heads + h0) * hd / 32u);
+            barrier();
+        }
+    }
+#endif
 }

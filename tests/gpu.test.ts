@@ -86,10 +86,11 @@ describe(`${backend} backend`, () => {
     expect(await run({ VELO_GPU_STAGE_READBACK: "1" })).toEqual(alone);
   }, SLOW);
 
-  test("a decode token's Q|K|V product with the rope and K/V store joined decodes as the separate dispatches do", async () => {
-    // matvec_dot_rope (one dispatch) against matvec_dot + rope_store (VELO_GPU_NO_FUSE), each in
-    // a process of its own (the switch is read at start); f16 and f32 caches, Q4_0 and Q8_0
-    // weights, past 32 keys (attention in splits) and across pages of 16
+  test("decode's joined dispatches (Q|K|V with the rope and K/V store, attention with its combine) give what separate ones give", async () => {
+    // matvec_dot_rope against matvec_dot + rope_store, and attention_q8 merging its splits
+    // against attention + attention_combine_q8 (VELO_GPU_NO_FUSE), each in a process of its own
+    // (the switch is read at start); f16 and f32 caches, Q4_0 and Q8_0 weights, past 32 keys
+    // (two attention splits) and across pages of 16
     const prompts = [[1, ...Array.from({ length: 11 }, (_, i) => 3 + ((i * 37) % 500))]];
     for (const [type, cache] of [["q4_0", "f16"], ["q8_0", "f32"]] as const) {
       const model = synthModel("llama", type, "test256");

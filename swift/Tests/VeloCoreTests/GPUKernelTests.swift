@@ -957,20 +957,28 @@ final class GPUKernelTests: XCTestCase {
                         XCTAssertEqual(try readBytes(xq, sizes.values), want8.values, "attention_combine_q8 values hd=\(hd)")
                         XCTAssertEqual(try readBytes(xd, sizes.scales), want8.scales, "attention_combine_q8 scales hd=\(hd)")
                     }
-                } else if hd % 32 == 0, GPUKernels.integerDot(try device()) {
-                    // one split that also writes 8-bit blocks itself (attention_q8): the same
-                    // floats, and the blocks quantize_q8 makes of them
-                    let out8 = try upload([Float](repeating: .nan, count: n * heads * hd))
-                    let sizes = GPUKernels.q8Bytes(k: heads * hd, m: n)
-                    let xq = try upload([UInt8](repeating: 0xAB, count: sizes.values)), xd = try upload([UInt8](repeating: 0xAB, count: sizes.scales))
-                    try run(GPUKernels.attentionQ8, [qB, kv, out8, posB, ptB, tabB, part, xq, xd],
-                            [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
-                             scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)] + mask,
-                            (n, kvHeads, splits))
-                    XCTAssertEqual(try read(out8, n * heads * hd), try read(out, n * heads * hd), "attention_q8 floats \(what)")
-                    let want8 = try quantizeQ8(out8, k: heads * hd, m: n)
-                    XCTAssertEqual(try readBytes(xq, sizes.values), want8.values, "attention_q8 values \(what)")
-                    XCTAssertEqual(try readBytes(xd, sizes.scales), want8.scales, "attention_q8 scales \(what)")
+                }
+                if hd % 32 == 0, splits <= 16, GPUKernels.integerDot(try device()) {
+                    // attention_q8: one split, or the token's last split merging the others
+                    // (twice: the counters must be back at zero): the floats within rounding of
+                    // the combine's, and exactly the blocks quantize_q8 makes of them
+                    let done = try upload([UInt8](repeating: 0, count: 4 * n * kvHeads))
+                    for round in 0..<2 {
+                        let out8 = try upload([Float](repeating: .nan, count: n * heads * hd))
+                        let part8 = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
+                        let sizes = GPUKernels.q8Bytes(k: heads * hd, m: n)
+                        let xq = try upload([UInt8](repeating: 0xAB, count: sizes.values)), xd = try upload([UInt8](repeating: 0xAB, count: sizes.scales))
+                        try run(GPUKernels.attentionQ8, [qB, kv, out8, posB, ptB, tabB, part8, xq, xd, done],
+                                [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
+                                 scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)] + mask,
+                                (n, kvHeads, splits))
+                        let got = try read(out8, n * heads * hd), ref = try read(out, n * heads * hd)
+                        assertClose(got, ref.map { Double($0) }, tolerance: ref.map { abs(Double($0)) * 1e-5 + 1e-6 }, "attention_q8 floats \(what) splits=\(splits) round \(round)")
+                        let want8 = try quantizeQ8(out8, k: heads * hd, m: n)
+                        XCTAssertEqual(try readBytes(xq, sizes.values), want8.values, "attention_q8 values \(what) splits=\(splits)")
+                        XCTAssertEqual(try readBytes(xd, sizes.scales), want8.scales, "attention_q8 scales \(what) splits=\(splits)")
+                        XCTAssertEqual(try readBytes(done, 4 * n * kvHeads), [UInt8](repeating: 0, count: 4 * n * kvHeads), "attention_q8 counters \(what)")
+                    }
                 }
                 assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
                             "attention \(what) chunk=\(chunk) splits=\(splits)")

@@ -387,7 +387,7 @@ final class KVCacheTypeTests: XCTestCase {
                         let out8 = try upload([Float](repeating: .nan, count: n * heads * hd))
                         let sizes = GPUKernels.q8Bytes(k: heads * hd, m: n)
                         let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
-                        try run(GPUKernels.kvVariant(GPUKernels.attentionQ8, k: tk, v: tv), [qB, kvB, out8, posB, ptB, tabB, part, xq, xd].map { GPUBinding($0) },
+                        try run(GPUKernels.kvVariant(GPUKernels.attentionQ8, k: tk, v: tv), [qB, kvB, out8, posB, ptB, tabB, part, xq, xd, try upload([UInt32](repeating: 0, count: n * kvHeads))].map { GPUBinding($0) },
                                 [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(ps), UInt32(pages.pageStrideWords),
                                  UInt32(pages.layerOffBytes / 4), scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(heads * hd)] + mask,
                                 (n, kvHeads, splits))

@@ -79,6 +79,8 @@ final class GPUForward: ForwardOps {
     private var recordStart: UInt64 = 0
     /// Partials of split-K attention (GPUKernels.attentionSplits), merged by attention_combine.
     private let attnScratch: GPUBuffer
+    /// attention_q8's counters, one a (token, KV head) of a decode batch, zero between dispatches.
+    private let attnDone: GPUBuffer?
     private let maxContext: Int
     /// Decode with 8-bit activations (matvec_dot_T): quantize_q8's outputs for up to
     /// matvecMaxRows rows (values, (d, sum) pairs); nil when the device or no weight type has it.
@@ -262,6 +264,10 @@ final class GPUForward: ForwardOps {
         if let b = Self.q8Bytes(device: device, model: model) {
             q8 = (try device.makeBuffer(bytes: b.values, memory: .device, label: "8-bit activations"),
                   try device.makeBuffer(bytes: b.scales, memory: .device, label: "8-bit activation scales"))
+            let zeros = [UInt32](repeating: 0, count: GPUKernels.matvecMaxRows * c.kvHeads)
+            let done = try device.makeBuffer(bytes: zeros.count * 4, memory: .device, label: "attention counters")
+            try zeros.withUnsafeBytes { try device.upload(done, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
+            attnDone = done
             for k in [GPUKernels.quantizeQ8, GPUKernels.addRMSNormQ8, GPUKernels.attentionCombineQ8, attentionQ8Kernel] { _ = try pipeline(k) }
             for w in Self.distinctShapes(model.matrices) where GPUKernels.dotTypes.contains(w.type) {
                 for m in [1, 2, 4, 8, 16] {
@@ -271,6 +277,7 @@ final class GPUForward: ForwardOps {
             }
         } else {
             q8 = nil
+            attnDone = nil
         }
         // compile every pipeline now, not in the first request
         for w in Self.distinctShapes(model.matrices) {
@@ -591,19 +598,21 @@ final class GPUForward: ForwardOps {
             }
             return
         }
-        // the output as 8-bit blocks too, for the O product's matvec_dot: by a single split
-        // itself, else by the combine
+        // the output as 8-bit blocks too, for the O product's matvec_dot: by the attention
+        // kernel itself (a single split, or the last of a few), else by the combine
         let q8Out = q8 != nil && n <= GPUKernels.matvecMaxRows && c.headDim % 32 == 0
             && c.headDim <= GPUKernels.attentionCombineQ8MaxHeadDim && c.qDim <= q8Width
         var buffers = [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)]
-        if splits == 1, q8Out, let q8 { buffers += [GPUBinding(q8.values), GPUBinding(q8.scales)] }
+        if splits <= GPUKernels.attentionJoinMaxSplits, q8Out, let q8, let done = attnDone {
+            buffers += [GPUBinding(q8.values), GPUBinding(q8.scales), GPUBinding(done)]
+        }
         dispatch(buffers.count > 7 ? attentionQ8Kernel : attentionKernel, buffers,
                  [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
                  [a.scale.bitPattern,
                   UInt32(chunk), UInt32(splits), UInt32(stride(.q))] + mask,
                  (n, c.kvHeads, splits), .attention)
         if buffers.count > 7 { q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
-        guard splits > 1 else { return }
+        guard splits > 1 && buffers.count == 7 else { return }
         let params = [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)]
         if let q8, q8Out {
             // the output also as 8-bit blocks, for the O product's matvec_dot

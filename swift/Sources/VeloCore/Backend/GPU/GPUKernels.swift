@@ -325,11 +325,14 @@ enum GPUKernels {
     /// Head sizes the attention kernels take (every model's so far: 64 to 256).
     static func attentionFits(headDim: Int) -> Bool { headDim % 4 == 0 && headDim <= attentionMaxHeadDim }
     static let attentionCombine = Kernel(name: "attention_combine", buffers: 3, constants: [128])
-    /// attention that, as a single split, also writes its output as quantize_q8's blocks
-    /// (buffers + XQ, XD; head sizes as attention_combine_q8's): decode over at most one tile
-    /// of keys needs no quantize_q8 for O (H100, 8B: 12.0 µs against 11.6 + 3.7, per layer).
-    /// One split over more keys is slower than splits and their combine (bench/RESULTS.md).
-    static let attentionQ8 = Kernel(name: "attention_q8", buffers: 9, constants: [128])
+    /// attention that also writes its output as quantize_q8's blocks, a token's splits (up to
+    /// `attentionJoinMaxSplits`) merged by the last of them to finish: buffers + XQ, XD and a
+    /// zeroed counter a (token, KV head); head sizes as attention_combine_q8's. Decode needs no
+    /// quantize_q8 (one split) or attention_combine_q8 (splits) after it (H100, 8B, a layer:
+    /// 12.0 µs against 11.6 + 3.7 for one split; bench/RESULTS.md). VELO_GPU_NO_FUSE (any
+    /// value) keeps the combine a dispatch of its own.
+    static let attentionQ8 = Kernel(name: "attention_q8", buffers: 10, constants: [128])
+    static let attentionJoinMaxSplits = getenv("VELO_GPU_NO_FUSE") != nil ? 1 : 16
     /// Prefill attention in FlashAttention-2 tiles: (blocks, kvHeads, splits) workgroups of 128
     /// threads, each over `attentionTiledRows` query rows (tokens × the heads of a KV group) that
     /// share every K/V tile it loads, and over one split of the keys (`prefillAttentionSplits`;
