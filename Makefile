@@ -102,8 +102,8 @@ KV_TYPES := f32 f16 q8_0 q4_0
 KV_KERNELS := kv_store rope_store attention attention_tiled attention_coop
 KV_PAIRS := $(filter-out f32_f32,$(foreach k,$(KV_TYPES),$(addprefix $(k)_,$(KV_TYPES))))
 KV_VARIANTS := $(foreach k,$(KV_KERNELS),$(addprefix $(k)_,$(KV_PAIRS)))
-# decode attention that also writes a single split's output as 8-bit blocks (-DQ8), for every
-# pair of cache types: attention_q8, attention_q8_<k>_<v>
+# decode attention that also writes its output as 8-bit blocks, merging up to 16 splits itself
+# (-DQ8), for every pair of cache types: attention_q8, attention_q8_<k>_<v>
 ATTN_Q8 := attention_q8 $(addprefix attention_q8_,$(KV_PAIRS))
 # tensor-core products through VK_NV_cooperative_matrix2 (SPIR-V 1.6, so vulkan1.3), for the
 # weight types it decodes

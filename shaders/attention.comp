@@ -50,14 +50,10 @@ layout(std430, binding = 5) readonly buffer PageBuf { int pagetab[]; };
 layout(std430, binding = 6) coherent writeonly buffer PartBuf { float part[]; };
 layout(std430, binding = 6) coherent readonly buffer PartBufR { float partR[]; };
 layout(std430, binding = 9) coherent buffer DoneBuf { uint done[]; }; // a counter a (token, KV head)
-const uint JMAX = 16u;
+const uint JMAX = 16u; // GPUKernels.attentionJoinMaxSplits
 shared float jw[8u * JMAX];  // [head][split] weights exp(m_s - M)
 shared float jl[8u];         // [head] sum_s w_s l_s
 shared bool lastSplit;
-#else
-layout(std430, binding = 6) writeonly buffer PartBuf { float part[]; };
-#endif
-#ifdef Q8
 layout(std430, binding = 7) writeonly buffer Q8QBuf { uint XQ[]; };
 layout(std430, binding = 8) writeonly buffer Q8DBuf { vec2 XD[]; };
 shared float q8src[2048];  // a pass's outputs (QMAX floats), for q8_store
@@ -65,6 +61,7 @@ shared float q8src[2048];  // a pass's outputs (QMAX floats), for q8_store
 #include "q8.glsl"
 #define PARAMS_BINDING 10
 #else
+layout(std430, binding = 6) writeonly buffer PartBuf { float part[]; };
 #define PARAMS_BINDING 7
 #endif
 layout(std140, binding = PARAMS_BINDING) uniform Params {

@@ -125,7 +125,7 @@ final class GPUForward: ForwardOps {
         kvLayout = KVLayout(pageSize: kv.pageSize, layers: layers, kvDim: kvDim, typeK: kv.layout.typeK, typeV: kv.layout.typeV)
         kvPlaces = try kv.places(for: kvLayout)
         let (tk, tv) = (kv.layout.typeK, kv.layout.typeV)
-        ropeJoin = GPUKernels.ropeJoins(kv: (tk, tv), pairwise: c.ropeStyle != .neox) && c.headDim % 2 == 0 && c.ropeDim % 2 == 0 ? tk : nil
+        ropeJoin = GPUKernels.ropeJoin(c, kv: (tk, tv))
         kvStoreKernel = GPUKernels.kvVariant(GPUKernels.kvStore, k: tk, v: tv)
         ropeStoreKernel = GPUKernels.kvVariant(GPUKernels.ropeStore, k: tk, v: tv)
         attentionKernel = GPUKernels.kvVariant(GPUKernels.attention, k: tk, v: tv)
@@ -497,6 +497,7 @@ final class GPUForward: ForwardOps {
             quantizeQ8(x, q8, rows: rows, xStride: xStride, k: w.cols, op: op)
             let buffers = [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y]
             if ropeNext && rows == 1 && ropeJoin != nil && GPUKernels.matvecRows(n: w.rows, dot: true) == 2 {
+                flushQKV()
                 pendingQKV = (w, buffers, params, GPUKernels.matvecGroups(n: w.rows, m: 1, dot: true)) // for ropeAndStoreKV
             } else if dotBatch && GPUKernels.dotBatchTakes(rows: rows) {
                 dispatch(GPUKernels.matvecDotBatch(w.type, rows: rows), buffers, params, GPUKernels.matvecDotBatchGroups(n: w.rows, m: rows), op)
@@ -787,7 +788,6 @@ final class GPUForward: ForwardOps {
         if softcap > 0 {
             dispatch(GPUKernels.softcap, [target], [UInt32(count), softcap.bitPattern], (min((count + 255) / 256, 65535), 1, 1), .output)
         }
-        flushQKV()
         if let staged { device.copy(staged, to: logitsBuffer, bytes: count * 4, op: .output) }
     }
 

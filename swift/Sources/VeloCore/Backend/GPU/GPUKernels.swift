@@ -103,13 +103,18 @@ enum GPUKernels {
     /// matvec_dot_T joined with rope_store's work for a decode token's Q|K|V product
     /// (matvec_dot_rope_T, -DROPE_KV): buffers W, XQ, XD, Y, kv, tokpos, tokpt, pagetab,
     /// freqs; 2 weight rows a group (a rotary pair), the pairwise rope style, f32 or f16 caches
-    /// (both K and V). VELO_GPU_NO_FUSE (any value) keeps rope_store a dispatch of its own.
+    /// (both K and V).
     static func matvecDotRope(_ t: GGMLType, kv: KVCacheType) -> Kernel {
         Kernel(name: "matvec_dot_rope_" + suffix(t) + kvSuffix(kv, kv), buffers: 9, constants: [matvecDotLocal, 1, 2])
     }
-    static func ropeJoins(kv: (KVCacheType, KVCacheType), pairwise: Bool) -> Bool {
-        pairwise && kv.0 == kv.1 && (kv.0 == .f32 || kv.0 == .f16) && tuning == nil && getenv("VELO_GPU_NO_FUSE") == nil
+    /// The cache type matvec_dot_rope_T is joined for with this model and cache, or nil.
+    static func ropeJoin(_ c: ModelConfig, kv: (KVCacheType, KVCacheType)) -> KVCacheType? {
+        let fits = c.ropeStyle != .neox && c.headDim % 2 == 0 && c.ropeDim % 2 == 0 && kv.0 == kv.1 && (kv.0 == .f32 || kv.0 == .f16)
+        return fits && tuning == nil && !fuseDisabled ? kv.0 : nil
     }
+    /// VELO_GPU_NO_FUSE (any value): decode's joined dispatches apart again (rope_store after
+    /// the Q|K|V product, attention_combine_q8 after split attention), for A/B runs.
+    static let fuseDisabled = getenv("VELO_GPU_NO_FUSE") != nil
     /// matvec_dot_batch_T: matvec_dot_T for 2…16 activation rows with many weight rows a
     /// workgroup (8 groups of 32 invocations, SGR rows each), the activation blocks shared
     /// through shared memory in chunks of 32 BPL blocks. Where it runs: Vulkan with integer dot
@@ -329,10 +334,10 @@ enum GPUKernels {
     /// `attentionJoinMaxSplits`) merged by the last of them to finish: buffers + XQ, XD and a
     /// zeroed counter a (token, KV head); head sizes as attention_combine_q8's. Decode needs no
     /// quantize_q8 (one split) or attention_combine_q8 (splits) after it (H100, 8B, a layer:
-    /// 12.0 µs against 11.6 + 3.7 for one split; bench/RESULTS.md). VELO_GPU_NO_FUSE (any
-    /// value) keeps the combine a dispatch of its own.
+    /// 12.0 µs against 11.6 + 3.7 for one split; bench/RESULTS.md).
     static let attentionQ8 = Kernel(name: "attention_q8", buffers: 10, constants: [128])
-    static let attentionJoinMaxSplits = getenv("VELO_GPU_NO_FUSE") != nil ? 1 : 16
+    /// Most splits attention_q8 merges itself (the shader's JMAX); 1 with fuseDisabled.
+    static let attentionJoinMaxSplits = fuseDisabled ? 1 : 16
     /// Prefill attention in FlashAttention-2 tiles: (blocks, kvHeads, splits) workgroups of 128
     /// threads, each over `attentionTiledRows` query rows (tokens × the heads of a KV group) that
     /// share every K/V tile it loads, and over one split of the keys (`prefillAttentionSplits`;
