@@ -22,7 +22,8 @@
 //   3. weighted V: thread (column c of 4 dimensions, key group kq) sums every group-th key of
 //      the tile into vec4 accumulators for all heads of the pass (V rows are contiguous).
 // The key groups' outputs and the threads' sums are reduced once, after the last tile. The
-// heads of a KV group share every K/V load; a pass takes min(8, 2048/headDim) of them.
+// heads of a KV group share every K/V load; a pass takes min(GS, 2048/headDim) of them (GS:
+// constant 1, at most 8; the host gives the heads of a group where fewer).
 // Needs: a workgroup of 128 (constant 0), subgroups of at least 4 (consecutive invocations), headDim a multiple of 4, at
 // most 512. K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
 // Built with -DQ8 (attention_q8*), the output is also written as quantize_q8's 8-bit blocks
@@ -78,7 +79,14 @@ layout(std140, binding = PARAMS_BINDING) uniform Params {
 #include "kv_types.glsl"
 
 const uint TK = 128u;    // keys per tile, one per thread
-const uint GMAX = 8u;    // query heads per pass
+const uint GMAX = 8u;    // query heads per pass, at most
+// query heads a pass keeps in registers (1 … GMAX; the host gives the model's heads per KV head
+// where that is fewer: with GMAX unrolled, 4 heads a group held 8 heads' accumulators)
+#ifdef MSL
+const uint GS = GMAX; // Metal's functions take no constant after 0 (MetalDevice bakes shapes)
+#else
+layout(constant_id = 1) const uint GS = GMAX;
+#endif
 const uint QMAX = 2048u; // floats of the heads of a pass
 const uint CMAX = 128u;  // columns (4 dimensions) of a head: headDim up to 512
 const uint SGMAX = 32u;  // subgroups of a workgroup (subgroups of at least 4)
@@ -104,7 +112,7 @@ void main() {
     const uint hd = p.headDim, G = p.heads / p.kvHeads, ps0 = p.pageSize;
     const uint pt = uint(tokpt[t]);
     const uint kOff = kvh * hd, plane = kv_kplane_words();
-    const uint gpass = max(1u, min(GMAX, QMAX / hd));
+    const uint gpass = max(1u, min(GS, QMAX / hd));
     // weighted V: column c (dimensions 4c .. 4c+3) of key group kq of `groups`
     const uint cols = hd / 4u, groups = TK / cols, c = tid % cols, kq = tid / cols;
     // scores: KT threads a key (short splits: 2 or 4, each over a slice of the dimensions, so a
@@ -129,7 +137,7 @@ void main() {
         }
         float mrun[GMAX], lpart[GMAX];  // running maxima (the same in every thread), this thread's share of the sums
         vec4 o[GMAX];
-        [[unroll]] for (uint g = 0u; g < GMAX; g++) { mrun[g] = NEG; lpart[g] = 0.0; o[g] = vec4(0.0); }
+        [[unroll]] for (uint g = 0u; g < GS; g++) { mrun[g] = NEG; lpart[g] = 0.0; o[g] = vec4(0.0); }
         barrier();
 
         for (uint j0 = kstart; j0 < kend; j0 += TKE) {
@@ -151,7 +159,7 @@ void main() {
                     [[unroll]] for (uint u = 0u; u < 8u; u++) {
                         [[unroll]] for (uint i = 0u; i < 4u; i++) {
                             s4[0] = fma(Qs[(d + 4u * u + i) * GQ], vec4(k4[u][i]), s4[0]);
-                            if (GQ > 1u) s4[1] = fma(Qs[(d + 4u * u + i) * GQ + 1u], vec4(k4[u][i]), s4[1]);
+                            if (GS > 4u && GQ > 1u) s4[1] = fma(Qs[(d + 4u * u + i) * GQ + 1u], vec4(k4[u][i]), s4[1]);
                         }
                     }
                 }
@@ -159,7 +167,7 @@ void main() {
                     const vec4 k4 = k_at4(kb, kOff + d);
                     [[unroll]] for (uint i = 0u; i < 4u; i++) {
                         s4[0] = fma(Qs[(d + i) * GQ], vec4(k4[i]), s4[0]);
-                        if (GQ > 1u) s4[1] = fma(Qs[(d + i) * GQ + 1u], vec4(k4[i]), s4[1]);
+                        if (GS > 4u && GQ > 1u) s4[1] = fma(Qs[(d + i) * GQ + 1u], vec4(k4[i]), s4[1]);
                     }
                 }
             }
@@ -168,14 +176,14 @@ void main() {
                 s4[1] += subgroupShuffleXor(s4[1], sh);
             }
             float x[GMAX];
-            [[unroll]] for (uint g = 0u; g < GMAX; g++) {
+            [[unroll]] for (uint g = 0u; g < GS; g++) {
                 x[g] = live && g < GC ? softcapped(s4[g / 4u][g % 4u] * p.scale) : NEG;
                 const float m = subgroupMax(x[g]);
                 if (g < GC && subgroupElect()) red[sg * GMAX + g] = m;
             }
             barrier();
             // 2. the new running maxima, this key's probabilities, the sums' shares
-            [[unroll]] for (uint g = 0u; g < GMAX; g++) {
+            [[unroll]] for (uint g = 0u; g < GS; g++) {
                 if (g < GC) {
                     float tmax = NEG;
                     for (uint i = 0u; i < nsg; i++) tmax = max(tmax, red[i * GMAX + g]);
@@ -195,13 +203,13 @@ void main() {
                     vec4 v[4];
                     [[unroll]] for (uint u = 0u; u < 4u; u++) v[u] = v_at4(Vb[k + u * groups], kOff + 4u * c);
                     [[unroll]] for (uint u = 0u; u < 4u; u++) {
-                        [[unroll]] for (uint g = 0u; g < GMAX; g++)
+                        [[unroll]] for (uint g = 0u; g < GS; g++)
                             if (g < GC) o[g] = fma(vec4(Ps[g * TK + k + u * groups]), v[u], o[g]);
                     }
                 }
                 for (; k < nt; k += groups) {
                     const vec4 v = v_at4(Vb[k], kOff + 4u * c);
-                    [[unroll]] for (uint g = 0u; g < GMAX; g++)
+                    [[unroll]] for (uint g = 0u; g < GS; g++)
                         if (g < GC) o[g] = fma(vec4(Ps[g * TK + k]), v, o[g]);
                 }
             }
@@ -209,16 +217,16 @@ void main() {
         }
 
         // the sums: subgroups, then across subgroups; the key groups' outputs through shared memory
-        [[unroll]] for (uint g = 0u; g < GMAX; g++) {
+        [[unroll]] for (uint g = 0u; g < GS; g++) {
             const float l = subgroupAdd(lpart[g]);
             if (g < GC && subgroupElect()) red[sg * GMAX + g] = l;
         }
         if (kq < groups) {
-            [[unroll]] for (uint g = 0u; g < GMAX; g++)
+            [[unroll]] for (uint g = 0u; g < GS; g++)
                 if (g < GC) Os[(kq * GMAX + g) * cols + c] = o[g];
         }
         if (tid == 0u) {
-            [[unroll]] for (uint g = 0u; g < GMAX; g++) mS[g] = mrun[g];
+            [[unroll]] for (uint g = 0u; g < GS; g++) mS[g] = mrun[g];
         }
         barrier();
         for (uint e = tid; e < GC * cols; e += TK) {

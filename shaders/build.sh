@@ -4,7 +4,8 @@
 #   build.sh spirv NAME SRC [GLSLC FLAGS...]   optimized SPIR-V, validated, as a C array in
 #                                              $SHADER_C/NAME.c (+ a make dependency file)
 #   build.sh msl NAME SRC [GLSLC FLAGS...]     Metal source gen/metal/NAME.metal, kernel NAME,
-#                                              from an unoptimized (-g) build that keeps names;
+#                                              from an unoptimized (-g) build that keeps names
+#                                              (MSL defined: constants after 0 only as macros);
 #                                              MSL_CONSTANTS="V1 V2 ..." bakes specialization
 #                                              constants 1, 2, ... into it (see below)
 #   build.sh registry NAME...                  $SHADER_C/registry.c: the name -> SPIR-V table
@@ -37,7 +38,7 @@ spirv)
 msl)
     name=$1 src=$2; shift 2
     mkdir -p "$GEN" "$METAL"
-    glslc --target-env="$SPV_ENV" -g "$@" -MD -MF "$GEN/$name.metal.d" -MT "$METAL/$name.metal" \
+    glslc --target-env="$SPV_ENV" -g -DMSL "$@" -MD -MF "$GEN/$name.metal.d" -MT "$METAL/$name.metal" \
         -o "$GEN/$name.g.spv" "$src"
     spirv-cross --msl --msl-version "$MSL_VER" --msl-decoration-binding \
         --rename-entry-point main "$name" comp "$GEN/$name.g.spv" --output "$METAL/$name.metal.tmp"

@@ -982,6 +982,25 @@ final class GPUKernelTests: XCTestCase {
                 }
                 assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
                             "attention \(what) chunk=\(chunk) splits=\(splits)")
+                // specialised for the group's heads (the host's choice, GPUKernels.attentionGrouped)
+                // and for half of them (two passes a group): the same floats as the default
+                let group = heads / kvHeads
+                for gs in Set([group, max(1, group / 2)]) where gs < 8 {
+                    let k = gs == group ? GPUKernels.attentionGrouped(GPUKernels.attention, groupHeads: gs, device: try device())
+                        : GPUKernels.Kernel(name: "attention", buffers: 7, constants: [128, UInt32(gs)])
+                    XCTAssertEqual(k.constants, [128, UInt32(gs)])
+                    let outG = try upload([Float](repeating: .nan, count: n * heads * hd))
+                    let partG = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
+                    try run(k, [qB, kv, outG, posB, ptB, tabB, partG],
+                            [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
+                             scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)] + mask,
+                            (n, kvHeads, splits))
+                    if splits > 1 {
+                        try run(GPUKernels.attentionCombine, [partG, outG, posB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], (n, heads, 1))
+                    }
+                    XCTAssertEqual(try read(outG, n * heads * hd).map(\.bitPattern), try read(out, n * heads * hd).map(\.bitPattern),
+                                   "attention with \(gs) heads a pass, \(what) chunk=\(chunk) splits=\(splits)")
+                }
             }
             // FlashAttention-2 tiles over query blocks (each case's shapes suit the kernel
             // except head sizes past 128)

@@ -19,6 +19,10 @@ protocol GPUDevice: AnyObject {
     /// so that kernels writing many scattered pieces into them are better given device memory
     /// and a `copy` of the bytes the host reads.
     var stagesReadback: Bool { get }
+    /// Whether pipelines take any specialization constant. Metal's functions take constant 0
+    /// (threads per group) and otherwise one baked function per shape (MetalDevice.functionName),
+    /// so kernels specialised only for speed keep their defaults there.
+    var specializes: Bool { get }
     /// The device's memory as the engine's fit check sees it (`MemoryPlan`): bytes it may still
     /// allocate now (a driver's budget where there is one) and the size of its memory.
     var memory: (free: Int, total: Int) { get }
@@ -114,4 +118,8 @@ func openGPUDevice(_ choice: BackendChoice, index: Int?) throws -> GPUDevice? {
         return nil
         #endif
     }
+}
+
+extension GPUDevice {
+    var specializes: Bool { true }
 }

@@ -128,8 +128,9 @@ final class GPUForward: ForwardOps {
         ropeJoin = GPUKernels.ropeJoin(c, kv: (tk, tv))
         kvStoreKernel = GPUKernels.kvVariant(GPUKernels.kvStore, k: tk, v: tv)
         ropeStoreKernel = GPUKernels.kvVariant(GPUKernels.ropeStore, k: tk, v: tv)
-        attentionKernel = GPUKernels.kvVariant(GPUKernels.attention, k: tk, v: tv)
-        attentionQ8Kernel = GPUKernels.kvVariant(GPUKernels.attentionQ8, k: tk, v: tv)
+        let group = c.heads / max(c.kvHeads, 1)
+        attentionKernel = GPUKernels.attentionGrouped(GPUKernels.kvVariant(GPUKernels.attention, k: tk, v: tv), groupHeads: group, device: device)
+        attentionQ8Kernel = GPUKernels.attentionGrouped(GPUKernels.kvVariant(GPUKernels.attentionQ8, k: tk, v: tv), groupHeads: group, device: device)
         attentionTiledKernel = GPUKernels.kvVariant(GPUKernels.attentionTiled, k: tk, v: tv)
         attentionCoopKernel = GPUKernels.kvVariant(GPUKernels.attentionCoop, k: tk, v: tv)
         attnScratch = try device.makeBuffer(

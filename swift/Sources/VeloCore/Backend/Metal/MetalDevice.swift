@@ -13,6 +13,7 @@ final class MetalDevice: GPUDevice {
     let isSoftware = false
     /// One memory: kernels write readback buffers in place.
     let stagesReadback = false
+    let specializes = false
     /// matmul_coop_T is Vulkan-only (no MSL translation of cooperative matrices).
     let cooperativeMatrix = false
     let maxBindingBytes: Int
