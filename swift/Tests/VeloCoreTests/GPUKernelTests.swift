@@ -944,14 +944,14 @@ final class GPUKernelTests: XCTestCase {
                         (n, kvHeads, splits))
                 if splits > 1 {
                     let params = [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)]
-                    try run(GPUKernels.attentionCombine, [part, out, posB], params, (n, heads, 1))
+                    try run(GPUKernels.attentionCombine, [part, out, posB], params, GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                     if hd % 32 == 0, GPUKernels.integerDot(try device()) {
                         // the variant that also writes 8-bit blocks: the same floats, and the
                         // blocks quantize_q8 makes of them
                         let out8 = try upload([Float](repeating: .nan, count: n * heads * hd))
                         let sizes = GPUKernels.q8Bytes(k: heads * hd, m: n)
                         let xq = try upload([UInt8](repeating: 0xAB, count: sizes.values)), xd = try upload([UInt8](repeating: 0xAB, count: sizes.scales))
-                        try run(GPUKernels.attentionCombineQ8, [part, out8, posB, xq, xd], params, (n, heads, 1))
+                        try run(GPUKernels.attentionCombineQ8, [part, out8, posB, xq, xd], params, GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                         XCTAssertEqual(try read(out8, n * heads * hd), try read(out, n * heads * hd), "attention_combine_q8 floats hd=\(hd)")
                         let want8 = try quantizeQ8(out8, k: heads * hd, m: n)
                         XCTAssertEqual(try readBytes(xq, sizes.values), want8.values, "attention_combine_q8 values hd=\(hd)")
@@ -996,7 +996,7 @@ final class GPUKernelTests: XCTestCase {
                              scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)] + mask,
                             (n, kvHeads, splits))
                     if splits > 1 {
-                        try run(GPUKernels.attentionCombine, [partG, outG, posB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], (n, heads, 1))
+                        try run(GPUKernels.attentionCombine, [partG, outG, posB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                     }
                     XCTAssertEqual(try read(outG, n * heads * hd).map(\.bitPattern), try read(out, n * heads * hd).map(\.bitPattern),
                                    "attention with \(gs) heads a pass, \(what) chunk=\(chunk) splits=\(splits)")
@@ -1018,7 +1018,7 @@ final class GPUKernelTests: XCTestCase {
                              scale.bitPattern, UInt32(qStride)] + mask + [UInt32(chunk), UInt32(splits)],
                             (blocks.count / 2, kvHeads, splits))
                     if splits > 1 {
-                        try run(GPUKernels.attentionCombine, [part, out, posB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], (n, heads, 1))
+                        try run(GPUKernels.attentionCombine, [part, out, posB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                     }
                     assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
                                 "attention_tiled \(what) chunk=\(chunk) splits=\(splits)")

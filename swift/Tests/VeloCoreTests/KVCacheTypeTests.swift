@@ -379,7 +379,7 @@ final class KVCacheTypeTests: XCTestCase {
                             (n, kvHeads, splits))
                     if splits > 1 {
                         try run(GPUKernels.attentionCombine, [part, out, posB].map { GPUBinding($0) },
-                                [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], (n, heads, 1))
+                                [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                     }
                     check(try read(out, n * heads * hd, as: Float.self), "attention splits \(splits)")
                     if splits == 1 && hd % 32 == 0 && GPUKernels.integerDot(dev) {
@@ -409,7 +409,7 @@ final class KVCacheTypeTests: XCTestCase {
                                 (blocks.count / 2, kvHeads, splits))
                         if splits > 1 {
                             try run(GPUKernels.attentionCombine, [part, out, posB].map { GPUBinding($0) },
-                                    [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], (n, heads, 1))
+                                    [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                         }
                         let got = try read(out, n * heads * hd, as: Float.self)
                         if kernel.name == GPUKernels.attentionCoop.name {

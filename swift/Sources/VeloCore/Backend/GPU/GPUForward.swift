@@ -588,6 +588,7 @@ final class GPUForward: ForwardOps {
         let c = config, ps = kv.pageSize
         let mask = [a.softcap.bitPattern, UInt32(a.window)]
         let (chunk, splits) = attentionPlan
+        let combineGroups = GPUKernels.attentionCombineGroups(n: n, heads: c.heads, headDim: c.headDim)
         if tiledBlocks > 0 {
             dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel,
                      [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens), GPUBinding(attnScratch)],
@@ -596,7 +597,7 @@ final class GPUForward: ForwardOps {
                      (tiledBlocks, c.kvHeads, splits), .attention)
             if splits > 1 {
                 dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos],
-                         [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)], (n, c.heads, 1), .attention)
+                         [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)], combineGroups, .attention)
             }
             return
         }
@@ -619,10 +620,10 @@ final class GPUForward: ForwardOps {
         if let q8, q8Out {
             // the output also as 8-bit blocks, for the O product's matvec_dot
             dispatch(GPUKernels.attentionCombineQ8, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(q8.values), GPUBinding(q8.scales)],
-                     params, (n, c.heads, 1), .attention)
+                     params, combineGroups, .attention)
             q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim)
         } else {
-            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos], params, (n, c.heads, 1), .attention)
+            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos], params, combineGroups, .attention)
         }
     }
 

@@ -324,7 +324,7 @@ enum GPUKernels {
     }
     /// Split-K attention: (n, kvHeads, splits) workgroups, each over `chunk` keys of a token;
     /// with splits > 1 each writes partials to a scratch buffer and `attentionCombine`
-    /// ((n, heads, 1) workgroups) merges them. Both take 128 threads (attention: exactly).
+    /// (`attentionCombineGroups`) merges them. Both take 128 threads (attention: exactly).
     static let attention = Kernel(name: "attention", buffers: 7, constants: [128])
     /// A decode attention kernel (attention, attention_q8 and their cache-type variants)
     /// specialised for `groupHeads` query heads a KV head: it keeps that many heads' state in
@@ -338,6 +338,9 @@ enum GPUKernels {
     /// Head sizes the attention kernels take (every model's so far: 64 to 256).
     static func attentionFits(headDim: Int) -> Bool { headDim % 4 == 0 && headDim <= attentionMaxHeadDim }
     static let attentionCombine = Kernel(name: "attention_combine", buffers: 3, constants: [128])
+    /// attention_combine's (and attention_combine_q8's) grid: a workgroup a (token, head, block of
+    /// 32 dimensions).
+    static func attentionCombineGroups(n: Int, heads: Int, headDim: Int) -> (Int, Int, Int) { (n, heads, (headDim + 31) / 32) }
     /// attention that also writes its output as quantize_q8's blocks, a token's splits (up to
     /// `attentionJoinMaxSplits`) merged by the last of them to finish: buffers + XQ, XD and a
     /// zeroed counter a (token, KV head); head sizes as attention_combine_q8's. Decode needs no
