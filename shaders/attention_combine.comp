@@ -40,7 +40,6 @@ const uint DB = 32u;    // dimensions a workgroup
 
 shared float w[SMAX];
 shared float red[WMAX];
-shared float sums[WMAX];
 
 // the workgroup's maximum (op 0) or sum (op 1) of x, in red[0]; every thread calls it
 float reduce(float x, uint op) {
@@ -91,11 +90,11 @@ void main() {
         }
         for (; s < ns; s += nq) a.x = fma(w[s], part[rb + s * stride + d], a.x);
     }
-    sums[tid] = a.x + a.y + a.z + a.w;
+    red[tid] = a.x + a.y + a.z + a.w; // free again after reduce's last barrier
     barrier();
     if (tid < DB && d < hd) {
         float o = 0.0;
-        for (uint i = 0u; i < nq; i++) o += sums[tid + i * DB];
+        for (uint i = 0u; i < nq; i++) o += red[tid + i * DB];
         o /= L;
         outv[ob + d] = o;
 #ifdef Q8
