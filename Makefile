@@ -109,12 +109,15 @@ ATTN_Q8 := attention_q8 $(addprefix attention_q8_,$(KV_PAIRS))
 # weight types it decodes
 CM2_TYPES := q4_0 q8_0
 CM2_VARIANTS := $(addprefix matmul_cm2_,$(CM2_TYPES))
+# tensor-core products for decode batches (17-32 rows), Q4_0 and Q8_0
+COOP_BATCH_TYPES := q4_0 q8_0
+COOP_BATCH_VARIANTS := $(addprefix matmul_coop_batch_,$(COOP_BATCH_TYPES))
 SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(DOT_VARIANTS) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) \
-  attention_coop $(KV_VARIANTS) $(ATTN_Q8) $(ID_VARIANTS) $(CM2_VARIANTS)
+  attention_coop $(KV_VARIANTS) $(ATTN_Q8) $(ID_VARIANTS) $(CM2_VARIANTS) $(COOP_BATCH_VARIANTS)
 # Kernels Metal never runs, left out of the MSL and the metallib: cooperative matrices (no MSL
 # translation) and the 8-bit-activation decode path (GPUKernels.integerDot is Vulkan-only;
 # add_rms_norm_q8 is one of them).
-VULKAN_ONLY := add_rms_norm_q8 $(addprefix matmul_coop_,$(WTYPES)) $(CM2_VARIANTS) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(DOT_VARIANTS) \
+VULKAN_ONLY := add_rms_norm_q8 $(addprefix matmul_coop_,$(WTYPES)) $(CM2_VARIANTS) $(COOP_BATCH_VARIANTS) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(DOT_VARIANTS) \
   $(addsuffix _q8,$(Q8_KERNELS)) quantize_q8 $(ATTN_Q8)
 # Specialization constants that size shared arrays (matvec's NCOLS and ROWS, matmul's BM and BN)
 # are preprocessor macros in spirv-cross's MSL, not Metal function constants, so Metal gets one
@@ -162,6 +165,7 @@ $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_rope_$(t),shaders
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_rope_$(t)_f16_f16,shaders/matvec_dot.comp,-DROPE_KV -DKT_F16 -DVT_F16 -DWTYPE_$(call upper,$(t)))))
 $(foreach t,$(CM2_TYPES),$(eval $(SHADER_C)/matmul_cm2_$(t).c: shaders/matmul_cm2.comp shaders/build.sh ; \
   $(IN_ROOT) env $(SHADER_ENV) SPV_ENV=vulkan1.3 sh shaders/build.sh spirv matmul_cm2_$(t) shaders/matmul_cm2.comp -DWTYPE_$(call upper,$(t))))
+$(foreach t,$(COOP_BATCH_TYPES),$(eval $(call shader_rules,matmul_coop_batch_$(t),shaders/matmul_coop_batch.comp,-DWTYPE_$(call upper,$(t)))))
 $(foreach k,$(ID_KERNELS),$(foreach t,$(WTYPES),\
   $(eval $(call shader_rules,$(k)_id_$(t),shaders/$(k).comp,-DEXPERTS -DWTYPE_$(call upper,$(t))))))
 $(eval $(call shader_rules,attention_coop,shaders/attention_coop.comp,))

@@ -831,6 +831,30 @@ final class GPUKernelTests: XCTestCase {
             let u = GPUKernels.coopSplitUnits(k: k, splits: sp)
             XCTAssert(u % 4 == 0 && u * sp >= k / 16 && u * (sp - 1) < k / 16, "split units k=\(k) splits=\(sp)")
         }
+        // matmul_coop_batch_T's plans (the kernel itself needs cooperative matrices: checked on
+        // the device by coopmat-check): every shape within 48 KiB of shared memory, splits of
+        // whole 64-value chunks that cover K with none empty, and 17-32 rows only
+        for t in GPUKernels.coopBatchTypes {
+            for m in 1...64 {
+                let sg = GPUKernels.coopBatchSubgroups(t, rows: m), mt = GPUKernels.coopBatchTiles(rows: m)
+                XCTAssertLessThanOrEqual(GPUKernels.coopBatchShared(subgroups: sg, mt: mt, type: t), 49152, "\(t) rows \(m)")
+                for (n, k) in [(4096, 4096), (4096, 14336), (28672, 4096), (6144, 4096), (128256, 4096), (96, 128)] {
+                    let plan = GPUKernels.coopBatchPlan(n: n, k: k, rows: m, type: t)
+                    XCTAssert(plan.groups * 32 >= n && (plan.groups - 1) * 32 < n)
+                    XCTAssertGreaterThanOrEqual(plan.rowGroups * 16 * mt, m)
+                    let units = k / 16
+                    XCTAssert(plan.splitUnits % 4 == 0 && plan.splitUnits * plan.splits >= units && plan.splitUnits * (plan.splits - 1) < units,
+                              "\(t) n=\(n) k=\(k) rows \(m): \(plan)")
+                }
+            }
+        }
+        XCTAssertEqual(GPUKernels.coopBatchPlan(n: 4096, k: 4096, rows: 32, type: .q4_0).splits, 4)
+        XCTAssertEqual(GPUKernels.coopBatchPlan(n: 28672, k: 4096, rows: 32, type: .q4_0).splits, 1)
+        XCTAssertFalse(GPUKernels.useCoopBatch(.q4_0, rows: 33, k: 4096))
+        XCTAssertFalse(GPUKernels.useCoopBatch(.q4_0, rows: 32, k: 4096 + 32))
+        XCTAssertFalse(GPUKernels.useCoopBatch(.q4_K, rows: 32, k: 4096))
+        XCTAssertTrue(GPUKernels.useCoopBatch(.q8_0, rows: 17, k: 2048))
+        XCTAssertGreaterThanOrEqual(GPUKernels.f16Bytes(maxTokens: 20, maxCols: 4096, experts: nil), 64 * 4096 * 2)
     }
 
     /// One batch of two sequences for the attention kernels: (heads, kvHeads, hd, pageSize,

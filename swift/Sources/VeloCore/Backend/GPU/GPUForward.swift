@@ -288,6 +288,12 @@ final class GPUForward: ForwardOps {
             _ = try pipeline(GPUKernels.matmul(w.type))
             if GPUKernels.useCoop(device, w.type) {
                 for m in [32, 64, 128] { _ = try pipeline(GPUKernels.matmulCoop(w.type, rows: m)) } // each tile height
+                if GPUKernels.coopBatchShape != nil && GPUKernels.coopBatchTypes.contains(w.type) {
+                    // each tile height some batch past matvec's rows takes
+                    for m in Swift.stride(from: 16, through: GPUKernels.coopBatchRows, by: 16) where m > GPUKernels.matvecMaxRows && m - 15 <= maxTokens {
+                        _ = try pipeline(GPUKernels.matmulCoopBatch(w.type, rows: m))
+                    }
+                }
             }
         }
         if x16 != nil { for k in [GPUKernels.toF16, GPUKernels.sumSplits] { _ = try pipeline(k) } }
@@ -521,6 +527,11 @@ final class GPUForward: ForwardOps {
             }
             var p16 = params
             p16[4] = UInt32(kp)
+            if !cm2 && GPUKernels.useCoopBatch(w.type, rows: rows, k: w.cols) {
+                multiplyCoopBatch(w, wb, x16: x16, rows: rows, params: p16, into: y, yStride: yStride, op: op)
+                if x16Source?.buffer == ObjectIdentifier(y.buffer) { x16Source = nil }
+                return
+            }
             let cm2 = self.cm2 && GPUKernels.cm2Types.contains(w.type)
             let kernel = cm2 ? GPUKernels.matmulCM2(w.type) : GPUKernels.matmulCoop(w.type, rows: rows)
             let g = cm2 ? GPUKernels.matmulCM2Groups(n: w.rows, m: rows) : GPUKernels.matmulCoopGroups(n: w.rows, m: rows)
@@ -542,6 +553,25 @@ final class GPUForward: ForwardOps {
         } else {
             let k = GPUKernels.matmul(w.type)
             dispatch(k, [wb, x, y], params, GPUKernels.matmulGroups(n: w.rows, m: rows), op)
+        }
+    }
+
+    /// matmul_coop_batch_T over to_f16's rows: split-K planes in the scratch when it holds
+    /// them, then their sum into Y.
+    private func multiplyCoopBatch(_ w: WeightMatrix, _ wb: GPUBinding, x16: GPUBuffer, rows: Int, params: [UInt32], into y: GPUBinding, yStride: Int, op: Profiler.Op) {
+        let kernel = GPUKernels.matmulCoopBatch(w.type, rows: rows)
+        let plan = GPUKernels.coopBatchPlan(n: w.rows, k: w.cols, rows: rows, type: w.type)
+        var p = params
+        let plane = rows * w.rows
+        if plan.splits > 1, let scratch = gluScratch, y.buffer !== scratch, plan.splits * plane * 4 <= scratch.size {
+            p[5] = UInt32(w.rows)
+            p[6] = UInt32(plan.splitUnits)
+            dispatch(kernel, [wb, GPUBinding(x16), GPUBinding(scratch)], p + [UInt32(plane)], (plan.groups, plan.rowGroups, plan.splits), op)
+            dispatch(GPUKernels.sumSplits, [GPUBinding(scratch), y], [UInt32(w.rows), UInt32(rows), UInt32(yStride), UInt32(plan.splits), UInt32(plane)],
+                     (min((plane + 255) / 256, 65535), 1, 1), op)
+        } else {
+            p[6] = UInt32.max // one split: every unit
+            dispatch(kernel, [wb, GPUBinding(x16), y], p + [0], (plan.groups, plan.rowGroups, 1), op)
         }
     }
 

@@ -262,6 +262,56 @@ enum GPUKernels {
     static func matmulCM2Groups(n: Int, m: Int) -> (Int, Int, Int) {
         ((n + cm2Shape.tw - 1) / cm2Shape.tw, (m + cm2Shape.tx - 1) / cm2Shape.tx, 1)
     }
+    /// matmul_coop_batch_T: tensor-core products for decode batches of 17-32 rows, each
+    /// subgroup streaming its own chunks of 32 weight rows (shaders/matmul_coop_batch.comp),
+    /// Q4_0 and Q8_0. 8B Q4_0 on an H200 (bench/RESULTS.md): 32 sequences decode 2125 t/s
+    /// against 1667-1714 through matmul_coop_T; at 64 rows the two were even (2589 / 2615),
+    /// so 33 rows and more keep matmul_coop_T. VELO_GPU_COOP_BATCH=SUBGROUPS,GROUPS,TILES sets
+    /// the subgroups a workgroup (1, 2, 4 or 8; fewer where shared memory needs), the
+    /// workgroups split-K aims for and the most 16-row activation tiles a workgroup (1-4; more
+    /// rows take more workgroups); VELO_GPU_COOP_BATCH=off keeps matmul_coop_T (A/B runs).
+    static let coopBatchTypes: Set<GGMLType> = [.q4_0, .q8_0]
+    static let coopBatchRows = 32
+    static let coopBatchShape: (subgroups: Int, groups: Int, tiles: Int)? = {
+        let best = (4, 512, 4)
+        guard let e = getenv("VELO_GPU_COOP_BATCH") else { return best }
+        let s = String(cString: e)
+        if s == "off" { return nil }
+        let v = s.split(separator: ",").compactMap { Int($0) }
+        if v.count == 3, [1, 2, 4, 8].contains(v[0]), v[1] >= 1, (1...4).contains(v[2]) { return (v[0], v[1], v[2]) }
+        fputs("velo: ignoring VELO_GPU_COOP_BATCH=\(s) (expected off or SUBGROUPS,GROUPS,TILES: SUBGROUPS 1, 2, 4 or 8; TILES 1-4)\n", stderr)
+        return best
+    }()
+    static func useCoopBatch(_ t: GGMLType, rows m: Int, k: Int) -> Bool {
+        coopBatchShape != nil && m <= coopBatchRows && coopBatchTypes.contains(t) && k % 64 == 0
+    }
+    /// Shared memory of matmul_coop_batch_T (raw blocks, decoded chunks, activation tiles,
+    /// partial sums), and the subgroups a workgroup: the shape's, halved until it fits 48 KiB.
+    static func coopBatchShared(subgroups: Int, mt: Int, type t: GGMLType) -> Int {
+        let cw = t == .q8_0 ? 17 : 9
+        return subgroups * (32 * cw * 4 + 32 * 144 + 16 * mt * 144) + 2048 * mt
+    }
+    static func coopBatchSubgroups(_ t: GGMLType, rows m: Int) -> Int {
+        var g = coopBatchShape?.subgroups ?? 4
+        while g > 1, coopBatchShared(subgroups: g, mt: coopBatchTiles(rows: m), type: t) > 49152 { g /= 2 }
+        return g
+    }
+    /// 16-row activation tiles a workgroup for `m` rows.
+    static func coopBatchTiles(rows m: Int) -> Int { min((m + 15) / 16, coopBatchShape?.tiles ?? 4) }
+    static func matmulCoopBatch(_ t: GGMLType, rows m: Int) -> Kernel {
+        Kernel(name: "matmul_coop_batch_" + suffix(t), buffers: 3,
+               constants: [UInt32(32 * coopBatchSubgroups(t, rows: m)), UInt32(coopBatchTiles(rows: m))])
+    }
+    /// Workgroups along N (32 rows each), and the split-K that brings the grid to the shape's
+    /// aim while each subgroup keeps at least two chunks of 64 values a split; units (16
+    /// values) a split.
+    static func coopBatchPlan(n: Int, k: Int, rows m: Int, type t: GGMLType) -> (groups: Int, rowGroups: Int, splits: Int, splitUnits: Int) {
+        let rowGroups = (m + 16 * coopBatchTiles(rows: m) - 1) / (16 * coopBatchTiles(rows: m))
+        let groups = (n + 31) / 32, chunks = k / 64, sg = coopBatchSubgroups(t, rows: m), aim = coopBatchShape?.groups ?? 512
+        var splits = 1
+        while splits < 16, groups * rowGroups * splits < aim, chunks / (2 * splits) >= 2 * sg { splits *= 2 }
+        return (groups, rowGroups, splits, (chunks + splits - 1) / splits * 4)
+    }
     /// Activation rows of one tile of matmul_coop_T for `m` rows.
     static func matmulCoopRows(_ m: Int) -> Int { let s = coopShape(rows: m); return 16 * s.tm * s.wgm }
     /// Split-K for tensor-core products with few workgroups (the H100 has 132 SMs; an 8B's
@@ -498,8 +548,10 @@ enum GPUKernels {
     }
     /// Bytes of the float16 copy of activation rows the tensor-core products read: `maxTokens`
     /// rows of the widest input, or a mixture-of-experts layer's routed pairs' hidden rows.
+    /// Whole 64-row blocks of it (matmul_coop_batch_T reads whole tiles of up to 64 rows; the
+    /// rows past the batch only reach result rows it does not store).
     static func f16Bytes(maxTokens: Int, maxCols: Int, experts: Experts?) -> Int {
-        max(maxTokens * f16Row(maxCols), experts.map { maxTokens * $0.used * f16Row($0.ffnDim) } ?? 0) * 2
+        max((maxTokens + 63) / 64 * 64 * f16Row(maxCols), experts.map { maxTokens * $0.used * f16Row($0.ffnDim) } ?? 0) * 2
     }
     /// A bias on every row: (ceil(n / 256), rows, 1) workgroups.
     static let addBias = Kernel(name: "add_bias", buffers: 2, constants: [256])
