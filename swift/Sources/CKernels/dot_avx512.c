@@ -148,9 +148,12 @@ T512 static void pack_act(int type, int64_t nb, const uint8_t *a, uint8_t *out) 
 
 /* One step (one or two blocks) of an R x C tile; `a` is packed. */
 T512 INL void step_q32(int type, int R, int C, int two, const uint8_t *w, size_t ws, const uint8_t *a,
-                       size_t as, int pf, __m512 acc[4][4]) {
+                       size_t as, int pf, __m512 acc[8][4]) {
     for (int i = 0; i < R; i++) {
-        if (pf) _mm_prefetch((const char *)(w + (PF_TILES * R + i) * ws), _MM_HINT_T0); /* a later tile's row */
+        /* a later tile's row; for one activation row (decode) into L2 only, so the prefetches
+         * do not hold the L1 fill buffers the tile's own loads need */
+        if (pf && C == 1) _mm_prefetch((const char *)(w + (PF_TILES * R + i) * ws), _MM_HINT_T1);
+        else if (pf) _mm_prefetch((const char *)(w + (PF_TILES * R + i) * ws), _MM_HINT_T0);
         const wops wo = load_w(type, w + i * ws, two);
         for (int j = 0; j < C; j++) {
             const uint8_t *pa = a + j * as;
@@ -176,7 +179,7 @@ T512 INL void step_q32(int type, int R, int C, int two, const uint8_t *w, size_t
 T512 INL void tile_q32(int type, int R, int C, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
                        size_t as, int pf, float *y, int64_t ldy) {
     const size_t wb = ck_q32_bytes(type);
-    __m512 acc[4][4];
+    __m512 acc[8][4];
     for (int i = 0; i < R; i++)
         for (int j = 0; j < C; j++) acc[i][j] = _mm512_setzero_ps();
     int64_t b = 0;
@@ -342,11 +345,14 @@ T512 INL void tile_f(int type, int R, int C, int64_t n, const uint8_t *w, size_t
 
 /* ======================= drivers (ck_tiles.h) ======================= */
 
-DEFINE_MATMUL_PACKED(T512, mm_q4_0, tile_q32, CK_TYPE_Q4_0, 4, QK, pack_act, PACKED_ROW)
 DEFINE_MATMUL_PACKED(T512, mm_q4_1, tile_q32, CK_TYPE_Q4_1, 4, QK, pack_act, PACKED_ROW)
 DEFINE_MATMUL_PACKED(T512, mm_q5_0, tile_q32, CK_TYPE_Q5_0, 4, QK, pack_act, PACKED_ROW)
 DEFINE_MATMUL_PACKED(T512, mm_q5_1, tile_q32, CK_TYPE_Q5_1, 4, QK, pack_act, PACKED_ROW)
 DEFINE_MATMUL_PACKED(T512, mm_q8_0, tile_q32, CK_TYPE_Q8_0, 4, QK, pack_act, PACKED_ROW)
+/* Decode (one activation row) streams each weight once and is bound by how many reads a
+ * thread keeps in flight: 8 weight rows a tile instead of 4 (bench/RESULTS.md). */
+DEFINE_MATMUL_PACKED(T512, mm_q4_0_row, tile_q32, CK_TYPE_Q4_0, 8, QK, pack_act, PACKED_ROW)
+DEFINE_MATMUL_PACKED(T512, mm_q8_0_row, tile_q32, CK_TYPE_Q8_0, 8, QK, pack_act, PACKED_ROW)
 DEFINE_MATMUL(T512, mm_q4_K, tile_k, CK_TYPE_Q4_K, 4, n / QKK)
 DEFINE_MATMUL(T512, mm_q5_K, tile_k, CK_TYPE_Q5_K, 4, n / QKK)
 DEFINE_MATMUL(T512, mm_q6_K, tile_k, CK_TYPE_Q6_K, 4, n / QKK)
@@ -360,13 +366,18 @@ DEFINE_MATMUL(T512, mm_bf16, tile_f, CK_TYPE_BF16, 4, n)
 T512 static void mm_q4_0_any(int64_t n, const void *vw, size_t ws, int64_t r0, int64_t r1, const void *va,
                              size_t as, int64_t M, float *y, int64_t ldy) {
     if (M >= 2) ck_mm_q4_0_g16(n, vw, ws, r0, r1, va, as, M, y, ldy);
-    else mm_q4_0(n, vw, ws, r0, r1, va, as, M, y, ldy);
+    else mm_q4_0_row(n, vw, ws, r0, r1, va, as, M, y, ldy);
+}
+T512 static void mm_q8_0_any(int64_t n, const void *vw, size_t ws, int64_t r0, int64_t r1, const void *va,
+                             size_t as, int64_t M, float *y, int64_t ldy) {
+    if (M >= 2) mm_q8_0(n, vw, ws, r0, r1, va, as, M, y, ldy);
+    else mm_q8_0_row(n, vw, ws, r0, r1, va, as, M, y, ldy);
 }
 
 const ck_matmul_fn ck_matmul_avx512[CK_NTYPES] = {
     [CK_TYPE_F32] = mm_f32,   [CK_TYPE_F16] = mm_f16,   [CK_TYPE_BF16] = mm_bf16,
     [CK_TYPE_Q4_0] = mm_q4_0_any, [CK_TYPE_Q4_1] = mm_q4_1, [CK_TYPE_Q5_0] = mm_q5_0,
-    [CK_TYPE_Q5_1] = mm_q5_1, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_Q4_K] = mm_q4_K,
+    [CK_TYPE_Q5_1] = mm_q5_1, [CK_TYPE_Q8_0] = mm_q8_0_any, [CK_TYPE_Q4_K] = mm_q4_K,
     [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K,
 };
 #endif
