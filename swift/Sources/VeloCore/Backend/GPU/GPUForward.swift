@@ -527,21 +527,25 @@ final class GPUForward: ForwardOps {
             }
             var p16 = params
             p16[4] = UInt32(kp)
-            if !cm2 && GPUKernels.useCoopBatch(w.type, rows: rows, k: w.cols) {
-                multiplyCoopBatch(w, wb, x16: x16, rows: rows, params: p16, into: y, yStride: yStride, op: op)
-                if x16Source?.buffer == ObjectIdentifier(y.buffer) { x16Source = nil }
-                return
-            }
+            // the kernel, its grid along N and M, its splits of K and the units (16 values) of each
             let cm2 = self.cm2 && GPUKernels.cm2Types.contains(w.type)
-            let kernel = cm2 ? GPUKernels.matmulCM2(w.type) : GPUKernels.matmulCoop(w.type, rows: rows)
-            let g = cm2 ? GPUKernels.matmulCM2Groups(n: w.rows, m: rows) : GPUKernels.matmulCoopGroups(n: w.rows, m: rows)
-            let splits = GPUKernels.coopSplits(n: w.rows, m: rows, k: w.cols, type: w.type,
-                                               tile: cm2 ? (GPUKernels.cm2Shape.tw, GPUKernels.cm2Shape.tx) : nil)
+            let kernel: GPUKernels.Kernel, g: (Int, Int, Int), splits: Int, splitUnits: Int
+            if !cm2 && GPUKernels.useCoopBatch(w.type, rows: rows, k: w.cols) {
+                let plan = GPUKernels.coopBatchPlan(n: w.rows, k: w.cols, rows: rows, type: w.type)
+                (kernel, g) = (GPUKernels.matmulCoopBatch(w.type, rows: rows), (plan.groups, plan.rowGroups, 1))
+                (splits, splitUnits) = (plan.splits, plan.splitUnits)
+            } else {
+                kernel = cm2 ? GPUKernels.matmulCM2(w.type) : GPUKernels.matmulCoop(w.type, rows: rows)
+                g = cm2 ? GPUKernels.matmulCM2Groups(n: w.rows, m: rows) : GPUKernels.matmulCoopGroups(n: w.rows, m: rows)
+                splits = GPUKernels.coopSplits(n: w.rows, m: rows, k: w.cols, type: w.type,
+                                           tile: cm2 ? (GPUKernels.cm2Shape.tw, GPUKernels.cm2Shape.tx) : nil)
+                splitUnits = GPUKernels.coopSplitUnits(k: w.cols, splits: splits)
+            }
             if splits > 1, let scratch = gluScratch, y.buffer !== scratch, splits * rows * w.rows * 4 <= scratch.size {
                 // split-K: each split's plane of the scratch, then their sum into Y
                 let plane = rows * w.rows
                 p16[5] = UInt32(w.rows)
-                p16[6] = UInt32(GPUKernels.coopSplitUnits(k: w.cols, splits: splits))
+                p16[6] = UInt32(splitUnits)
                 dispatch(kernel, [wb, GPUBinding(x16), GPUBinding(scratch)], p16 + [UInt32(plane)], (g.0, g.1, splits), op)
                 dispatch(GPUKernels.sumSplits, [GPUBinding(scratch), y], [UInt32(w.rows), UInt32(rows), UInt32(yStride), UInt32(splits), UInt32(plane)],
                          (min((plane + 255) / 256, 65535), 1, 1), op)
@@ -553,25 +557,6 @@ final class GPUForward: ForwardOps {
         } else {
             let k = GPUKernels.matmul(w.type)
             dispatch(k, [wb, x, y], params, GPUKernels.matmulGroups(n: w.rows, m: rows), op)
-        }
-    }
-
-    /// matmul_coop_batch_T over to_f16's rows: split-K planes in the scratch when it holds
-    /// them, then their sum into Y.
-    private func multiplyCoopBatch(_ w: WeightMatrix, _ wb: GPUBinding, x16: GPUBuffer, rows: Int, params: [UInt32], into y: GPUBinding, yStride: Int, op: Profiler.Op) {
-        let kernel = GPUKernels.matmulCoopBatch(w.type, rows: rows)
-        let plan = GPUKernels.coopBatchPlan(n: w.rows, k: w.cols, rows: rows, type: w.type)
-        var p = params
-        let plane = rows * w.rows
-        if plan.splits > 1, let scratch = gluScratch, y.buffer !== scratch, plan.splits * plane * 4 <= scratch.size {
-            p[5] = UInt32(w.rows)
-            p[6] = UInt32(plan.splitUnits)
-            dispatch(kernel, [wb, GPUBinding(x16), GPUBinding(scratch)], p + [UInt32(plane)], (plan.groups, plan.rowGroups, plan.splits), op)
-            dispatch(GPUKernels.sumSplits, [GPUBinding(scratch), y], [UInt32(w.rows), UInt32(rows), UInt32(yStride), UInt32(plan.splits), UInt32(plane)],
-                     (min((plane + 255) / 256, 65535), 1, 1), op)
-        } else {
-            p[6] = UInt32.max // one split: every unit
-            dispatch(kernel, [wb, GPUBinding(x16), y], p + [0], (plan.groups, plan.rowGroups, 1), op)
         }
     }
 
