@@ -21,6 +21,15 @@
 //      keeps its own share of each head's sum (rescaled as the maximum grows);
 //   3. weighted V: thread (column c of 4 dimensions, key group kq) sums every group-th key of
 //      the tile into vec4 accumulators for all heads of the pass (V rows are contiguous).
+// Built with -DSTAGED (attention_staged_f16_f16, attention_q8_staged_f16_f16: f16 K and V, the
+// cache's default types, for long caches), tiles are staged where the pages' 8-key runs sit at
+// 16-byte boundaries (GPUKernels.attentionStagedFits): at the top of a tile every thread issues
+// all its loads at once, K as 16-byte runs of 8 keys into shared memory (KO, as the page holds
+// it: [dim][key]) and V as its own keys' 8-byte rows into registers, with the pages' offsets
+// read a tile ahead into shared memory, so a tile costs one memory round trip rather than one
+// every few dimensions or keys. Tiles then hold at most 8192 halves of K (64 keys at headDim 128,
+// 32 at 256) and start at a multiple of 8 keys. (The extra registers cost short caches more
+// than the staging saves, hence a build of its own.)
 // The key groups' outputs and the threads' sums are reduced once, after the last tile. The
 // heads of a KV group share every K/V load; a pass takes min(GS, 2048/headDim) of them (GS:
 // constant 1, at most 8; the host gives the heads of a group where fewer).
@@ -96,8 +105,21 @@ shared vec4 Qs[QMAX / 4u];          // [d][head / 4]: query d of heads 4i .. 4i+
 shared float Ps[GMAX * TK];         // [head][key] probabilities of the tile
 shared uint Vb[TK];                 // V row handle of each key (v_row)
 shared float red[SGMAX * GMAX];     // [subgroup][head] tile maxima, at the end sums
-shared vec4 Os[GMAX * TK];          // at the end: [key group][head][column] outputs
+// staged tiles: K as [dim][key] halves; at the end the outputs [key group][head][column] (as bits)
+shared uvec4 KO[GMAX * TK];
 shared float mS[GMAX];              // at the end: the running maxima
+
+const uint KSMAX = 8u * GMAX * TK;  // halves of a staged K tile
+const uint KUNITS = KSMAX / 8u / TK; // 16-byte K loads a thread per staged tile
+const uint VUNITS = 16u;            // V rows a thread per staged tile
+const uint PBMAX = TK / 8u + 1u;    // pages a tile can touch (pages of at least 8 keys)
+shared uint pbase[2u * PBMAX];      // staged tiles: word offsets of the tile's pages' layer (two tiles)
+#if defined(STAGED)
+#if !defined(KT_F16) || !defined(VT_F16)
+#error "STAGED takes f16 K and V"
+#endif
+layout(std430, binding = 1) readonly buffer KVBuf128 { uvec4 kv16[]; };
+#endif
 
 void main() {
     const uint t = gl_WorkGroupID.x, kvh = gl_WorkGroupID.y, split = gl_WorkGroupID.z;
@@ -117,12 +139,30 @@ void main() {
     const uint cols = hd / 4u, groups = TK / cols, c = tid % cols, kq = tid / cols;
     // scores: KT threads a key (short splits: 2 or 4, each over a slice of the dimensions, so a
     // tile is not mostly idle threads), key kt of the tile, dimensions d0 .. d0 + dl
-    const uint KT = hd % 16u != 0u ? 1u : p.chunk <= 32u ? 4u : p.chunk <= 64u ? 2u : 1u;
+    uint KT = hd % 16u != 0u ? 1u : p.chunk <= 32u ? 4u : p.chunk <= 64u ? 2u : 1u;
+    bool staged = false;
+#if defined(STAGED)
+    // staged tiles of at most KSMAX halves (more threads a key where a head is wide), whole
+    // 16-byte runs of 8 keys, at most VUNITS V rows a thread
+    if ((p.pageSize & 7u) == 0u && (p.pageStride & 3u) == 0u && (p.layerOff & 3u) == 0u && (p.kvDim & 7u) == 0u
+        && hd <= 256u && (hd % 16u == 0u || hd * TK <= KSMAX)) {
+        while (hd * (TK / KT) > KSMAX) KT *= 2u;
+        staged = (TK / KT + groups - 1u) / groups <= VUNITS;
+        if (!staged) KT = hd % 16u != 0u ? 1u : p.chunk <= 32u ? 4u : p.chunk <= 64u ? 2u : 1u;
+    }
+#endif
     const uint TKE = TK / KT, kt = tid / KT, dl = hd / KT, d0 = (tid % KT) * dl;
+    // a staged tile's first key: runs of 8 keys never cross a page (keys before kstart are masked)
+    const uint jfirst = staged ? kstart & ~7u : kstart;
 
     for (uint g0 = 0u; g0 < G; g0 += gpass) {
         const uint GC = min(gpass, G - g0), GQ = (GC + 3u) / 4u;
         const uint qb = t * p.qStride + (kvh * G + g0) * hd;
+        // a staged tile's page offsets come from shared memory, written a tile ahead; the first
+        // tile's are loaded with Q
+        uint firstBase = 0u;
+        const uint pg0 = jfirst / ps0 + tid;
+        if (staged && tid < PBMAX && pg0 <= (kend - 1u) / ps0) firstBase = uint(pagetab[pt + pg0]) * p.pageStride + p.layerOff;
         // (four loads in flight per thread: at most 2048 floats, one round trip)
         for (uint e0 = tid; e0 < hd * 4u * GQ; e0 += 4u * TK) {
             float qv[4];
@@ -138,14 +178,59 @@ void main() {
         float mrun[GMAX], lpart[GMAX];  // running maxima (the same in every thread), this thread's share of the sums
         vec4 o[GMAX];
         [[unroll]] for (uint g = 0u; g < GS; g++) { mrun[g] = NEG; lpart[g] = 0.0; o[g] = vec4(0.0); }
+        if (staged && tid < PBMAX) pbase[tid] = firstBase;
         barrier();
 
-        for (uint j0 = kstart; j0 < kend; j0 += TKE) {
+        uint tile = 0u;
+        for (uint j0 = jfirst; j0 < kend; j0 += TKE, tile ^= 1u) {
             const uint nt = min(TKE, kend - j0);
-            const bool live = kt < nt;
+            const bool live = kt < nt && j0 + kt >= kstart;
+            uint nextBase = 0u;
+#if defined(STAGED)
+            uvec2 vreg[VUNITS];
+            if (staged) {
+                // the next tile's page offsets, stored after this tile's last barrier but one
+                const uint pg = (j0 + TKE) / ps0 + tid;
+                if (tid < PBMAX && j0 + TKE < kend && pg <= (kend - 1u) / ps0) nextBase = uint(pagetab[pt + pg]) * p.pageStride + p.layerOff;
+                const uint pb0 = tile * PBMAX, pfirst = j0 / ps0;
+                // every load of the tile in flight at once: K runs (dimension d, keys 8r .. 8r+7)
+                // into KO at the unit's own index, V rows of this thread's keys into vreg
+                const uint runs = TKE / 8u;
+                uvec4 kreg[KUNITS];
+                [[unroll]] for (uint i = 0u; i < KUNITS; i++) {
+                    const uint u = tid + i * TK, r = u % runs, d = u / runs, j = j0 + 8u * r;
+                    kreg[i] = d < hd && j < kend && j + 8u > kstart
+                        ? kv16[(2u * pbase[pb0 + j / ps0 - pfirst] + j % ps0 + (kOff + d) * ps0) >> 3]
+                        : uvec4(0u);
+                }
+                [[unroll]] for (uint i = 0u; i < VUNITS; i++) {
+                    const uint k = kq + i * groups, j = j0 + k;
+                    vreg[i] = kq < groups && k < nt && j >= kstart
+                        ? kvq[(v_row(pbase[pb0 + j / ps0 - pfirst] + plane, j % ps0) + kOff + 4u * c) >> 2]
+                        : uvec2(0u);
+                }
+                [[unroll]] for (uint i = 0u; i < KUNITS; i++) {
+                    if (tid + i * TK < runs * hd) KO[tid + i * TK] = kreg[i];
+                }
+                barrier();
+            }
+#endif
             // 1. scores of key j0 + kt
             vec4 s4[2] = vec4[2](vec4(0.0), vec4(0.0));
-            if (live) {
+            if (live && staged) {
+                // the same sums as below, K from the staged tile
+                for (uint d = d0; d < d0 + dl; d += 4u) {
+                    vec4 k4;
+                    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+                        const uint x = (d + i) * TKE + kt, w = KO[x >> 3][(x >> 1) & 3u];
+                        k4[i] = unpackHalf2x16((x & 1u) != 0u ? w >> 16 : w).x;
+                    }
+                    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+                        s4[0] = fma(Qs[(d + i) * GQ], vec4(k4[i]), s4[0]);
+                        if (GS > 4u && GQ > 1u) s4[1] = fma(Qs[(d + i) * GQ + 1u], vec4(k4[i]), s4[1]);
+                    }
+                }
+            } else if (live) {
                 const uint j = j0 + kt;
                 const uint pb = uint(pagetab[pt + j / ps0]) * p.pageStride + p.layerOff, slot = j % ps0;
                 const uint kb = k_key(pb, slot);
@@ -190,13 +275,25 @@ void main() {
                     const float mn = max(mrun[g], tmax), alpha = exp(mrun[g] - mn);
                     mrun[g] = mn;
                     const float e = live && d0 == 0u ? exp(x[g] - mn) : 0.0;
-                    if (live && d0 == 0u) Ps[g * TK + kt] = e;
+                    if (kt < nt && d0 == 0u) Ps[g * TK + kt] = e; // masked keys of a staged tile: 0
                     lpart[g] = fma(lpart[g], alpha, e);
                     o[g] *= alpha;
                 }
             }
             barrier();
             // 3. weighted V: every groups-th key of the tile, column c, all heads of the pass
+#if defined(STAGED)
+            if (staged && kq < groups) {
+                [[unroll]] for (uint i = 0u; i < VUNITS; i++) {
+                    const uint k = kq + i * groups;
+                    if (k < nt) {
+                        const vec4 v = vec4(unpackHalf2x16(vreg[i].x), unpackHalf2x16(vreg[i].y));
+                        [[unroll]] for (uint g = 0u; g < GS; g++)
+                            if (g < GC) o[g] = fma(vec4(Ps[g * TK + k]), v, o[g]);
+                    }
+                }
+            } else
+#endif
             if (kq < groups) {
                 uint k = kq;
                 for (; k + 3u * groups < nt; k += 4u * groups) {
@@ -213,7 +310,8 @@ void main() {
                         if (g < GC) o[g] = fma(vec4(Ps[g * TK + k]), v, o[g]);
                 }
             }
-            barrier();  // Ps, Vb and red are reused
+            if (staged && tid < PBMAX) pbase[(tile ^ 1u) * PBMAX + tid] = nextBase;
+            barrier();  // Ps, Vb, red and pbase are reused
         }
 
         // the sums: subgroups, then across subgroups; the key groups' outputs through shared memory
@@ -223,7 +321,7 @@ void main() {
         }
         if (kq < groups) {
             [[unroll]] for (uint g = 0u; g < GS; g++)
-                if (g < GC) Os[(kq * GMAX + g) * cols + c] = o[g];
+                if (g < GC) KO[(kq * GMAX + g) * cols + c] = floatBitsToUint(o[g]);
         }
         if (tid == 0u) {
             [[unroll]] for (uint g = 0u; g < GS; g++) mS[g] = mrun[g];
@@ -234,7 +332,7 @@ void main() {
             float l = 0.0;
             for (uint i = 0u; i < nsg; i++) l += red[i * GMAX + g];
             vec4 acc = vec4(0.0);
-            for (uint q = 0u; q < groups; q++) acc += Os[(q * GMAX + g) * cols + cc];
+            for (uint q = 0u; q < groups; q++) acc += uintBitsToFloat(KO[(q * GMAX + g) * cols + cc]);
             if (p.splits == 1u) {
                 const uint ob = (t * p.heads + h) * hd + 4u * cc;
                 const vec4 r = acc / l;

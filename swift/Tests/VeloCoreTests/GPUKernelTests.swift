@@ -1106,6 +1106,26 @@ final class GPUKernelTests: XCTestCase {
         XCTAssertEqual(GPUKernels.attentionSplits(keys: 8192, n: 1, maxTokens: 512, maxContext: 16384).splits, 128)
         XCTAssertEqual(GPUKernels.attentionSplits(keys: 16384, n: 1, maxTokens: 512, maxContext: 16384).splits, 256)
         XCTAssertEqual(GPUKernels.attentionSplits(keys: 16384, n: 1, maxTokens: 512, maxContext: 16384).chunk, 64)
+        // staged decode: whole tiles a split, every key covered, about one wave of workgroups,
+        // within the scratch
+        XCTAssertEqual([64, 80, 128, 160, 256, 40].map { GPUKernels.attentionStagedTile(headDim: $0) }, [128, 64, 64, 32, 32, 128])
+        for (n, keys, kvHeads, hd) in [(1, 16512, 8, 128), (1, 4224, 8, 128), (1, 1024, 4, 64), (16, 8192, 8, 128), (64, 131072, 8, 128), (1, 100_000, 1, 256)] {
+            let (chunk, splits) = GPUKernels.attentionStagedSplits(keys: keys, n: n, kvHeads: kvHeads, headDim: hd, maxTokens: 512, maxContext: 131072)
+            let tile = GPUKernels.attentionStagedTile(headDim: hd), lim = GPUKernels.attentionSplitLimit(maxTokens: 512, maxContext: 131072)
+            let what = "staged plan n=\(n) keys=\(keys) kvHeads=\(kvHeads) hd=\(hd): \(chunk) x \(splits)"
+            XCTAssert(chunk % tile == 0 && chunk * splits >= keys && chunk * (splits - 1) < keys, what)
+            XCTAssert(splits <= lim.splits && (splits == 1 || n * splits <= lim.capacity), what)
+            XCTAssertLessThanOrEqual(n * kvHeads * splits, max(GPUKernels.attentionStagedWorkgroups, n * kvHeads), what)
+        }
+        XCTAssertEqual(GPUKernels.attentionStagedSplits(keys: 16512, n: 1, kvHeads: 8, headDim: 128, maxTokens: 16, maxContext: 32768).splits, 43)
+        // pages the staged build takes: f16, 8-key runs at 16-byte boundaries, heads it can tile
+        let places = [(pageStride: 4096, layerOff: 512)]
+        XCTAssertTrue(GPUKernels.attentionStagedFits(k: .f16, v: .f16, pageSize: 16, kvDim: 1024, headDim: 128, places: places))
+        XCTAssertFalse(GPUKernels.attentionStagedFits(k: .f16, v: .q8_0, pageSize: 16, kvDim: 1024, headDim: 128, places: places))
+        XCTAssertFalse(GPUKernels.attentionStagedFits(k: .f16, v: .f16, pageSize: 12, kvDim: 1024, headDim: 128, places: places))
+        XCTAssertFalse(GPUKernels.attentionStagedFits(k: .f16, v: .f16, pageSize: 16, kvDim: 1024, headDim: 128, places: [(4096, 514)]))
+        XCTAssertFalse(GPUKernels.attentionStagedFits(k: .f16, v: .f16, pageSize: 16, kvDim: 576, headDim: 72, places: places))
+        XCTAssertFalse(GPUKernels.attentionStagedFits(k: .f16, v: .f16, pageSize: 16, kvDim: 1024, headDim: 512, places: places))
     }
 
     /// Softcapped scores (Gemma 2) and sliding windows: windows that leave whole splits of the

@@ -331,8 +331,12 @@ final class KVCacheTypeTests: XCTestCase {
         var rng = RNG(s: 5)
         let coop = GPUKernels.useCoop(dev)
         for (tk, tv) in Self.pairs {
+            // f16 (the staged decode build's type): heads of 64, 128 and 256 over several tiles
+            // and splits, a window starting inside an 8-key run, a softcap
+            let f16Cases: [(Int, Int, Int, Int, [Int], Float, Int)] = tk == .f16 && tv == .f16
+                ? [(16, 32, 8, 128, [700, 90], 0, 0), (8, 8, 2, 128, [400, 33], 0, 77), (16, 4, 2, 256, [300, 40], 1.5, 0), (16, 16, 2, 64, [600, 20], 0, 0)] : []
             for (ps, heads, kvHeads, hd, lengths, softcap, window) in [(16, 4, 2, 16, [45, 9], Float(0), 0), (16, 8, 2, 64, [70, 33], 0, 40),
-                                                                       (5, 3, 1, 40, [23, 4], 20, 0), (16, 8, 4, 8, [37, 6], 0, 0)] as [(Int, Int, Int, Int, [Int], Float, Int)] {
+                                                                       (5, 3, 1, 40, [23, 4], 20, 0), (16, 8, 4, 8, [37, 6], 0, 0)] + f16Cases {
                 let kvDim = kvHeads * hd
                 let pages = makePages(tk, tv, ps: ps, kvDim: kvDim, lengths: lengths, rng: &rng)
                 // queries: the last 5 and 3 positions of the two sequences
@@ -395,9 +399,40 @@ final class KVCacheTypeTests: XCTestCase {
                         XCTAssertNotEqual(try read(xd, sizes.scales / 4, as: Float.self), [Float](repeating: 0, count: sizes.scales / 4), "attention_q8 \(what) wrote its blocks")
                     }
                 }
+                // the staged build, where the pages suit it: the host's plan, a split a tile, one split
+                let staged = GPUKernels.attentionStagedFits(k: tk, v: tv, pageSize: ps, kvDim: kvDim, headDim: hd,
+                                                            places: [(pages.pageStrideWords, pages.layerOffBytes / 4)])
+                XCTAssertEqual(staged, tk == .f16 && tv == .f16 && ps % 8 == 0, "staged fits: \(what)")
+                if staged {
+                    let tile = GPUKernels.attentionStagedTile(headDim: hd)
+                    let plan = GPUKernels.attentionStagedSplits(keys: maxLen, n: n, kvHeads: kvHeads, headDim: hd, maxTokens: 16, maxContext: 4096)
+                    for (chunk, splits) in [plan, (tile, (maxLen + tile - 1) / tile), (maxLen, 1)] {
+                        let out = try upload([Float](repeating: .nan, count: n * heads * hd))
+                        let part = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
+                        let params = [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(ps), UInt32(pages.pageStrideWords),
+                                      UInt32(pages.layerOffBytes / 4), scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(heads * hd)] + mask
+                        try run(GPUKernels.attentionStaged, [qB, kvB, out, posB, ptB, tabB, part].map { GPUBinding($0) }, params, (n, kvHeads, splits))
+                        if splits > 1 {
+                            try run(GPUKernels.attentionCombine, [part, out, posB].map { GPUBinding($0) },
+                                    [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
+                        }
+                        let got = try read(out, n * heads * hd, as: Float.self)
+                        check(got, "attention_staged chunk \(chunk) splits \(splits)")
+                        if splits <= GPUKernels.attentionJoinMaxSplits && hd % 32 == 0 && GPUKernels.integerDot(dev) {
+                            // the 8-bit build, merging its splits itself
+                            let out8 = try upload([Float](repeating: .nan, count: n * heads * hd))
+                            let sizes = GPUKernels.q8Bytes(k: heads * hd, m: n)
+                            let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
+                            try run(GPUKernels.attentionQ8Staged, [qB, kvB, out8, posB, ptB, tabB, part, xq, xd, try upload([UInt32](repeating: 0, count: n * kvHeads))].map { GPUBinding($0) },
+                                    params, (n, kvHeads, splits))
+                            check(try read(out8, n * heads * hd, as: Float.self), "attention_q8_staged chunk \(chunk) splits \(splits)")
+                            XCTAssertNotEqual(try read(xd, sizes.scales / 4, as: Float.self), [Float](repeating: 0, count: sizes.scales / 4), "attention_q8_staged \(what) wrote its blocks")
+                        }
+                    }
+                }
                 let blocks = GPUKernels.attentionQueryBlocks(sequence: seqOf, group: g)
-                var tiled = [(GPUKernels.attentionTiled, blocks)]
-                if coop && hd % 16 == 0 { tiled.append((GPUKernels.attentionCoop, GPUKernels.attentionQueryBlocks(sequence: seqOf, group: g, rows: GPUKernels.attentionCoopRows))) }
+                var tiled = GPUKernels.attentionTiledFits(heads: heads, kvHeads: kvHeads, headDim: hd) ? [(GPUKernels.attentionTiled, blocks)] : []
+                if coop && hd % 16 == 0 && !tiled.isEmpty { tiled.append((GPUKernels.attentionCoop, GPUKernels.attentionQueryBlocks(sequence: seqOf, group: g, rows: GPUKernels.attentionCoopRows))) }
                 for (kernel, blocks) in tiled {
                     // whole, and in key splits of 32 merged by attention_combine
                     for (chunk, splits) in [(maxLen, 1), (32, (maxLen + 31) / 32)] {

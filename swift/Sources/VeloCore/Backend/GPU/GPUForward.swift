@@ -106,6 +106,10 @@ final class GPUForward: ForwardOps {
     private let kvPlaces: [GPUKVPages.Place]
     /// The K/V page kernels for the cache's types.
     private let kvStoreKernel, ropeStoreKernel, attentionKernel, attentionQ8Kernel, attentionTiledKernel, attentionCoopKernel: GPUKernels.Kernel
+    /// Decode attention over long f16 caches (nil where the pages do not suit it), and whether
+    /// this step takes it.
+    private let attentionStagedKernels: (plain: GPUKernels.Kernel, q8: GPUKernels.Kernel)?
+    private var stagedStep = false
 
     init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
          maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
@@ -131,6 +135,10 @@ final class GPUForward: ForwardOps {
         let group = c.heads / max(c.kvHeads, 1)
         attentionKernel = GPUKernels.attentionGrouped(GPUKernels.kvVariant(GPUKernels.attention, k: tk, v: tv), groupHeads: group, device: device)
         attentionQ8Kernel = GPUKernels.attentionGrouped(GPUKernels.kvVariant(GPUKernels.attentionQ8, k: tk, v: tv), groupHeads: group, device: device)
+        attentionStagedKernels = GPUKernels.attentionStagedFits(k: tk, v: tv, pageSize: kv.pageSize, kvDim: kvDim, headDim: c.headDim,
+                                                                places: kvPlaces.map { ($0.pageStride, $0.layerOff) })
+            ? (GPUKernels.attentionGrouped(GPUKernels.attentionStaged, groupHeads: group, device: device),
+               GPUKernels.attentionGrouped(GPUKernels.attentionQ8Staged, groupHeads: group, device: device)) : nil
         attentionTiledKernel = GPUKernels.kvVariant(GPUKernels.attentionTiled, k: tk, v: tv)
         attentionCoopKernel = GPUKernels.kvVariant(GPUKernels.attentionCoop, k: tk, v: tv)
         attnScratch = try device.makeBuffer(
@@ -269,7 +277,9 @@ final class GPUForward: ForwardOps {
             let done = try device.makeBuffer(bytes: zeros.count * 4, memory: .device, label: "attention counters")
             try zeros.withUnsafeBytes { try device.upload(done, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
             attnDone = done
-            for k in [GPUKernels.quantizeQ8, GPUKernels.addRMSNormQ8, GPUKernels.attentionCombineQ8, attentionQ8Kernel] { _ = try pipeline(k) }
+            for k in [GPUKernels.quantizeQ8, GPUKernels.addRMSNormQ8, GPUKernels.attentionCombineQ8, attentionQ8Kernel] + [attentionStagedKernels?.q8].compactMap({ $0 }) {
+                _ = try pipeline(k)
+            }
             for w in Self.distinctShapes(model.matrices) where GPUKernels.dotTypes.contains(w.type) {
                 for m in [1, 2, 4, 8, 16] {
                     for glu in [false, true] { _ = try pipeline(GPUKernels.matvecDot(w.type, rows: m, n: w.rows, glu: glu)) }
@@ -313,7 +323,7 @@ final class GPUForward: ForwardOps {
                 }
             }
         }
-        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, ropeStoreKernel, GPUKernels.rope, kvStoreKernel, attentionKernel, attentionTiledKernel, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap] { _ = try pipeline(k) }
+        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, ropeStoreKernel, GPUKernels.rope, kvStoreKernel, attentionKernel, attentionTiledKernel, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap] + [attentionStagedKernels?.plain].compactMap({ $0 }) { _ = try pipeline(k) }
     }
 
     /// Bytes of GPU memory a forward pass of these sizes allocates besides weights and K/V
@@ -426,8 +436,11 @@ final class GPUForward: ForwardOps {
         if let blocks { write(sections.blocks, blocks) }
         tiledBlocks = (blocks?.count ?? 0) / 2
         let keys = (batch.positions.max() ?? 0) + 1
+        stagedStep = tiledBlocks == 0 && attentionStagedKernels != nil && keys >= GPUKernels.attentionStagedMinKeys
         attentionPlan = tiledBlocks > 0
             ? GPUKernels.prefillAttentionSplits(keys: keys, n: n, workgroups: tiledBlocks * config.kvHeads, maxTokens: maxTokens, maxContext: maxContext)
+            : stagedStep
+            ? GPUKernels.attentionStagedSplits(keys: keys, n: n, kvHeads: config.kvHeads, headDim: config.headDim, maxTokens: maxTokens, maxContext: maxContext)
             : GPUKernels.attentionSplits(keys: keys, n: n, maxTokens: maxTokens, maxContext: maxContext)
         recordStart = nowNanos()
         try device.begin()
@@ -624,7 +637,8 @@ final class GPUForward: ForwardOps {
         if splits <= GPUKernels.attentionJoinMaxSplits, q8Out, let q8, let done = attnDone {
             buffers += [GPUBinding(q8.values), GPUBinding(q8.scales), GPUBinding(done)]
         }
-        dispatch(buffers.count > 7 ? attentionQ8Kernel : attentionKernel, buffers,
+        let kernels = stagedStep ? attentionStagedKernels! : (plain: attentionKernel, q8: attentionQ8Kernel)
+        dispatch(buffers.count > 7 ? kernels.q8 : kernels.plain, buffers,
                  [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
                  [a.scale.bitPattern,
                   UInt32(chunk), UInt32(splits), UInt32(stride(.q))] + mask,

@@ -384,6 +384,44 @@ enum GPUKernels {
         guard device.specializes, groupHeads < 8 else { return k }
         return Kernel(name: k.name, buffers: k.buffers, constants: [k.constants[0], UInt32(max(1, groupHeads))])
     }
+    /// Decode attention over long caches in f16 (attention.comp's STAGED build): each tile's K
+    /// and V loads issued at once, the pages' offsets read a tile ahead. 8B Q4_0 on an H200,
+    /// tg128 after 16384 tokens: 172 → 196 t/s; after 4096: 250 → 257 (bench/RESULTS.md).
+    static let attentionStaged = Kernel(name: "attention_staged_f16_f16", buffers: 7, constants: [128])
+    static let attentionQ8Staged = Kernel(name: "attention_q8_staged_f16_f16", buffers: 10, constants: [128])
+    /// Below this many keys the plain build is as fast (its fewer registers).
+    static let attentionStagedMinKeys = 1024
+    /// Workgroups a staged step aims for: about one wave of an H100 or H200 (132 SMs × 3 of them);
+    /// a second, mostly empty wave costs more than it hides (16384 keys, 8 KV heads: 43 splits
+    /// 196 t/s, 65 splits 178, 86 splits 193).
+    static let attentionStagedWorkgroups = 384
+    /// Keys of a staged tile (the kernel's TK / KT): 8192 halves of K at most, a power of two up to 128.
+    static func attentionStagedTile(headDim: Int) -> Int {
+        var t = 128
+        while t * headDim > 8192 { t /= 2 }
+        return t
+    }
+    /// Whether attention_staged takes these pages (the kernel checks the same and otherwise reads
+    /// as the plain build does): f16 K and V, 8-key runs at 16-byte boundaries (page sizes and
+    /// widths multiples of 8, planes at whole 16 bytes), head sizes whose tiles fit its registers.
+    static func attentionStagedFits(k: KVCacheType, v: KVCacheType, pageSize: Int, kvDim: Int, headDim: Int,
+                                    places: [(pageStride: Int, layerOff: Int)]) -> Bool {
+        guard k == .f16, v == .f16, pageSize % 8 == 0, kvDim % 8 == 0, headDim % 4 == 0, headDim <= 256,
+              headDim % 16 == 0 || headDim * 128 <= 8192,
+              places.allSatisfy({ $0.pageStride % 4 == 0 && $0.layerOff % 4 == 0 }) else { return false }
+        let cols = headDim / 4, groups = 128 / cols, tile = attentionStagedTile(headDim: headDim)
+        return (tile + groups - 1) / groups <= 16
+    }
+    /// Keys per split and split count for staged decode: whole tiles a split, about
+    /// `attentionStagedWorkgroups` workgroups over the step's tokens and KV heads, within the scratch.
+    static func attentionStagedSplits(keys: Int, n: Int, kvHeads: Int, headDim: Int, maxTokens: Int, maxContext: Int) -> (chunk: Int, splits: Int) {
+        let lim = attentionSplitLimit(maxTokens: maxTokens, maxContext: maxContext)
+        let tile = attentionStagedTile(headDim: headDim), tiles = max(1, (keys + tile - 1) / tile)
+        let wanted = attentionSplitsOverride ?? max(1, attentionStagedWorkgroups / max(1, kvHeads * n))
+        let cap = max(1, min(lim.splits, wanted, lim.capacity / max(n, 1)))
+        let chunk = (tiles + cap - 1) / cap * tile
+        return (chunk, (keys + chunk - 1) / chunk)
+    }
     static let attentionMaxHeadDim = 512
     /// Head sizes the attention kernels take (every model's so far: 64 to 256).
     static func attentionFits(headDim: Int) -> Bool { headDim % 4 == 0 && headDim <= attentionMaxHeadDim }
