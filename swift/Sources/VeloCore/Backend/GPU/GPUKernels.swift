@@ -390,7 +390,13 @@ enum GPUKernels {
     static let attentionStaged = Kernel(name: "attention_staged_f16_f16", buffers: 7, constants: [128])
     static let attentionQ8Staged = Kernel(name: "attention_q8_staged_f16_f16", buffers: 10, constants: [128])
     /// Below this many keys the plain build is as fast (its fewer registers).
-    static let attentionStagedMinKeys = 1024
+    /// VELO_GPU_ATTN_STAGED_MIN_KEYS sets another threshold (tuning runs).
+    static let attentionStagedMinKeys: Int = {
+        guard let e = getenv("VELO_GPU_ATTN_STAGED_MIN_KEYS") else { return 1024 }
+        if let v = Int(String(cString: e)), v >= 0 { return v }
+        fputs("velo: ignoring VELO_GPU_ATTN_STAGED_MIN_KEYS=\(String(cString: e)) (expected a key count)\n", stderr)
+        return 1024
+    }()
     /// Workgroups a staged step aims for: about one wave of an H100 or H200 (132 SMs × 3 of them);
     /// a second, mostly empty wave costs more than it hides (16384 keys, 8 KV heads: 43 splits
     /// 196 t/s, 65 splits 178, 86 splits 193).
