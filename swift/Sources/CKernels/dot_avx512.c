@@ -189,6 +189,111 @@ T512 INL void tile_q32(int type, int R, int C, int64_t nb, const uint8_t *w, siz
         for (int j = 0; j < C; j++) y[j * ldy + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
+/* ---- Q4_0 x one activation row (decode): four weight rows a register ----
+ *
+ * Decode reads each weight once, and the tiles above spend about 11 vector uops on a row's
+ * two blocks (its scales' conversion and spread, the nibbles' broadcast, the dot and two
+ * FMAs): as many cycles as the memory takes to bring the 36 bytes, so the two barely overlap
+ * (bench/RESULTS.md). Here a register holds the 16 quant bytes of one block of four rows, one
+ * row per 128-bit lane, so each vpdpbusd serves four rows; the activation block is
+ * broadcast to every lane once per call (pack_bcast), and the 16 scales of 8 rows' two blocks
+ * come in one gather and one conversion. A row's sum is then its lane's four int32 sums. */
+#define BC_BYTES 256 /* a broadcast activation block: low and high 16 quants x4, d x16, -2*d*sum(q) x16 */
+
+T512 static void pack_bcast(int64_t nb, const uint8_t *a, uint8_t *out) {
+    for (int64_t b = 0; b < nb; b++, out += BC_BYTES) {
+        const blk_q8_0 *blk = (const blk_q8_0 *)(a + b * sizeof(blk_q8_0));
+        const __m128i lo = _mm_loadu_si128((const __m128i *)blk->qs), hi = _mm_loadu_si128((const __m128i *)(blk->qs + 16));
+        const __m256i q = _mm256_set_m128i(hi, lo);
+        const int sum = _mm512_reduce_add_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_zextsi256_si512(q)));
+        const float d = _cvtsh_ss(blk->d);
+        _mm512_store_si512(out, _mm512_broadcast_i32x4(lo));
+        _mm512_store_si512(out + 64, _mm512_broadcast_i32x4(hi));
+        _mm512_store_ps(out + 128, _mm512_set1_ps(d));
+        /* the -8 of every quant, a quarter in each of a row's four lanes */
+        _mm512_store_ps(out + 192, _mm512_set1_ps(-2.0f * d * (float)sum));
+    }
+}
+
+/* One block of four rows (quant bytes at q[0..3], 16 each) into acc (row i in lanes 4i..4i+3). */
+T512 INL __m512 quad_q4_0(const uint8_t *q0, const uint8_t *q1, const uint8_t *q2, const uint8_t *q3,
+                          const uint8_t *ab, __m512 dw, __m512 acc) {
+    __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)q0));
+    z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)q1), 1);
+    z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)q2), 2);
+    z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)q3), 3);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(z, m4), _mm512_load_si512(ab));
+    s = _mm512_dpbusd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(z, 4), m4), _mm512_load_si512(ab + 64));
+    const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_load_ps(ab + 128), _mm512_load_ps(ab + 192));
+    return _mm512_fmadd_ps(dw, t, acc);
+}
+
+/* Rows [0, R) (R <= 8) of w against the broadcast activation row ab; rows past R repeat row 0
+ * and are not stored. `pf`: prefetch rows 2 tiles on into L2. */
+T512 INL void tile_q4_0_r8(int R, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *ab, int pf, float *y) {
+    const uint8_t *row[8];
+    int off[8];
+    for (int i = 0; i < 8; i++) {
+        row[i] = w + (i < R ? i : 0) * ws;
+        off[i] = (int)(row[i] - w);
+    }
+    /* gather lanes: rows 0..7, blocks b and b+1: [r0b0, r0b1, r1b0, ...] */
+    const __m512i offs = _mm512_add_epi32(
+        _mm512_setr_epi32(off[0], off[0], off[1], off[1], off[2], off[2], off[3], off[3],
+                          off[4], off[4], off[5], off[5], off[6], off[6], off[7], off[7]),
+        _mm512_setr_epi32(0, 18, 0, 18, 0, 18, 0, 18, 0, 18, 0, 18, 0, 18, 0, 18));
+    /* lane l of rows 4g.. takes the scale of row 4g + l/4, block j: index 2 (4g + l/4) + j */
+    const __m512i i00 = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    const __m512i i01 = _mm512_add_epi32(i00, _mm512_set1_epi32(1)), i10 = _mm512_add_epi32(i00, _mm512_set1_epi32(8));
+    const __m512i i11 = _mm512_add_epi32(i00, _mm512_set1_epi32(9));
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b < nb; b += 2) {
+        const int two = b + 1 < nb;
+        const size_t o = (size_t)b * 18;
+        if (pf)
+            for (int i = 0; i < 8; i++) _mm_prefetch((const char *)(w + (PF_TILES * 8 + i) * ws + o), _MM_HINT_T1);
+        /* a lone last block reads no scale past the row */
+        const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), two ? 0xffff : 0x5555, offs, w + o, 1);
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+        const uint8_t *a0 = ab + b * BC_BYTES;
+        acc0 = quad_q4_0(row[0] + o + 2, row[1] + o + 2, row[2] + o + 2, row[3] + o + 2, a0, _mm512_permutexvar_ps(i00, d), acc0);
+        acc1 = quad_q4_0(row[4] + o + 2, row[5] + o + 2, row[6] + o + 2, row[7] + o + 2, a0, _mm512_permutexvar_ps(i10, d), acc1);
+        if (two) {
+            acc0 = quad_q4_0(row[0] + o + 20, row[1] + o + 20, row[2] + o + 20, row[3] + o + 20, a0 + BC_BYTES,
+                             _mm512_permutexvar_ps(i01, d), acc0);
+            acc1 = quad_q4_0(row[4] + o + 20, row[5] + o + 20, row[6] + o + 20, row[7] + o + 20, a0 + BC_BYTES,
+                             _mm512_permutexvar_ps(i11, d), acc1);
+        }
+    }
+    /* each 128-bit lane's four sums, then lanes 0, 4, 8, 12 */
+    acc0 = _mm512_add_ps(acc0, _mm512_permute_ps(acc0, 0x4e));
+    acc0 = _mm512_add_ps(acc0, _mm512_permute_ps(acc0, 0xb1));
+    acc1 = _mm512_add_ps(acc1, _mm512_permute_ps(acc1, 0x4e));
+    acc1 = _mm512_add_ps(acc1, _mm512_permute_ps(acc1, 0xb1));
+    const __m512 sums = _mm512_permutex2var_ps(acc0, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0), acc1);
+    _mm256_mask_storeu_ps(y, (__mmask8)((1u << R) - 1), _mm512_castps512_ps256(sums));
+}
+
+T512 static void mm_q4_0_row(int64_t n, const void *vw, size_t ws, int64_t r0, int64_t r1, const void *va,
+                             size_t as, int64_t M, float *y, int64_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / QK;
+    uint8_t *ab = ck_scratch((size_t)nb * BC_BYTES);
+    if (!ab) {
+        ck_matmul_scalar[CK_TYPE_Q4_0](n, vw, ws, r0, r1, va, as, M, y, ldy);
+        return;
+    }
+    for (int64_t m = 0; m < M; m++) {
+        pack_bcast(nb, a + m * as, ab);
+        for (int64_t r = r0; r < r1; r += 8) {
+            const int R = r1 - r < 8 ? (int)(r1 - r) : 8;
+            tile_q4_0_r8(R, nb, w + r * ws, ws, ab, r + 8 < r1, y + m * ldy + r);
+        }
+    }
+}
+
 /* ======================= K types (256-element super-blocks) ======================= */
 
 /* acc += pairwise products of int16 a and b (vpdpwssd). In asm because LLVM 17 rewrites
@@ -351,7 +456,6 @@ DEFINE_MATMUL_PACKED(T512, mm_q5_1, tile_q32, CK_TYPE_Q5_1, 4, QK, pack_act, PAC
 DEFINE_MATMUL_PACKED(T512, mm_q8_0, tile_q32, CK_TYPE_Q8_0, 4, QK, pack_act, PACKED_ROW)
 /* Decode (one activation row) streams each weight once and is bound by how many reads a
  * thread keeps in flight: 8 weight rows a tile instead of 4 (bench/RESULTS.md). */
-DEFINE_MATMUL_PACKED(T512, mm_q4_0_row, tile_q32, CK_TYPE_Q4_0, 8, QK, pack_act, PACKED_ROW)
 DEFINE_MATMUL_PACKED(T512, mm_q8_0_row, tile_q32, CK_TYPE_Q8_0, 8, QK, pack_act, PACKED_ROW)
 DEFINE_MATMUL(T512, mm_q4_K, tile_k, CK_TYPE_Q4_K, 4, n / QKK)
 DEFINE_MATMUL(T512, mm_q5_K, tile_k, CK_TYPE_Q5_K, 4, n / QKK)

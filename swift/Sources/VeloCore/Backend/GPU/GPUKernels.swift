@@ -386,7 +386,7 @@ enum GPUKernels {
     }
     /// Decode attention over long caches in f16 (attention.comp's STAGED build): each tile's K
     /// and V loads issued at once, the pages' offsets read a tile ahead. 8B Q4_0 on an H200,
-    /// tg128 after 16384 tokens: 172 → 196 t/s; after 4096: 250 → 257 (bench/RESULTS.md).
+    /// tg128 after 16384 tokens: 172 → 191–195 t/s; after 4096: 255 → 267 (bench/RESULTS.md).
     static let attentionStaged = Kernel(name: "attention_staged_f16_f16", buffers: 7, constants: [128])
     static let attentionQ8Staged = Kernel(name: "attention_q8_staged_f16_f16", buffers: 10, constants: [128])
     /// Below this many keys the plain build is as fast (its fewer registers).
