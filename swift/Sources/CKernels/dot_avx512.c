@@ -454,8 +454,9 @@ DEFINE_MATMUL_PACKED(T512, mm_q4_1, tile_q32, CK_TYPE_Q4_1, 4, QK, pack_act, PAC
 DEFINE_MATMUL_PACKED(T512, mm_q5_0, tile_q32, CK_TYPE_Q5_0, 4, QK, pack_act, PACKED_ROW)
 DEFINE_MATMUL_PACKED(T512, mm_q5_1, tile_q32, CK_TYPE_Q5_1, 4, QK, pack_act, PACKED_ROW)
 DEFINE_MATMUL_PACKED(T512, mm_q8_0, tile_q32, CK_TYPE_Q8_0, 4, QK, pack_act, PACKED_ROW)
-/* Decode (one activation row) streams each weight once and is bound by how many reads a
- * thread keeps in flight: 8 weight rows a tile instead of 4 (bench/RESULTS.md). */
+/* Q8_0 decode (one activation row) streams each weight once and is bound by how many reads a
+ * thread keeps in flight: 8 weight rows a tile instead of 4 (bench/RESULTS.md). Q4_0's is
+ * mm_q4_0_row above. */
 DEFINE_MATMUL_PACKED(T512, mm_q8_0_row, tile_q32, CK_TYPE_Q8_0, 8, QK, pack_act, PACKED_ROW)
 DEFINE_MATMUL(T512, mm_q4_K, tile_k, CK_TYPE_Q4_K, 4, n / QKK)
 DEFINE_MATMUL(T512, mm_q5_K, tile_k, CK_TYPE_Q5_K, 4, n / QKK)
@@ -465,8 +466,8 @@ DEFINE_MATMUL(T512, mm_f16, tile_f, CK_TYPE_F16, 4, n)
 DEFINE_MATMUL(T512, mm_bf16, tile_f, CK_TYPE_BF16, 4, n)
 
 /* Q4_0 from 2 activation rows on (batched decode, prefill): gemm_avx512.c, whose tiles sum a
- * whole block per int32 lane; one row (decode of one sequence, bound by memory bandwidth)
- * keeps the streaming tiles above. */
+ * whole block per int32 lane; one row (decode of one sequence) takes mm_q4_0_row, four rows a
+ * register. */
 T512 static void mm_q4_0_any(int64_t n, const void *vw, size_t ws, int64_t r0, int64_t r1, const void *va,
                              size_t as, int64_t M, float *y, int64_t ldy) {
     if (M >= 2) ck_mm_q4_0_g16(n, vw, ws, r0, r1, va, as, M, y, ldy);
