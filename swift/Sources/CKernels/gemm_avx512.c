@@ -33,6 +33,12 @@
 #define CT 3                 /* activation rows per tile (at most) */
 #define PFT 2                /* row tiles ahead that unpack_row prefetches */
 #define SMALL_M 4            /* up to this many activation rows: one weight row at a time, in registers */
+/* Packed activation rows a chunk holds, in bytes. Every chunk unpacks and reads every weight
+ * row again, so a chunk is as large as L2 keeps beside the unpacked rows: at the 256 KiB of
+ * the other kernels (ck_tiles.h), Qwen2.5-7B's down product (K = 18944, 23.7 KB a packed row)
+ * took 8 rows a chunk and read its weights 64 times a 512-token prefill; at 1 MiB, 12 times
+ * (pp512 +25 %, bench/RESULTS.md). */
+#define G16_CHUNK_BYTES (1024 * 1024)
 
 /* Lane l holds block 4 * (l % 4) + l / 4 of the group (the order unpack_g16 produces). */
 #define LANE_BLOCKS _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
@@ -219,7 +225,8 @@ T512 void ck_mm_q4_0_g16(int64_t n, const void *vw, size_t ws, int64_t r0, int64
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / QK, ng = (nb + GB - 1) / GB;
     const size_t ps = (size_t)ng * GA_BYTES, wus = (size_t)ng * GU_BYTES;
-    const int64_t chunk = chunk_rows(ps), rows = M < chunk ? M : chunk;
+    const int64_t chunk = (int64_t)(G16_CHUNK_BYTES / ps) < 4 ? 4 : (int64_t)(G16_CHUNK_BYTES / ps) & ~(int64_t)3;
+    const int64_t rows = M < chunk ? M : chunk;
     uint8_t *pk = ck_scratch(ps * (size_t)rows + wus * RT);
     if (!pk) {
         ck_matmul_scalar[CK_TYPE_Q4_0](n, vw, ws, r0, r1, va, as, M, y, ldy);

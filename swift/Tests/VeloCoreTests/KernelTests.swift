@@ -267,10 +267,12 @@ final class KernelTests: XCTestCase {
     }
 
     /// More activation rows than one pass keeps in L2 (the kernels repack them a chunk at a
-    /// time): rows of 2048 (64 blocks of 32, 8 super-blocks of 256), 110 activation rows.
+    /// time): rows of 2048 (64 blocks of 32, 8 super-blocks of 256), 110 activation rows; Q4_0's
+    /// prefill kernel (gemm_avx512.c) takes 1 MiB chunks, so it also gets rows of 16384 (48
+    /// activation rows a chunk: three chunks).
     func testMatmulActivationRowsInSeveralChunks() {
-        let rows = 6, n = 2048, M = 110
-        for t in KType.weights {
+        let rows = 6, M = 110
+        for (t, n) in KType.weights.map({ ($0, 2048) }) + [(KType.q4_0, 16384)] {
             let p = problem(t, n: n, rows: rows, M: M, seed: 555 + UInt64(t))
             let y = matmul(p, r0: 1, r1: rows, ldy: rows)
             for m in stride(from: 0, to: M, by: 7) + [M - 1] {
