@@ -389,7 +389,8 @@ enum GPUKernels {
     /// tg128 after 16384 tokens: 172 → 191–195 t/s; after 4096: 255 → 267 (bench/RESULTS.md).
     static let attentionStaged = Kernel(name: "attention_staged_f16_f16", buffers: 7, constants: [128])
     static let attentionQ8Staged = Kernel(name: "attention_q8_staged_f16_f16", buffers: 10, constants: [128])
-    /// Below this many keys the plain build is as fast (its fewer registers).
+    /// Below this many keys the plain build is as fast: a step's attention is then a few
+    /// workgroups, each a short chain of loads that staging does not shorten (bench/RESULTS.md).
     /// VELO_GPU_ATTN_STAGED_MIN_KEYS sets another threshold (tuning runs).
     static let attentionStagedMinKeys: Int = {
         guard let e = getenv("VELO_GPU_ATTN_STAGED_MIN_KEYS") else { return 1024 }
