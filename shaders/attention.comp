@@ -139,7 +139,8 @@ void main() {
     const uint cols = hd / 4u, groups = TK / cols, c = tid % cols, kq = tid / cols;
     // scores: KT threads a key (short splits: 2 or 4, each over a slice of the dimensions, so a
     // tile is not mostly idle threads), key kt of the tile, dimensions d0 .. d0 + dl
-    uint KT = hd % 16u != 0u ? 1u : p.chunk <= 32u ? 4u : p.chunk <= 64u ? 2u : 1u;
+    const uint KT0 = hd % 16u != 0u ? 1u : p.chunk <= 32u ? 4u : p.chunk <= 64u ? 2u : 1u;
+    uint KT = KT0;
     bool staged = false;
 #if defined(STAGED)
     // staged tiles of at most KSMAX halves (more threads a key where a head is wide), whole
@@ -148,7 +149,7 @@ void main() {
         && hd <= 256u && (hd % 16u == 0u || hd * TK <= KSMAX)) {
         while (hd * (TK / KT) > KSMAX) KT *= 2u;
         staged = (TK / KT + groups - 1u) / groups <= VUNITS;
-        if (!staged) KT = hd % 16u != 0u ? 1u : p.chunk <= 32u ? 4u : p.chunk <= 64u ? 2u : 1u;
+        if (!staged) KT = KT0;
     }
 #endif
     const uint TKE = TK / KT, kt = tid / KT, dl = hd / KT, d0 = (tid % KT) * dl;

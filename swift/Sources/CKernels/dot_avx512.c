@@ -7,7 +7,7 @@
  * 32-element block types work on two blocks per 512-bit register: vpdpbusd (u8 x s8) sums
  * groups of 4 products into 16 int32 lanes, 8 lanes per block, and the lanes are scaled by
  * per-block float scales in place. The weight quants (4/5-bit, without their offset) are the
- * unsigned operand; the offset's share, -8*d*sum(a) or -16*d*sum(a), is precomputed per
+ * unsigned operand; the offset's share, -16*d*sum(a) for Q5_0, is precomputed per
  * activation block. For Q8_0 weights the activations are made unsigned (a ^ 0x80 = a + 128)
  * and the sum starts at -128*sum(w). Activations are repacked once per call (pack_act) so
  * the tiles only load them.
@@ -80,10 +80,6 @@ T512 INL wops load_w(int type, const uint8_t *p, int two) {
     w.bias = _mm512_setzero_si512();
     w.m = _mm512_setzero_ps();
     switch (type) {
-    case CK_TYPE_Q4_0:
-        w.q = nibbles(p + 2, p1 + 2, two);
-        w.d = f16_pair(ld16(p), two ? ld16(p1) : 0);
-        break;
     case CK_TYPE_Q4_1:
         w.q = nibbles(p + 4, p1 + 4, two);
         f16_dm_pair(ld32(p), two ? ld32(p1) : 0, 1, &w.d, &w.m);
@@ -111,7 +107,7 @@ T512 INL wops load_w(int type, const uint8_t *p, int two) {
 /* Activations are repacked once per call, two blocks per 192 bytes, so the tiles only load:
  *   q   64 x int8 (for Q8_0 weights: a ^ 0x80, unsigned)
  *   d   16 x f32 [d0 x8, d1 x8]
- *   aux 16 x f32: -8*d*sum / -16*d*sum per lane group (Q4_0 / Q5_0), or [s0 x8, s1 x8] (Q8_1)
+ *   aux 16 x f32: -16*d*sum per lane group (Q5_0), or [s0 x8, s1 x8] (Q8_1)
  * A trailing odd block leaves the upper half zero. */
 #define PACK_BYTES 192
 #define PACKED_ROW(nb) ((size_t)((nb) + 1) / 2 * PACK_BYTES)
@@ -134,9 +130,8 @@ T512 static void pack_act(int type, int64_t nb, const uint8_t *a, uint8_t *out) 
                 q = _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
                 if (!two) q = _mm512_zextsi256_si512(_mm512_castsi512_si256(q));
             } else {
-                /* -off * d * sum(a): each lane holds the part of its group of 4 */
-                const char off = type == CK_TYPE_Q4_0 ? 8 : 16;
-                const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(off), q);
+                /* Q5_0: -16 * d * sum(a), each lane the part of its group of 4 */
+                const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(16), q);
                 aux = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_sub_ps(_mm512_setzero_ps(), d)));
             }
         }
@@ -159,8 +154,8 @@ T512 INL void step_q32(int type, int R, int C, int two, const uint8_t *w, size_t
             const uint8_t *pa = a + j * as;
             const __m512i q = _mm512_load_si512(pa), aux = _mm512_load_si512(pa + 128);
             const __m512 d = _mm512_load_ps(pa + 64);
-            if (type == CK_TYPE_Q4_0 || type == CK_TYPE_Q5_0) {
-                /* w_d * (a_d * sum(q*a) - off * a_d * sum(a)) */
+            if (type == CK_TYPE_Q5_0) {
+                /* w_d * (a_d * sum(q*a) - 16 * a_d * sum(a)) */
                 const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wo.q, q);
                 const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, _mm512_castsi512_ps(aux));
                 acc[i][j] = _mm512_fmadd_ps(wo.d, t, acc[i][j]);
@@ -191,10 +186,10 @@ T512 INL void tile_q32(int type, int R, int C, int64_t nb, const uint8_t *w, siz
 
 /* ---- Q4_0 x one activation row (decode): four weight rows a register ----
  *
- * Decode reads each weight once, and the tiles above spend about 11 vector uops on a row's
- * two blocks (its scales' conversion and spread, the nibbles' broadcast, the dot and two
- * FMAs): as many cycles as the memory takes to bring the 36 bytes, so the two barely overlap
- * (bench/RESULTS.md). Here a register holds the 16 quant bytes of one block of four rows, one
+ * Decode reads each weight once. A row-a-register tile like tile_q32 (which Q4_0 used before)
+ * spends about 11 vector uops on a row's two blocks (its scales' conversion and spread, the
+ * nibbles' broadcast, the dot and two FMAs): as many cycles as the memory takes to bring the
+ * 36 bytes, so the two barely overlap (bench/RESULTS.md). Here a register holds the 16 quant bytes of one block of four rows, one
  * row per 128-bit lane, so each vpdpbusd serves four rows; the activation block is
  * broadcast to every lane once per call (pack_bcast), and the 16 scales of 8 rows' two blocks
  * come in one gather and one conversion. A row's sum is then its lane's four int32 sums. */
