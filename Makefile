@@ -110,7 +110,7 @@ ATTN_STAGED := attention_staged_f16_f16
 # tensor-core products through VK_NV_cooperative_matrix2 (SPIR-V 1.6, so vulkan1.3), for the
 # weight types it decodes
 CM2_TYPES := q4_0 q8_0
-CM2_VARIANTS := $(addprefix matmul_cm2_,$(CM2_TYPES))
+CM2_VARIANTS := $(addprefix matmul_cm2_,$(CM2_TYPES)) $(addprefix matmul_cm2h_,$(CM2_TYPES))
 # tensor-core products for decode batches (17-32 rows), Q4_0 and Q8_0
 COOP_BATCH_TYPES := q4_0 q8_0
 COOP_BATCH_VARIANTS := $(addprefix matmul_coop_batch_,$(COOP_BATCH_TYPES))
@@ -167,6 +167,8 @@ $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_rope_$(t),shaders
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_rope_$(t)_f16_f16,shaders/matvec_dot.comp,-DROPE_KV -DKT_F16 -DVT_F16 -DWTYPE_$(call upper,$(t)))))
 $(foreach t,$(CM2_TYPES),$(eval $(SHADER_C)/matmul_cm2_$(t).c: shaders/matmul_cm2.comp shaders/build.sh ; \
   $(IN_ROOT) env $(SHADER_ENV) SPV_ENV=vulkan1.3 sh shaders/build.sh spirv matmul_cm2_$(t) shaders/matmul_cm2.comp -DWTYPE_$(call upper,$(t))))
+$(foreach t,$(CM2_TYPES),$(eval $(SHADER_C)/matmul_cm2h_$(t).c: shaders/matmul_cm2.comp shaders/build.sh ; \
+  $(IN_ROOT) env $(SHADER_ENV) SPV_ENV=vulkan1.3 sh shaders/build.sh spirv matmul_cm2h_$(t) shaders/matmul_cm2.comp -DACC_F16 -DWTYPE_$(call upper,$(t))))
 $(foreach t,$(COOP_BATCH_TYPES),$(eval $(call shader_rules,matmul_coop_batch_$(t),shaders/matmul_coop_batch.comp,-DWTYPE_$(call upper,$(t)))))
 $(foreach k,$(ID_KERNELS),$(foreach t,$(WTYPES),\
   $(eval $(call shader_rules,$(k)_id_$(t),shaders/$(k).comp,-DEXPERTS -DWTYPE_$(call upper,$(t))))))

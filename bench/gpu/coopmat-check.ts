@@ -69,10 +69,12 @@ function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "tiledattn
   const env = { ...process.env } as Record<string, string>;
   delete env.VELO_GPU_NO_COOPMAT;
   delete env.VELO_GPU_NO_DOT;
-  delete env.VELO_GPU_CM2;
   delete env.VELO_GPU_NO_COOP_ATTN;
+  // matmul_coop_T unless this is the cm2 mode, which takes matmul_cm2_T for every product
+  env.VELO_GPU_CM2 = "off";
   if (mode === "tiledattn") env.VELO_GPU_NO_COOP_ATTN = "1";
-  if (mode === "cm2") env.VELO_GPU_CM2 = "on";
+  const shape = process.env.VELO_GPU_CM2; // a tile shape to check, if one is set
+  if (mode === "cm2") Object.assign(env, { VELO_GPU_CM2: shape && shape !== "off" ? shape : "on", VELO_GPU_CM2_MIN_ROWS: "1" });
   if (mode === "exact") Object.assign(env, { VELO_GPU_NO_COOPMAT: "1", VELO_GPU_NO_DOT: "1" });
   if (mode === "portable") env.VELO_GPU_NO_COOPMAT = "1";
   const args = ["--child", "--tokens", String(PROMPT), "--gen", String(GEN), "--ctx", values.ctx!, ...CACHE, ...(mode === "cpu" ? ["--cpu"] : []), file];
@@ -106,7 +108,7 @@ for (const file of positionals) {
   const exact = spawn(file, "exact"), cpu = spawn(file, "cpu"), portable = spawn(file, "portable");
   const coop = spawn(file, "coopmat"), cm2 = spawn(file, "cm2"), tiledAttn = spawn(file, "tiledattn");
   const c = compare(exact, coop), p = compare(exact, portable), cp = compare(portable, coop), cc = compare(exact, cpu);
-  // the opt-in matmul_cm2_T (VELO_GPU_CM2=on) where the device has VK_NV_cooperative_matrix2;
+  // matmul_cm2_T for every product (prefill's default from 128 rows) where the device has VK_NV_cooperative_matrix2;
   // elsewhere it is the coopmat path again
   const k = compare(exact, cm2), ck = compare(cm2, coop);
   // attention_coop alone: the same tensor-core products with attention_tiled instead

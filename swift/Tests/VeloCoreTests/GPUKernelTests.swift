@@ -855,6 +855,19 @@ final class GPUKernelTests: XCTestCase {
         XCTAssertFalse(GPUKernels.useCoopBatch(.q4_K, rows: 32, k: 4096))
         XCTAssertTrue(GPUKernels.useCoopBatch(.q8_0, rows: 17, k: 2048))
         XCTAssertGreaterThanOrEqual(GPUKernels.f16Bytes(maxTokens: 20, maxCols: 4096, experts: nil), 64 * 4096 * 2)
+        // matmul_cm2_T's plan (the kernel needs VK_NV_cooperative_matrix2: checked on the device
+        // by coopmat-check). It reads its last tile's activation rows unchecked, so the float16
+        // copy holds whole tiles; its narrowed last tiles (TX/2, TX/4) stay whole 16-row
+        // matrices; it takes Q4_0 and Q8_0 products of 64 rows and more.
+        let tx = GPUKernels.cm2Shape.tx
+        XCTAssertEqual(tx % 64, 0)
+        for rows in [1, 63, 64, 65, 255, 256, 257, 700] {
+            XCTAssertGreaterThanOrEqual(GPUKernels.f16Bytes(maxTokens: rows, maxCols: 4096, experts: nil), (rows + tx - 1) / tx * tx * 4096 * 2, "\(rows) rows")
+        }
+        XCTAssertTrue(GPUKernels.useCM2(.q4_0, rows: 64))
+        XCTAssertTrue(GPUKernels.useCM2(.q8_0, rows: 512))
+        XCTAssertFalse(GPUKernels.useCM2(.q4_0, rows: 63))
+        XCTAssertFalse(GPUKernels.useCM2(.q4_K, rows: 512))
     }
 
     /// One batch of two sequences for the attention kernels: (heads, kvHeads, hd, pageSize,

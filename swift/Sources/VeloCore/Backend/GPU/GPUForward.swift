@@ -298,6 +298,7 @@ final class GPUForward: ForwardOps {
             _ = try pipeline(GPUKernels.matmul(w.type))
             if GPUKernels.useCoop(device, w.type) {
                 for m in [32, 64, 128] { _ = try pipeline(GPUKernels.matmulCoop(w.type, rows: m)) } // each tile height
+                if cm2 && maxTokens >= GPUKernels.cm2MinRows && GPUKernels.cm2Types.contains(w.type) { _ = try pipeline(GPUKernels.matmulCM2(w.type)) }
                 if GPUKernels.coopBatchShape != nil && GPUKernels.coopBatchTypes.contains(w.type) {
                     // each tile height some batch past matvec's rows takes
                     for m in Swift.stride(from: 16, through: GPUKernels.coopBatchRows, by: 16) where m > GPUKernels.matvecMaxRows && m - 15 <= maxTokens {
@@ -383,7 +384,7 @@ final class GPUForward: ForwardOps {
         // every pipeline was made in init; a failure here would be a bug, not bad input
         let p = try! pipeline(k)
         if q8Source != nil && k.name != GPUKernels.quantizeQ8.name && !k.name.hasPrefix("matvec_dot_") { q8Source = nil }
-        if x16Source != nil && k.name != GPUKernels.toF16.name && k.name != GPUKernels.sumSplits.name && !k.name.hasPrefix("matmul_coop_") { x16Source = nil }
+        if x16Source != nil && k.name != GPUKernels.toF16.name && k.name != GPUKernels.sumSplits.name && !k.name.hasPrefix("matmul_coop_") && !k.name.hasPrefix("matmul_cm2") { x16Source = nil }
         device.dispatch(p, buffers, params: params, groups: groups, op: op)
     }
 
@@ -541,7 +542,7 @@ final class GPUForward: ForwardOps {
             var p16 = params
             p16[4] = UInt32(kp)
             // the kernel, its grid along N and M, its splits of K and the units (16 values) of each
-            let cm2 = self.cm2 && GPUKernels.cm2Types.contains(w.type)
+            let cm2 = self.cm2 && GPUKernels.useCM2(w.type, rows: rows)
             let kernel: GPUKernels.Kernel, g: (Int, Int, Int), splits: Int, splitUnits: Int
             if !cm2 && GPUKernels.useCoopBatch(w.type, rows: rows, k: w.cols) {
                 let plan = GPUKernels.coopBatchPlan(n: w.rows, k: w.cols, rows: rows, type: w.type)

@@ -232,13 +232,17 @@ enum GPUKernels {
     }()
     /// matmul_cm2_T: the tensor-core product through VK_NV_cooperative_matrix2 (a workgroup-scope
     /// tile, weight blocks decoded by the driver's block loads), for the weight types it has a
-    /// decode callback for. Opt-in, for tuning runs: on the H100 it is correct (coopmat-check)
-    /// but slower than matmul_coop_T with float32 accumulators (8B Q4_0 pp512 5331 against 7457
-    /// at best, bench/RESULTS.md). VELO_GPU_CM2=on turns it on (the device then enables the
-    /// extension), VELO_GPU_CM2=THREADS,TW,TX,BK,UNROLL also sets the tile (weight rows x
-    /// activation rows), the values a step, the steps unrolled and the workgroup.
+    /// decode callback for. Prefill takes it wherever the device has the extension, for products
+    /// of at least `cm2MinRows` activation rows (fewer keep matmul_coop_T and the decode-batch
+    /// kernels). On the H200 it beat matmul_coop_T from 64 rows up, 8B Q4_0 pp512 by 1.30x
+    /// (bench/RESULTS.md).
+    /// VELO_GPU_CM2=off leaves it out (the device then does not enable the extension);
+    /// VELO_GPU_CM2=THREADS,TW,TX,BK,UNROLL sets the tile (weight rows x activation rows), the
+    /// values a step, the steps unrolled and the workgroup; VELO_GPU_CM2_MIN_ROWS the threshold.
     static let cm2Types: Set<GGMLType> = [.q4_0, .q8_0]
-    static let cm2Wanted = getenv("VELO_GPU_CM2") != nil
+    static let cm2Wanted = getenv("VELO_GPU_CM2").map { String(cString: $0) != "off" } ?? true
+    static let cm2MinRows = getenv("VELO_GPU_CM2_MIN_ROWS").flatMap { Int(String(cString: $0)) } ?? 64
+    static func useCM2(_ t: GGMLType, rows: Int) -> Bool { cm2Types.contains(t) && rows >= cm2MinRows }
     /// Whether the device enabled the extension (asked once, by GPUForward at set-up).
     static func hasCM2(_ device: GPUDevice) -> Bool {
         #if canImport(CVulkan)
@@ -247,17 +251,23 @@ enum GPUKernels {
         return false
     }
     static let cm2Shape: (threads: Int, tw: Int, tx: Int, bk: Int, unroll: Int) = {
-        let best = (256, 256, 128, 32, 4)
-        guard let e = getenv("VELO_GPU_CM2"), String(cString: e) != "on" else { return best }
+        // 128 weight rows x 256 activation rows, 64 values a step, 8 steps unrolled (255
+        // registers): on the H200 8B Q4_0 pp512 10141; 128 x 128 10092; 256 x 128 at 32 values
+        // and 4 steps 7606 (bench/RESULTS.md)
+        let best = (256, 128, 256, 64, 8)
+        guard let e = getenv("VELO_GPU_CM2"), !["on", "off"].contains(String(cString: e)) else { return best }
         let v = String(cString: e).split(separator: ",").compactMap { Int($0) }
-        if v.count == 5, [128, 256, 512].contains(v[0]), [32, 64, 128, 256].contains(v[1]), [16, 32, 64, 128, 256].contains(v[2]),
+        if v.count == 5, [128, 256, 512].contains(v[0]), [32, 64, 128, 256].contains(v[1]), [64, 128, 256].contains(v[2]),
            [32, 64].contains(v[3]), [1, 2, 4, 8].contains(v[4]) { return (v[0], v[1], v[2], v[3], v[4]) }
-        fputs("velo: VELO_GPU_CM2=\(String(cString: e)) is not a shape (expected on, or THREADS,TW,TX,BK,UNROLL: THREADS 128, 256 or 512; TW 32…256; TX 16…256; BK 32 or 64; UNROLL 1…8); using \(best)\n", stderr)
+        fputs("velo: VELO_GPU_CM2=\(String(cString: e)) is not a shape (expected on, off, or THREADS,TW,TX,BK,UNROLL: THREADS 128, 256 or 512; TW 32…256; TX 64, 128 or 256; BK 32 or 64; UNROLL 1…8); using \(best)\n", stderr)
         return best
     }()
+    /// VELO_GPU_CM2_ACC=f16: matmul_cm2h_T, float16 sums (llama.cpp's choice for default-precision
+    /// products), for tuning runs: faster, but a long row's sum can lose digits or overflow.
+    static let cm2F16Acc = getenv("VELO_GPU_CM2_ACC").map { String(cString: $0) == "f16" } ?? false
     static func matmulCM2(_ t: GGMLType) -> Kernel {
         let s = cm2Shape
-        return Kernel(name: "matmul_cm2_" + suffix(t), buffers: 3, constants: [UInt32(s.threads), UInt32(s.tw), UInt32(s.tx), UInt32(s.bk), UInt32(s.unroll)])
+        return Kernel(name: (cm2F16Acc ? "matmul_cm2h_" : "matmul_cm2_") + suffix(t), buffers: 3, constants: [UInt32(s.threads), UInt32(s.tw), UInt32(s.tx), UInt32(s.bk), UInt32(s.unroll)])
     }
     static func matmulCM2Groups(n: Int, m: Int) -> (Int, Int, Int) {
         ((n + cm2Shape.tw - 1) / cm2Shape.tw, (m + cm2Shape.tx - 1) / cm2Shape.tx, 1)
@@ -593,10 +603,11 @@ enum GPUKernels {
     }
     /// Bytes of the float16 copy of activation rows the tensor-core products read: `maxTokens`
     /// rows of the widest input, or a mixture-of-experts layer's routed pairs' hidden rows.
-    /// Whole 64-row blocks of it (matmul_coop_batch_T reads whole tiles of up to 64 rows; the
-    /// rows past the batch only reach result rows it does not store).
+    /// Whole blocks of 64 rows, or of matmul_cm2_T's tile if taller (both read whole tiles
+    /// unchecked; the rows past the batch only reach result rows they do not store).
     static func f16Bytes(maxTokens: Int, maxCols: Int, experts: Experts?) -> Int {
-        max((maxTokens + 63) / 64 * 64 * f16Row(maxCols), experts.map { maxTokens * $0.used * f16Row($0.ffnDim) } ?? 0) * 2
+        let tile = max(64, cm2Shape.tx)
+        return max((maxTokens + tile - 1) / tile * tile * f16Row(maxCols), experts.map { maxTokens * $0.used * f16Row($0.ffnDim) } ?? 0) * 2
     }
     /// A bias on every row: (ceil(n / 256), rows, 1) workgroups.
     static let addBias = Kernel(name: "add_bias", buffers: 2, constants: [256])
