@@ -40,7 +40,8 @@ final class GPUForward: ForwardOps {
     private let coopAttention: Bool
     /// Decode batches' products through matvec_dot_batch_T; prefill products through matmul_cm2_T
     /// (for its weight types): what the device allows, asked once.
-    private let dotBatch: Bool, cm2: Bool
+    private let dotBatch: Bool
+    private var cm2: Bool
     /// A decode token's Q|K|V product waits in `pendingQKV` for rope_store, which it then does
     /// itself (matvec_dot_rope_T: one dispatch a layer fewer); any other op dispatches it as it
     /// was. `ropeJoin`: the cache type those kernels are built for, nil where they do not apply.
@@ -298,7 +299,14 @@ final class GPUForward: ForwardOps {
             _ = try pipeline(GPUKernels.matmul(w.type))
             if GPUKernels.useCoop(device, w.type) {
                 for m in [32, 64, 128] { _ = try pipeline(GPUKernels.matmulCoop(w.type, rows: m)) } // each tile height
-                if cm2 && maxTokens >= GPUKernels.cm2MinRows && GPUKernels.cm2Types.contains(w.type) { _ = try pipeline(GPUKernels.matmulCM2(w.type)) }
+                if cm2 && maxTokens >= GPUKernels.cm2MinRows && GPUKernels.cm2Types.contains(w.type) {
+                    // a driver that cannot build it (its tile needs 47 KiB of shared memory)
+                    // leaves prefill on matmul_coop_T rather than failing the load
+                    do { _ = try pipeline(GPUKernels.matmulCM2(w.type)) } catch {
+                        fputs("velo: matmul_cm2_T unavailable (\(error)); prefill uses matmul_coop_T\n", stderr)
+                        cm2 = false
+                    }
+                }
                 if GPUKernels.coopBatchShape != nil && GPUKernels.coopBatchTypes.contains(w.type) {
                     // each tile height some batch past matvec's rows takes
                     for m in Swift.stride(from: 16, through: GPUKernels.coopBatchRows, by: 16) where m > GPUKernels.matvecMaxRows && m - 15 <= maxTokens {
