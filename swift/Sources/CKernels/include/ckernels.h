@@ -45,6 +45,11 @@ enum {
     CK_CPU_NEON_DOTPROD = 16,
 };
 
+/* Moves the bytes of the page-aligned mapping [addr, addr + size) into anonymous memory (huge
+ * pages where the kernel gives them) at the same addresses: 0 done, 1 not on this system, -1
+ * failed (the mapping is as it was). */
+int ck_make_resident(void *addr, size_t size);
+
 int ck_cpu_features(void);
 /* 0: scalar only, 1: up to AVX2 (or NEON), 2: everything available (default). Process-wide,
  * for tests and benchmarks: do not change it while kernels run on other threads. */

@@ -30,7 +30,7 @@ private let emptyCString = strdup("")!
 
 // MARK: models
 
-/// Opens a GGUF file (mmap; weights are never copied). Writes a handle to `out`.
+/// Opens a GGUF file (mmap; a CPU engine later moves the bytes into anonymous memory in place). Writes a handle to `out`.
 @_cdecl("velo_model_open")
 public func velo_model_open(_ path: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 {
     CABI.call {

@@ -45,6 +45,10 @@ public final class Engine: @unchecked Sendable {
             model = try loadLanguageModel(file, contextSize: o.contextSize)
             draftModel = try draft.map { try loadLanguageModel($0, contextSize: o.contextSize) }
         }
+        if gpu == nil { // the CPU reads weights faster from anonymous (huge) pages
+            file.gguf.file.makeResident()
+            draft?.gguf.file.makeResident()
+        }
         self.draftFile = draft
         scheduler = try Scheduler(model: model, tokenizer: tokenizer, options: o, draftModel: draftModel, gpu: gpu, plan: plan)
         stats = scheduler.statsJSON
