@@ -46,8 +46,11 @@ public final class Engine: @unchecked Sendable {
             draftModel = try draft.map { try loadLanguageModel($0, contextSize: o.contextSize) }
         }
         if gpu == nil { // the CPU reads weights faster from anonymous (huge) pages
-            file.gguf.file.makeResident()
-            draft?.gguf.file.makeResident()
+            // only with room for the copy beside what runs (MemAvailable counts the file's own
+            // cached pages, which the copy lets the kernel drop)
+            for f in [file, draft].compactMap({ $0 }) where hostMemory().available > f.gguf.file.size + (1 << 30) {
+                f.gguf.file.makeResident()
+            }
         }
         self.draftFile = draft
         scheduler = try Scheduler(model: model, tokenizer: tokenizer, options: o, draftModel: draftModel, gpu: gpu, plan: plan)
