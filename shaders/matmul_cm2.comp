@@ -12,8 +12,9 @@
 // pads its float16 copy to whole tiles (GPUKernels.f16Bytes), and the rows past M only reach
 // outputs the store leaves out. A last tile with at most TX/2 or TX/4 rows left multiplies that
 // many. Elsewhere weight rows past N and values past the split's end read as zero (clamped
-// layouts). The result tile is stored transposed into Y, the parts past M or N left out. Workgroup z takes units [z*splitUnits, (z+1)*splitUnits) of K (16
-// values a unit; a multiple of 4 units, so whole blocks) and writes Y + z*plane.
+// layouts). The result tile is stored transposed into Y, the parts past M or N left out.
+// Workgroup z takes units [z*splitUnits, (z+1)*splitUnits) of K (16 values a unit; a multiple
+// of 4 units, so whole blocks) and writes Y + z*plane.
 //
 // Built with -DACC_F16 (matmul_cm2h_T), the tile's sums are float16, as llama.cpp's Vulkan
 // backend keeps them for default-precision products: half the accumulator registers, so large

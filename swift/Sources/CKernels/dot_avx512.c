@@ -189,8 +189,9 @@ T512 INL void tile_q32(int type, int R, int C, int64_t nb, const uint8_t *w, siz
  * Decode reads each weight once. A row-a-register tile like tile_q32 (which Q4_0 used before)
  * spends about 11 vector uops on a row's two blocks (its scales' conversion and spread, the
  * nibbles' broadcast, the dot and two FMAs): as many cycles as the memory takes to bring the
- * 36 bytes, so the two barely overlap (bench/RESULTS.md). Here a register holds the 16 quant bytes of one block of four rows, one
- * row per 128-bit lane, so each vpdpbusd serves four rows; the activation block is
+ * 36 bytes, so the two barely overlap (bench/RESULTS.md). Here a register holds the 16 quant
+ * bytes of one block of four rows, one row per 128-bit lane, so each vpdpbusd serves four
+ * rows; the activation block is
  * broadcast to every lane once per call (pack_bcast), and the 16 scales of 8 rows' two blocks
  * come in one gather and one conversion. A row's sum is then its lane's four int32 sums. */
 #define BC_BYTES 256 /* a broadcast activation block: low and high 16 quants x4, d x16, -2*d*sum(q) x16 */
