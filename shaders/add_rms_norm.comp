@@ -15,7 +15,10 @@ layout(std430, binding = 0) buffer XBuf { float X[]; };
 layout(std430, binding = 1) readonly buffer DBuf { float D[]; };
 layout(std430, binding = 2) readonly buffer WBuf { float W[]; };
 layout(std430, binding = 3) writeonly buffer YBuf { float Y[]; };
-layout(std140, binding = 4) uniform Params {
+// set to 1 when a row's sum of squares is not finite: a float16 product upstream overflowed (an
+// overflow's inf or NaN reaches the row's residual), and the host re-runs the pass wider
+layout(std430, binding = 4) buffer FlagBuf { uint nonfinite; };
+layout(std140, binding = 5) uniform Params {
     uint n, rows;
     float eps;
 } p;
@@ -56,6 +59,7 @@ void main() {
         total += (t0 + t1) + (t2 + t3);
         barrier();
     }
+    if (tid == 0u && (isnan(total) || isinf(total))) nonfinite = 1u;
     const float scale = 1.0 / sqrt(total / float(p.n) + p.eps);
     const uint yb = xb;
     for (j0 = 0u; j0 + U * WG <= p.n; j0 += U * WG) {

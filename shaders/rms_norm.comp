@@ -15,7 +15,9 @@ layout(std430, binding = 0) readonly buffer XBuf { float X[]; };
 layout(std430, binding = 1) readonly buffer WBuf { float W[]; };
 layout(std430, binding = 2) buffer YBuf { float Y[]; };
 layout(std430, binding = 3) readonly buffer SelBuf { uint rowsel[]; };
-layout(std140, binding = 4) uniform Params {
+// set to 1 when a row's sum of squares is not finite (add_rms_norm.comp says why)
+layout(std430, binding = 4) buffer FlagBuf { uint nonfinite; };
+layout(std140, binding = 5) uniform Params {
     uint n, rows;
     float eps;
     uint useRowsel, xStride, heads, yStride;
@@ -58,6 +60,7 @@ void main() {
         total += (t0 + t1) + (t2 + t3);
         barrier();
     }
+    if (tid == 0u && (isnan(total) || isinf(total))) nonfinite = 1u;
     const float scale = 1.0 / sqrt(total / float(p.n) + p.eps);
     const uint yb = (i / p.heads) * p.yStride + (i % p.heads) * p.n;
     for (j0 = 0u; j0 + U * WG <= p.n; j0 += U * WG) {

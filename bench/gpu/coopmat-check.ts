@@ -65,7 +65,7 @@ if (values.child) {
   process.exit(0);
 }
 
-function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "tiledattn" | "cm2" | "cpu"): Run {
+function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "tiledattn" | "cm2" | "cm2f32" | "cpu"): Run {
   const env = { ...process.env } as Record<string, string>;
   delete env.VELO_GPU_NO_COOPMAT;
   delete env.VELO_GPU_NO_DOT;
@@ -74,7 +74,8 @@ function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "tiledattn
   env.VELO_GPU_CM2 = "off";
   if (mode === "tiledattn") env.VELO_GPU_NO_COOP_ATTN = "1";
   const shape = process.env.VELO_GPU_CM2; // a tile shape to check, if one is set
-  if (mode === "cm2") Object.assign(env, { VELO_GPU_CM2: shape && shape !== "off" ? shape : "on", VELO_GPU_CM2_MIN_ROWS: "1" });
+  if (mode === "cm2" || mode === "cm2f32") Object.assign(env, { VELO_GPU_CM2: shape && shape !== "off" ? shape : "on", VELO_GPU_CM2_MIN_ROWS: "1" });
+  if (mode === "cm2f32") env.VELO_GPU_CM2_ACC = "f32"; // cm2's float32 sums (its default sums in float16)
   if (mode === "exact") Object.assign(env, { VELO_GPU_NO_COOPMAT: "1", VELO_GPU_NO_DOT: "1" });
   if (mode === "portable") env.VELO_GPU_NO_COOPMAT = "1";
   const args = ["--child", "--tokens", String(PROMPT), "--gen", String(GEN), "--ctx", values.ctx!, ...CACHE, ...(mode === "cpu" ? ["--cpu"] : []), file];
@@ -106,18 +107,18 @@ function compare(ref: Run, run: Run) {
 let failures = 0;
 for (const file of positionals) {
   const exact = spawn(file, "exact"), cpu = spawn(file, "cpu"), portable = spawn(file, "portable");
-  const coop = spawn(file, "coopmat"), cm2 = spawn(file, "cm2"), tiledAttn = spawn(file, "tiledattn");
+  const coop = spawn(file, "coopmat"), cm2 = spawn(file, "cm2"), cm2f32 = spawn(file, "cm2f32"), tiledAttn = spawn(file, "tiledattn");
   const c = compare(exact, coop), p = compare(exact, portable), cp = compare(portable, coop), cc = compare(exact, cpu);
-  // matmul_cm2_T for every product (prefill's default from 128 rows) where the device has VK_NV_cooperative_matrix2;
+  // matmul_cm2_T for every product (prefill's default from 64 rows; float16 sums unless cm2f32) where the device has VK_NV_cooperative_matrix2;
   // elsewhere it is the coopmat path again
-  const k = compare(exact, cm2), ck = compare(cm2, coop);
+  const k = compare(exact, cm2), ck = compare(cm2, coop), k32 = compare(exact, cm2f32);
   // attention_coop alone: the same tensor-core products with attention_tiled instead
   // (VELO_GPU_NO_COOP_ATTN), so the two differ only in attention's float16 rounding
   const a = compare(tiledAttn, coop);
   // the prefill's logits close and its greedy token the same; later tokens may part on
   // rounding in models this sensitive (see the top of this file), so they are only shown
   const good = (r: ReturnType<typeof compare>) => r.agree > 0 && r.rel < 0.02 && r.shared >= TOP * 0.9;
-  const ok = good(c) && good(k) && !cp.bitwise && a.agree > 0 && a.rel < 5e-3 && !a.bitwise;
+  const ok = good(c) && good(k) && good(k32) && !cp.bitwise && a.agree > 0 && a.rel < 5e-3 && !a.bitwise;
   if (!ok) failures++;
   const show = (r: ReturnType<typeof compare>) =>
     `max |Δlogit| ${r.maxDiff.toExponential(3)} (relative ${r.rel.toExponential(3)}; ${r.shared} ids in both top lists), greedy ${r.same ? "identical" : `DIFFERS after ${r.agree}`}`;
@@ -126,6 +127,7 @@ for (const file of positionals) {
       `  coopmat:  ${show(c)}${cp.bitwise ? "; BITWISE EQUAL to portable: coopmat path not taken?" : ""}\n` +
       `  attention_coop against attention_tiled (both with tensor-core products): ${show(a)}${a.bitwise ? "; BITWISE EQUAL: attention_coop not taken?" : ""}\n` +
       `  cm2:      ${show(k)}${ck.bitwise ? " (bitwise equal to coopmat: no VK_NV_cooperative_matrix2 here)" : ""}\n` +
+      `  cm2, float32 sums: ${show(k32)}\n` +
       `  portable: ${show(p)}\n` +
       `  cpu:      ${show(cc)}\n` +
       `  prefill ${portable.promptMs.toFixed(1)} ms portable, ${coop.promptMs.toFixed(1)} ms coopmat, ${tiledAttn.promptMs.toFixed(1)} ms coopmat with attention_tiled, ${cm2.promptMs.toFixed(1)} ms cm2 (first request of a process): ${ok ? "OK" : "FAIL"}`,

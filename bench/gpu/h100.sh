@@ -5,7 +5,7 @@
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | path MODEL | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... |
 #                     grammar MODELS... | depth MODEL DEPTHS... | depthab MODEL DEPTHS SWITCHES... | depthprof MODEL DEPTH pp|tg | splits tg|pp MODEL DEPTH N... | tune MODEL SHAPES... |
-#                     tgvariants MODELS ROUNDS SWITCHES... | variants MODEL SWITCHES... | batchvariants MODEL B SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL
+#                     tgvariants MODELS ROUNDS SWITCHES... | variants MODEL SWITCHES... | batchvariants MODEL B SWITCHES... | llamacpp MODELS... | coopmat MODELS... | overflow GAINS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
 # for Llama (8b-q4_0), ARCH.SHAPE-TYPE for the others (qwen2.7b-q4_0, gemma2.9b-q4_0,
 # phi3.mini-q4_0; src/gguf/synth.ts lists the shapes). VELO_LIB and VELO_JS choose another build
@@ -183,6 +183,15 @@ for n,v in sorted(k.items(),key=lambda kv:-kv[1]['ms'])[:16]: print('  %-44s %8.
             # COOPMAT_ARGS: more of its options, e.g. "--cache-type-k q8_0 --page-size 12 --ctx 2048")
     fs=(); for m in "$@"; do fs+=("$(model "$m")"); done
     /tmp/bun "$C/coopmat-check.js" ${COOPMAT_TOKENS:+--tokens $COOPMAT_TOKENS} ${COOPMAT_ARGS:-} "${fs[@]}" ;;
+  overflow)  # float16 overflow (a product's sum or activation past 65504): 1.1B Q4_0 files whose
+             # norm gains are each GAIN (synth --norm-gain), through coopmat-check with float32
+             # K/V; the tensor-core modes print "overflowed" and re-run wider, so their logits
+             # stay near the float32 path's (their coopmat mode then equals portable: expected)
+    for g in "${@:-30 300}"; do
+      f=$M/1b-q4_0-gain$g.gguf
+      [ -f "$f" ] || /tmp/bun "$C/synth.js" "$f" --shape 1b --type q4_0 --norm-gain "$g" >&2
+      /tmp/bun "$C/coopmat-check.js" --tokens ${COOPMAT_TOKENS:-100} --cache-type-k f32 --cache-type-v f32 "$f" || true
+    done ;;
   spec)  # speculative decoding on the GPU: an 8B target with prompt lookup and with a 3B draft
          # (same llama3 vocabulary), and the stories260K pair; verify cost of k+1 tokens vs 1
     S=$C/shared/models
@@ -216,5 +225,5 @@ for n,v in sorted(k.items(),key=lambda kv:-kv[1]['ms'])[:16]: print('  %-44s %8.
         python3 -c "import json,sys,statistics as st;print('llama.cpp $t', [(r['n_gen'],r.get('n_depth'),round(st.median(r['samples_ts']),1)) for r in json.load(open(sys.argv[1]))])" "$OUT/kv-llamacpp-$t.json"
       done
     fi ;;
-  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | grammar MODELS... | depth MODEL DEPTHS... | depthab MODEL DEPTHS SWITCHES... | depthprof MODEL DEPTH pp|tg | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | spec | kv MODEL" >&2; exit 2 ;;
+  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | grammar MODELS... | depth MODEL DEPTHS... | depthab MODEL DEPTHS SWITCHES... | depthprof MODEL DEPTH pp|tg | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | overflow GAINS... | spec | kv MODEL" >&2; exit 2 ;;
 esac

@@ -388,6 +388,11 @@ export interface SynthOptions {
   pure?: boolean;
   /** `{arch}.pooling_type` for embeddings (llama.cpp's enum: 1 mean, 2 cls, 3 last, …); absent when not given. */
   pooling?: number;
+  /**
+   * Every RMSNorm gain times this (default 1): activations that large, to check what the GPU's
+   * float16 paths do when a product overflows 65504 (they re-run in float32).
+   */
+  normGain?: number;
 }
 
 export function shapeOf(arch: string, shape: string): Shape {
@@ -561,8 +566,8 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   // by 1 + w): these values are what the file holds, whatever the architecture.
   const norm = (name: string, n = dim, center = 1) => {
     const s = streamSeed();
-    const spread = (shape.normSpread ?? 0) * center;
-    vector(name, () => (spread ? normals(n, s).map((x) => center + spread * x) : new Float32Array(n).fill(center)), n);
+    const spread = (shape.normSpread ?? 0) * center, gain = opts.normGain ?? 1;
+    vector(name, () => (spread ? normals(n, s).map((x) => (center + spread * x) * gain) : new Float32Array(n).fill(center * gain)), n);
   };
   const bias = (name: string, n: number) => {
     const s = streamSeed();
@@ -648,13 +653,14 @@ if (import.meta.main) {
       seed: { type: "string", default: "1" },
       pure: { type: "boolean", default: false },
       pooling: { type: "string" },
+      "norm-gain": { type: "string" },
     },
   });
   const arch = values.arch!;
   const shape = values.shape ?? (arch === "llama" ? "1b" : "test");
   if (positionals.length !== 1) {
     const shapes = Object.entries(ARCH_SHAPES).map(([a, s]) => `${a}: ${Object.keys(s).join("|")}`).join("; ");
-    console.error(`usage: bun src/gguf/synth.ts OUT.gguf [--arch ${Object.keys(ARCH_SHAPES).join("|")}] --shape S --type ${Object.keys(TYPES).join("|")} [--pure] [--vocab VOCAB.gguf] [--seed N] [--pooling N]\nshapes: ${shapes}`);
+    console.error(`usage: bun src/gguf/synth.ts OUT.gguf [--arch ${Object.keys(ARCH_SHAPES).join("|")}] --shape S --type ${Object.keys(TYPES).join("|")} [--pure] [--vocab VOCAB.gguf] [--seed N] [--pooling N] [--norm-gain G]\nshapes: ${shapes}`);
     process.exit(2);
   }
   const seed = Number(values.seed);
@@ -665,7 +671,9 @@ if (import.meta.main) {
   const t0 = performance.now();
   try {
     const pooling = values.pooling === undefined ? undefined : Number(values.pooling);
-    const r = synthesize({ out: positionals[0]!, arch, shape, type: values.type!, vocab: values.vocab, seed, pure: values.pure, pooling });
+    const normGain = values["norm-gain"] === undefined ? undefined : Number(values["norm-gain"]);
+    if (normGain !== undefined && !(normGain > 0)) throw new Error(`--norm-gain must be a positive number, got ${values["norm-gain"]}`);
+    const r = synthesize({ out: positionals[0]!, arch, shape, type: values.type!, vocab: values.vocab, seed, pure: values.pure, pooling, normGain });
     const secs = ((performance.now() - t0) / 1000).toFixed(1);
     console.log(`${positionals[0]}: ${arch === "llama" ? "" : arch + " "}${shape} ${values.type}${values.pure ? " (pure)" : ""}, ${r.tensors} tensors, ${(r.bytes / 2 ** 20).toFixed(1)} MiB in ${secs} s`);
   } catch (e) {

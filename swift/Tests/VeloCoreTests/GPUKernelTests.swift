@@ -530,7 +530,11 @@ final class GPUKernelTests: XCTestCase {
         }
     }
 
+    /// The norms' flag word (their fifth buffer): 0 while every row's sum of squares is finite.
+    func flagWord(_ b: GPUBuffer) throws -> UInt32 { try read(b, 1)[0].bitPattern }
+
     func testRMSNorm() throws {
+        let flag = try upload([Int32(0)])
         for n in [7, 64, 1000, 4096, 5003, 9000] {
             let rows = 5
             let x = random(rows * n, scale: 3), w = random(n)
@@ -539,7 +543,7 @@ final class GPUKernelTests: XCTestCase {
                 let rowsel: [Int32] = select ? [4, 1] : []
                 let outRows = select ? rowsel.map(Int.init) : Array(0..<rows)
                 let out = try upload([Float](repeating: .nan, count: outRows.count * n))
-                try run(GPUKernels.rmsNorm, [try upload(x), try upload(w), out, try upload(rowsel.isEmpty ? [0] : rowsel)],
+                try run(GPUKernels.rmsNorm, [try upload(x), try upload(w), out, try upload(rowsel.isEmpty ? [0] : rowsel), flag],
                         [UInt32(n), UInt32(outRows.count), eps.bitPattern, select ? 1 : 0, UInt32(n), 1, UInt32(n)], (outRows.count, 1, 1))
                 var want: [Double] = []
                 for r in outRows {
@@ -548,6 +552,16 @@ final class GPUKernelTests: XCTestCase {
                     want += (0..<n).map { Double(x[r * n + $0]) * scale * Double(w[$0]) }
                 }
                 assertClose(try read(out, outRows.count * n), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "rms_norm n=\(n) rowsel=\(select)")
+            }
+            XCTAssertEqual(try flagWord(flag), 0, "rms_norm n=\(n): flagged finite rows")
+            // an inf in row 3 (a float16 overflow upstream) sets the flag; a row not normed does not
+            for (selected, flagged) in [([Int32(1), 3], UInt32(1)), ([Int32(0), 4], 0)] {
+                var bad = x
+                bad[3 * n + n / 2] = .infinity
+                let f = try upload([Int32(0)])
+                try run(GPUKernels.rmsNorm, [try upload(bad), try upload(w), try upload([Float](repeating: 0, count: 2 * n)), try upload(selected), f],
+                        [UInt32(n), 2, eps.bitPattern, 1, UInt32(n), 1, UInt32(n)], (2, 1, 1))
+                XCTAssertEqual(try flagWord(f), flagged, "rms_norm n=\(n) rows \(selected): the flag")
             }
         }
     }
@@ -569,16 +583,16 @@ final class GPUKernelTests: XCTestCase {
                     for j in 0..<n { want[b + j] = Double(x[b + j]) * scale * Double(w[j]) }
                 }
             }
-            let wb = try upload(w), sel = try upload([Int32(0)])
+            let wb = try upload(w), sel = try upload([Int32(0)]), flag = try upload([Int32(0)])
             let params = [UInt32(n), UInt32(tokens * heads), eps.bitPattern, 0, UInt32(xStride), UInt32(heads), UInt32(xStride)]
             let buf = try upload(x)
             let view = GPUBinding(buf, offset: off * 4)
-            try run(GPUKernels.rmsNorm, bindings: [view, GPUBinding(wb), view, GPUBinding(sel)], params, (tokens * heads, 1, 1))
+            try run(GPUKernels.rmsNorm, bindings: [view, GPUBinding(wb), view, GPUBinding(sel), GPUBinding(flag)], params, (tokens * heads, 1, 1))
             assertClose(try read(buf, x.count), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "rms_norm heads=\(heads) n=\(n) in place")
             // out of place, output rows yStride apart (the gaps stay NaN)
             let yStride = heads * n + 5
             let yb = try upload([Float](repeating: .nan, count: tokens * yStride))
-            try run(GPUKernels.rmsNorm, bindings: [GPUBinding(try upload(x), offset: off * 4), GPUBinding(wb), GPUBinding(yb), GPUBinding(sel)],
+            try run(GPUKernels.rmsNorm, bindings: [GPUBinding(try upload(x), offset: off * 4), GPUBinding(wb), GPUBinding(yb), GPUBinding(sel), GPUBinding(flag)],
                     [UInt32(n), UInt32(tokens * heads), eps.bitPattern, 0, UInt32(xStride), UInt32(heads), UInt32(yStride)], (tokens * heads, 1, 1))
             let got = try read(yb, tokens * yStride)
             for t in 0..<tokens {
@@ -598,8 +612,16 @@ final class GPUKernelTests: XCTestCase {
             let rows = 3
             let x = random(rows * n, scale: 3), d = random(rows * n), w = random(n)
             let eps: Float = 1e-5
-            let xb = try upload(x), db = try upload(d)
-            try run(GPUKernels.addRMSNorm, [xb, db, try upload(w), db], [UInt32(n), UInt32(rows), eps.bitPattern], (rows, 1, 1))
+            let xb = try upload(x), db = try upload(d), flag = try upload([Int32(0)])
+            try run(GPUKernels.addRMSNorm, [xb, db, try upload(w), db, flag], [UInt32(n), UInt32(rows), eps.bitPattern], (rows, 1, 1))
+            XCTAssertEqual(try flagWord(flag), 0, "add_rms_norm n=\(n): flagged finite rows")
+            do { // a NaN in the added rows (inf - inf upstream) sets the flag
+                var bad = d
+                bad[(rows - 1) * n] = .nan
+                let f = try upload([Int32(0)])
+                try run(GPUKernels.addRMSNorm, [try upload(x), try upload(bad), try upload(w), try upload(bad), f], [UInt32(n), UInt32(rows), eps.bitPattern], (rows, 1, 1))
+                XCTAssertEqual(try flagWord(f), 1, "add_rms_norm n=\(n): a NaN row not flagged")
+            }
             let sum = (0..<(rows * n)).map { Double(x[$0] + d[$0]) }
             var want: [Double] = []
             for r in 0..<rows {

@@ -55,6 +55,14 @@ protocol ForwardOps: AnyObject {
     func finish() throws -> UnsafeMutablePointer<Float>
     /// After `finish`: the hidden states `hidden` wrote, `hiddenRows.count` rows of `dim`.
     var hiddenStates: UnsafePointer<Float> { get }
+    /// After `finish`: whether the pass must run again because a narrower-than-float32 path
+    /// overflowed (the backend has given that path up). A pass may be re-run: it rewrites the
+    /// K/V of its own positions before reading them.
+    func widen() -> Bool
+}
+
+extension ForwardOps {
+    func widen() -> Bool { false }
 }
 
 extension ForwardOps {
@@ -82,9 +90,12 @@ extension ForwardOps {
 extension LanguageModel {
     /// One forward pass of `batch` on `ops`: the logits of its `logitRows`.
     func run(_ batch: ForwardBatch, on ops: ForwardOps) throws -> UnsafeMutablePointer<Float> {
-        try ops.begin(batch)
-        forward(ops)
-        return try ops.finish()
+        while true {
+            try ops.begin(batch)
+            forward(ops)
+            let logits = try ops.finish()
+            if !ops.widen() { return logits } // true at most once for each path given up
+        }
     }
 }
 

@@ -101,6 +101,16 @@ final class GPUForward: ForwardOps {
     /// clears it).
     private let x16: GPUBuffer?
     private var x16Source: RowsKey?
+    /// Where products round through float16: matmul_cm2h_T's sums, and the activations' copies
+    /// (x16). Each is given up, in that order, when a pass that used it ends with a non-finite
+    /// norm (`widen`): an overflow past 65504 becomes inf, and inf or NaN reaches the norms.
+    private var f16Sums = GPUKernels.cm2F16Acc
+    private var f16Inputs = true
+    /// What this pass rounded through float16 (cleared by `begin`).
+    private var passUsed = (sums: false, inputs: false)
+    /// The norms' flag word: 1 when a row's sum of squares was not finite.
+    private let nonfinite: GPUBuffer
+    private let weightTypes: Set<GGMLType>
     /// This model's K/V inside the pages (the pool's types; a draft's own layers and width), and
     /// where each of its layers lives: buffer, words between pages, words into a page.
     private let kvLayout: KVLayout
@@ -169,6 +179,9 @@ final class GPUForward: ForwardOps {
         dotBatch = GPUKernels.dotBatchFits(device)
         cm2 = GPUKernels.hasCM2(device)
         inputs = try device.makeBuffer(bytes: tab + pagetabCapacity * 4, memory: .upload, label: "step inputs")
+        nonfinite = try device.makeBuffer(bytes: 256, memory: .readback, label: "non-finite flag")
+        nonfinite.contents!.storeBytes(of: 0, as: UInt32.self)
+        weightTypes = Set(model.matrices.map(\.type))
         // gated-MLP pairs: one interleaved weight each (raw rows, so every weight kernel reads it)
         let pairs = model.gatedPairs.filter { g, u in
             g.type == u.type && g.rows == u.rows && g.cols == u.cols && g.rowBytes == u.rowBytes && g.data != u.data
@@ -302,7 +315,7 @@ final class GPUForward: ForwardOps {
                 if cm2 && maxTokens >= GPUKernels.cm2MinRows && GPUKernels.cm2Types.contains(w.type) {
                     // a driver that cannot build it (its tile needs 47 KiB of shared memory)
                     // leaves prefill on matmul_coop_T rather than failing the load
-                    do { _ = try pipeline(GPUKernels.matmulCM2(w.type)) } catch {
+                    do { _ = try pipeline(GPUKernels.matmulCM2(w.type, f16Sums: f16Sums)) } catch {
                         fputs("velo: matmul_cm2_T unavailable (\(error)); prefill uses matmul_coop_T\n", stderr)
                         cm2 = false
                     }
@@ -420,6 +433,7 @@ final class GPUForward: ForwardOps {
         }
         self.batch = batch
         n = batch.count
+        passUsed = (false, false)
         let base = inputs.contents!
         func write(_ offset: Int, _ values: [Int32]) {
             values.withUnsafeBytes { (base + offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
@@ -468,14 +482,14 @@ final class GPUForward: ForwardOps {
     /// Norms `rows` rows of `src`: the first ones, or those a selection section lists.
     private func norm(_ src: Activation, _ w: WeightVector, rows: Int, selection: GPUBinding?, into dst: GPUBinding) {
         dispatch(GPUKernels.rmsNorm,
-                 [act(src), GPUBinding(vectors[w.name]!), dst, selection ?? input(sections.rowsel, maxLogitRows)],
+                 [act(src), GPUBinding(vectors[w.name]!), dst, selection ?? input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
                  [UInt32(config.dim), UInt32(rows), config.normEps.bitPattern, selection != nil ? 1 : 0, UInt32(config.dim), 1, UInt32(config.dim)],
                  (rows, 1, 1), .norm)
     }
 
     func headNorm(_ a: Activation, _ w: WeightVector, heads: Int) {
         let s = UInt32(stride(a))
-        dispatch(GPUKernels.rmsNorm, [act(a), GPUBinding(vectors[w.name]!), act(a), input(sections.rowsel, maxLogitRows)],
+        dispatch(GPUKernels.rmsNorm, [act(a), GPUBinding(vectors[w.name]!), act(a), input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
                  [UInt32(config.headDim), UInt32(n * heads), config.normEps.bitPattern, 0, s, UInt32(heads), s],
                  (n * heads, 1, 1), .norm)
     }
@@ -538,7 +552,7 @@ final class GPUForward: ForwardOps {
         } else if rows <= GPUKernels.matvecMaxRows || w.rows <= GPUKernels.matvecAnyRows {
             let k = GPUKernels.matvec(w.type, rows: rows, n: w.rows, glu: glu != nil)
             dispatch(k, [wb, x, y], params, GPUKernels.matvecGroups(n: w.rows, m: rows, glu: glu != nil), op)
-        } else if GPUKernels.useCoop(device, w.type), let x16 {
+        } else if GPUKernels.useCoop(device, w.type), f16Inputs, let x16 {
             // activations to float16 once per input (Q|K|V, gate/up, O and down each have one)
             let kp = GPUKernels.f16Row(w.cols)
             let key = rowsKey(x, rows: rows, xStride: xStride, k: w.cols)
@@ -551,13 +565,14 @@ final class GPUForward: ForwardOps {
             p16[4] = UInt32(kp)
             // the kernel, its grid along N and M, its splits of K and the units (16 values) of each
             let cm2 = self.cm2 && GPUKernels.useCM2(w.type, rows: rows)
+            passUsed = (passUsed.sums || (cm2 && f16Sums), true)
             let kernel: GPUKernels.Kernel, g: (Int, Int, Int), splits: Int, splitUnits: Int
             if !cm2 && GPUKernels.useCoopBatch(w.type, rows: rows, k: w.cols) {
                 let plan = GPUKernels.coopBatchPlan(n: w.rows, k: w.cols, rows: rows, type: w.type)
                 (kernel, g) = (GPUKernels.matmulCoopBatch(w.type, rows: rows), (plan.groups, plan.rowGroups, 1))
                 (splits, splitUnits) = (plan.splits, plan.splitUnits)
             } else {
-                kernel = cm2 ? GPUKernels.matmulCM2(w.type) : GPUKernels.matmulCoop(w.type, rows: rows)
+                kernel = cm2 ? GPUKernels.matmulCM2(w.type, f16Sums: f16Sums) : GPUKernels.matmulCoop(w.type, rows: rows)
                 g = cm2 ? GPUKernels.matmulCM2Groups(n: w.rows, m: rows) : GPUKernels.matmulCoopGroups(n: w.rows, m: rows)
                 splits = GPUKernels.coopSplits(n: w.rows, m: rows, k: w.cols, type: w.type,
                                            tile: cm2 ? (GPUKernels.cm2Shape.tw, GPUKernels.cm2Shape.tx) : nil)
@@ -673,7 +688,7 @@ final class GPUForward: ForwardOps {
             dispatch(GPUKernels.addRMSNormQ8, bindings + [GPUBinding(q8.values), GPUBinding(q8.scales)], params, (n, 1, 1), .norm)
             q8Source = rowsKey(act(out), rows: n, xStride: stride(out), k: dim)
         } else {
-            dispatch(GPUKernels.addRMSNorm, bindings, params, (n, 1, 1), .norm)
+            dispatch(GPUKernels.addRMSNorm, bindings + [GPUBinding(nonfinite)], params, (n, 1, 1), .norm)
         }
     }
 
@@ -789,7 +804,8 @@ final class GPUForward: ForwardOps {
             if q8Source?.buffer == ObjectIdentifier(y.buffer) { q8Source = nil } // Y overwrote them
         } else if n <= GPUKernels.matvecMaxRows {
             dispatch(GPUKernels.matvecID(w.type), buffers, params, GPUKernels.matvecIDGroups(n: w.rows, pairs: n * e.used), .matmul)
-        } else if GPUKernels.useCoop(device, w.type), let x16 {
+        } else if GPUKernels.useCoop(device, w.type), f16Inputs, let x16 {
+            passUsed.inputs = true
             // tensor cores: the input rows (tokens, or pairs for down) to float16 once, then
             // tiles as tall as an expert's rows on average
             let xRows = gather ? n : n * e.used, kp = GPUKernels.f16Row(w.cols)
@@ -829,6 +845,32 @@ final class GPUForward: ForwardOps {
             dispatch(GPUKernels.softcap, [target], [UInt32(count), softcap.bitPattern], (min((count + 255) / 256, 65535), 1, 1), .output)
         }
         if let staged { device.copy(staged, to: logitsBuffer, bytes: count * 4, op: .output) }
+    }
+
+    /// After `finish`: when a norm of the pass saw inf or NaN and the pass rounded through
+    /// float16, gives up the narrowest rounding it used (float16 sums, then float16 activation
+    /// copies, for the rest of this engine's life) and asks for the pass again. Re-running is
+    /// safe: a pass rewrites the K/V of its own positions before reading them.
+    func widen() -> Bool {
+        let flag = nonfinite.contents!.assumingMemoryBound(to: UInt32.self)
+        guard flag.pointee != 0 else { return false }
+        flag.pointee = 0
+        if passUsed.sums {
+            f16Sums = false
+            if (try? ensureCM2Pipelines()) == nil { cm2 = false }
+            fputs("velo: a prefill's float16 sums overflowed; products sum in float32 from now on\n", stderr)
+            return true
+        }
+        if passUsed.inputs {
+            f16Inputs = false
+            fputs("velo: a prefill's float16 activations overflowed; products read them in float32 from now on\n", stderr)
+            return true
+        }
+        return false
+    }
+
+    private func ensureCM2Pipelines() throws {
+        for t in weightTypes where GPUKernels.cm2Types.contains(t) { _ = try pipeline(GPUKernels.matmulCM2(t, f16Sums: f16Sums)) }
     }
 
     func finish() throws -> UnsafeMutablePointer<Float> {

@@ -262,12 +262,15 @@ enum GPUKernels {
         fputs("velo: VELO_GPU_CM2=\(String(cString: e)) is not a shape (expected on, off, or THREADS,TW,TX,BK,UNROLL: THREADS 128, 256 or 512; TW 32…256; TX 64, 128 or 256; BK 32 or 64; UNROLL 1…8); using \(best)\n", stderr)
         return best
     }()
-    /// VELO_GPU_CM2_ACC=f16: matmul_cm2h_T, float16 sums (llama.cpp's choice for default-precision
-    /// products), for tuning runs: faster, but a long row's sum can lose digits or overflow.
-    static let cm2F16Acc = getenv("VELO_GPU_CM2_ACC").map { String(cString: $0) == "f16" } ?? false
-    static func matmulCM2(_ t: GGMLType) -> Kernel {
+    /// Sums in float16 (matmul_cm2h_T, llama.cpp's choice for default-precision products) unless
+    /// VELO_GPU_CM2_ACC=f32: 8B Q4_0 pp512 11745 against 10141 on an H200, max |Δlogit| 1.04e-2
+    /// against 9.2e-3 (bench/RESULTS.md). A sum past 65504 overflows; the norms after it see the
+    /// inf or NaN and GPUForward re-runs the pass with float32 sums (`GPUForward.widen`).
+    static let cm2F16Acc = getenv("VELO_GPU_CM2_ACC").map { String(cString: $0) != "f32" } ?? true
+    static func matmulCM2(_ t: GGMLType, f16Sums: Bool = cm2F16Acc) -> Kernel {
         let s = cm2Shape
-        return Kernel(name: (cm2F16Acc ? "matmul_cm2h_" : "matmul_cm2_") + suffix(t), buffers: 3, constants: [UInt32(s.threads), UInt32(s.tw), UInt32(s.tx), UInt32(s.bk), UInt32(s.unroll)])
+        return Kernel(name: (f16Sums ? "matmul_cm2h_" : "matmul_cm2_") + suffix(t), buffers: 3,
+                      constants: [UInt32(s.threads), UInt32(s.tw), UInt32(s.tx), UInt32(s.bk), UInt32(s.unroll)])
     }
     static func matmulCM2Groups(n: Int, m: Int) -> (Int, Int, Int) {
         ((n + cm2Shape.tw - 1) / cm2Shape.tw, (m + cm2Shape.tx - 1) / cm2Shape.tx, 1)
@@ -365,8 +368,9 @@ enum GPUKernels {
     static func getRows(_ t: GGMLType) -> Kernel { Kernel(name: "get_rows_" + suffix(t), buffers: 3, constants: [256]) }
 
     /// One workgroup of 1024 threads per row (4 independent loads per thread per step).
-    static let rmsNorm = Kernel(name: "rms_norm", buffers: 4, constants: [1024])
-    static let addRMSNorm = Kernel(name: "add_rms_norm", buffers: 4, constants: [1024])
+    /// Both set a flag word (their fifth buffer) when a row's sum of squares is not finite.
+    static let rmsNorm = Kernel(name: "rms_norm", buffers: 5, constants: [1024])
+    static let addRMSNorm = Kernel(name: "add_rms_norm", buffers: 5, constants: [1024])
     /// add_rms_norm that also writes its output as quantize_q8's blocks (buffers + XQ, XD), for
     /// rows of at most `addRMSNormQ8MaxWidth` values, a multiple of 32.
     /// 256 threads, 8 values a thread a run, 4 runs at most: rows of up to 8192 values.
