@@ -1,11 +1,13 @@
 // The GGUF reader must answer every corrupt or truncated file with a clean error that says
 // what is wrong, through the C ABI, without ever crashing the Bun process.
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ErrorCode, VeloError } from "../src/engine/errors";
 import { Model } from "../src/engine/model";
+import { readGGUFTensorTable } from "../src/gguf/reader";
+import { synthesize } from "../src/gguf/synth";
 import { encodeGGUF, encodeHeader, type GGUFDocument, meta } from "../src/gguf/writer";
 import { sharedModel } from "./helpers/paths";
 
@@ -218,5 +220,30 @@ describe("the C ABI never crashes on misuse", () => {
     const m = Model.open(file(validBytes));
     expect(() => m.tokenize("hi")).toThrow(/has no tokenizer/);
     m.close();
+  });
+});
+
+describe("synth --norm-gain (the GPU's float16 overflow check, bench/gpu/h100.sh overflow)", () => {
+  test("multiplies every RMSNorm gain and leaves every other tensor as it was", () => {
+    const plain = join(dir, "gain1.gguf"), big = join(dir, "gain4.gguf");
+    synthesize({ out: plain, shape: "test", type: "q8_0" });
+    synthesize({ out: big, shape: "test", type: "q8_0", normGain: 4 });
+    const a = readFileSync(plain), b = readFileSync(big);
+    const ta = readGGUFTensorTable(plain).tensors, tb = readGGUFTensorTable(big).tensors;
+    expect(tb.map((t) => t.name)).toEqual(ta.map((t) => t.name));
+    let norms = 0;
+    for (const [i, t] of ta.entries()) {
+      const n = t.dims.reduce((x, y) => x * y, 1);
+      if (t.name.endsWith("norm.weight")) {
+        norms++;
+        const x = new Float32Array(a.buffer.slice(a.byteOffset + t.offset, a.byteOffset + t.offset + 4 * n));
+        const y = new Float32Array(b.buffer.slice(b.byteOffset + tb[i]!.offset, b.byteOffset + tb[i]!.offset + 4 * n));
+        expect(Array.from(y)).toEqual(Array.from(x, (v) => Math.fround(v * 4)));
+      } else {
+        const end = i + 1 < ta.length ? ta[i + 1]!.offset : a.length;
+        expect(b.subarray(tb[i]!.offset, tb[i]!.offset + end - t.offset).equals(a.subarray(t.offset, end))).toBe(true);
+      }
+    }
+    expect(norms).toBeGreaterThan(3);
   });
 });
