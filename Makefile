@@ -109,7 +109,7 @@ ATTN_Q8 := attention_q8 $(addprefix attention_q8_,$(KV_PAIRS)) attention_q8_stag
 ATTN_STAGED := attention_staged_f16_f16
 # tensor-core products through VK_NV_cooperative_matrix2 (SPIR-V 1.6, so vulkan1.3), for the
 # weight types it decodes
-CM2_TYPES := q4_0 q8_0
+CM2_TYPES := q4_0 q8_0 q4_k q6_k
 CM2_VARIANTS := $(addprefix matmul_cm2_,$(CM2_TYPES)) $(addprefix matmul_cm2h_,$(CM2_TYPES))
 # tensor-core products for decode batches (17-32 rows), Q4_0 and Q8_0
 COOP_BATCH_TYPES := q4_0 q8_0

@@ -852,6 +852,9 @@ final class GPUKernelTests: XCTestCase {
         for (k, sp) in [(14336, 2), (4096, 4), (8192, 4), (2048, 2)] {
             let u = GPUKernels.coopSplitUnits(k: k, splits: sp)
             XCTAssert(u % 4 == 0 && u * sp >= k / 16 && u * (sp - 1) < k / 16, "split units k=\(k) splits=\(sp)")
+            // matmul_cm2_T's K-quant splits: whole blocks of 256 values, none empty
+            let b = GPUKernels.coopSplitUnits(k: k, splits: sp, multiple: 16)
+            XCTAssert(b % 16 == 0 && b * sp >= k / 16 && b * (sp - 1) < k / 16, "K-quant split units k=\(k) splits=\(sp)")
         }
         // matmul_coop_batch_T's plans (the kernel itself needs cooperative matrices: checked on
         // the device by coopmat-check): every shape within 48 KiB of shared memory, splits of
@@ -880,7 +883,7 @@ final class GPUKernelTests: XCTestCase {
         // matmul_cm2_T's plan (the kernel needs VK_NV_cooperative_matrix2: checked on the device
         // by coopmat-check). It reads its last tile's activation rows unchecked, so the float16
         // copy holds whole tiles; its narrowed last tiles (TX/2, TX/4) stay whole 16-row
-        // matrices; it takes Q4_0 and Q8_0 products of 64 rows and more.
+        // matrices; it takes Q4_0, Q8_0, Q4_K and Q6_K products of 64 rows and more.
         let tx = GPUKernels.cm2Shape.tx
         XCTAssertEqual(tx % 64, 0)
         for rows in [1, 63, 64, 65, 255, 256, 257, 700] {
@@ -889,7 +892,13 @@ final class GPUKernelTests: XCTestCase {
         XCTAssertTrue(GPUKernels.useCM2(.q4_0, rows: 64))
         XCTAssertTrue(GPUKernels.useCM2(.q8_0, rows: 512))
         XCTAssertFalse(GPUKernels.useCM2(.q4_0, rows: 63))
-        XCTAssertFalse(GPUKernels.useCM2(.q4_K, rows: 512))
+        XCTAssertTrue(GPUKernels.useCM2(.q4_K, rows: 512))
+        XCTAssertTrue(GPUKernels.useCM2(.q6_K, rows: 64))
+        XCTAssertFalse(GPUKernels.useCM2(.q6_K, rows: 63))
+        XCTAssertFalse(GPUKernels.useCM2(.q5_K, rows: 512))
+        // float16 sums for Q4_0 and Q8_0 only (K-quants lost accuracy with them)
+        XCTAssertEqual(GPUKernels.cm2F16Sums, [.q4_0, .q8_0])
+        XCTAssertEqual(GPUKernels.matmulCM2(.q4_K, f16Sums: false).name, "matmul_cm2_q4_k")
     }
 
     /// One batch of two sequences for the attention kernels: (heads, kvHeads, hd, pageSize,

@@ -41,7 +41,8 @@ final class GPUForward: ForwardOps {
     /// Decode batches' products through matvec_dot_batch_T; prefill products through matmul_cm2_T
     /// (for its weight types): what the device allows, asked once.
     private let dotBatch: Bool
-    private var cm2: Bool
+    /// The weight types whose prefill products take matmul_cm2_T (its pipeline built).
+    private var cm2: Set<GGMLType>
     /// A decode token's Q|K|V product waits in `pendingQKV` for rope_store, which it then does
     /// itself (matvec_dot_rope_T: one dispatch a layer fewer); any other op dispatches it as it
     /// was. `ropeJoin`: the cache type those kernels are built for, nil where they do not apply.
@@ -104,7 +105,7 @@ final class GPUForward: ForwardOps {
     /// Where products round through float16: matmul_cm2h_T's sums, and the activations' copies
     /// (x16). Each is given up, in that order, when a pass that used it ends with a non-finite
     /// norm (`widen`): an overflow past 65504 becomes inf, and inf or NaN reaches the norms.
-    private var f16Sums = GPUKernels.cm2F16Acc
+    private var f16Sums = GPUKernels.cm2F16Sums
     private var f16Inputs = true
     /// What this pass rounded through float16 (cleared by `begin`).
     private var passUsed = (sums: false, inputs: false)
@@ -177,7 +178,7 @@ final class GPUForward: ForwardOps {
         sections = (t, p, pt, rs, bl, hs, tab)
         coopAttention = GPUKernels.useAttentionCoop(device, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim)
         dotBatch = GPUKernels.dotBatchFits(device)
-        cm2 = GPUKernels.hasCM2(device)
+        cm2 = GPUKernels.hasCM2(device) ? GPUKernels.cm2Types : []
         inputs = try device.makeBuffer(bytes: tab + pagetabCapacity * 4, memory: .upload, label: "step inputs")
         nonfinite = try device.makeBuffer(bytes: 256, memory: .readback, label: "non-finite flag")
         nonfinite.contents!.storeBytes(of: 0, as: UInt32.self)
@@ -312,12 +313,12 @@ final class GPUForward: ForwardOps {
             _ = try pipeline(GPUKernels.matmul(w.type))
             if GPUKernels.useCoop(device, w.type) {
                 for m in [32, 64, 128] { _ = try pipeline(GPUKernels.matmulCoop(w.type, rows: m)) } // each tile height
-                if cm2 && maxTokens >= GPUKernels.cm2MinRows && GPUKernels.cm2Types.contains(w.type) {
+                if cm2.contains(w.type) && maxTokens >= GPUKernels.cm2MinRows {
                     // a driver that cannot build it (its tile needs 47 KiB of shared memory)
-                    // leaves prefill on matmul_coop_T rather than failing the load
-                    do { _ = try pipeline(GPUKernels.matmulCM2(w.type, f16Sums: f16Sums)) } catch {
-                        fputs("velo: matmul_cm2_T unavailable (\(error)); prefill uses matmul_coop_T\n", stderr)
-                        cm2 = false
+                    // leaves that type's prefill on matmul_coop_T rather than failing the load
+                    do { _ = try pipeline(GPUKernels.matmulCM2(w.type, f16Sums: f16Sums.contains(w.type))) } catch {
+                        fputs("velo: matmul_cm2_T for \(w.type.name) unavailable (\(error)); its prefill uses matmul_coop_T\n", stderr)
+                        cm2.remove(w.type)
                     }
                 }
                 if GPUKernels.coopBatchShape != nil && GPUKernels.coopBatchTypes.contains(w.type) {
@@ -564,19 +565,19 @@ final class GPUForward: ForwardOps {
             var p16 = params
             p16[4] = UInt32(kp)
             // the kernel, its grid along N and M, its splits of K and the units (16 values) of each
-            let cm2 = self.cm2 && GPUKernels.useCM2(w.type, rows: rows)
-            passUsed = (passUsed.sums || (cm2 && f16Sums), true)
+            let cm2 = self.cm2.contains(w.type) && GPUKernels.useCM2(w.type, rows: rows)
+            passUsed = (passUsed.sums || (cm2 && f16Sums.contains(w.type)), true)
             let kernel: GPUKernels.Kernel, g: (Int, Int, Int), splits: Int, splitUnits: Int
             if !cm2 && GPUKernels.useCoopBatch(w.type, rows: rows, k: w.cols) {
                 let plan = GPUKernels.coopBatchPlan(n: w.rows, k: w.cols, rows: rows, type: w.type)
                 (kernel, g) = (GPUKernels.matmulCoopBatch(w.type, rows: rows), (plan.groups, plan.rowGroups, 1))
                 (splits, splitUnits) = (plan.splits, plan.splitUnits)
             } else {
-                kernel = cm2 ? GPUKernels.matmulCM2(w.type, f16Sums: f16Sums) : GPUKernels.matmulCoop(w.type, rows: rows)
+                kernel = cm2 ? GPUKernels.matmulCM2(w.type, f16Sums: f16Sums.contains(w.type)) : GPUKernels.matmulCoop(w.type, rows: rows)
                 g = cm2 ? GPUKernels.matmulCM2Groups(n: w.rows, m: rows) : GPUKernels.matmulCoopGroups(n: w.rows, m: rows)
                 splits = GPUKernels.coopSplits(n: w.rows, m: rows, k: w.cols, type: w.type,
                                            tile: cm2 ? (GPUKernels.cm2Shape.tw, GPUKernels.cm2Shape.tx) : nil)
-                splitUnits = GPUKernels.coopSplitUnits(k: w.cols, splits: splits)
+                splitUnits = GPUKernels.coopSplitUnits(k: w.cols, splits: splits, multiple: cm2 ? max(4, w.type.blockSize / 16) : 4)
             }
             if splits > 1, let scratch = gluScratch, y.buffer !== scratch, splits * rows * w.rows * 4 <= scratch.size {
                 // split-K: each split's plane of the scratch, then their sum into Y
@@ -856,8 +857,8 @@ final class GPUForward: ForwardOps {
         guard flag.pointee != 0 else { return false }
         flag.pointee = 0
         if passUsed.sums {
-            f16Sums = false
-            if (try? ensureCM2Pipelines()) == nil { cm2 = false }
+            f16Sums = []
+            for t in cm2 where weightTypes.contains(t) && (try? pipeline(GPUKernels.matmulCM2(t, f16Sums: false))) == nil { cm2.remove(t) }
             fputs("velo: a prefill's float16 sums overflowed; products sum in float32 from now on\n", stderr)
             return true
         }
@@ -867,10 +868,6 @@ final class GPUForward: ForwardOps {
             return true
         }
         return false
-    }
-
-    private func ensureCM2Pipelines() throws {
-        for t in weightTypes where GPUKernels.cm2Types.contains(t) { _ = try pipeline(GPUKernels.matmulCM2(t, f16Sums: f16Sums)) }
     }
 
     func finish() throws -> UnsafeMutablePointer<Float> {

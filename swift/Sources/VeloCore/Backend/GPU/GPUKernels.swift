@@ -239,7 +239,15 @@ enum GPUKernels {
     /// VELO_GPU_CM2=off leaves it out (the device then does not enable the extension);
     /// VELO_GPU_CM2=THREADS,TW,TX,BK,UNROLL sets the tile (weight rows x activation rows), the
     /// values a step, the steps unrolled and the workgroup; VELO_GPU_CM2_MIN_ROWS the threshold.
-    static let cm2Types: Set<GGMLType> = [.q4_0, .q8_0]
+    /// Q4_K's callback reads a scale table that THREADS / TW threads fill for each weight row (one
+    /// of 1, 2, 4, 8); VELO_GPU_CM2_KQUANTS=off leaves K-quants on matmul_coop_T (A/B runs).
+    static let cm2Types: Set<GGMLType> = {
+        var types: Set<GGMLType> = [.q4_0, .q8_0]
+        guard getenv("VELO_GPU_CM2_KQUANTS").map({ String(cString: $0) != "off" }) ?? true else { return types }
+        types.insert(.q6_K)
+        if cm2Shape.threads % cm2Shape.tw == 0, [1, 2, 4, 8].contains(cm2Shape.threads / cm2Shape.tw) { types.insert(.q4_K) }
+        return types
+    }()
     static let cm2Wanted = getenv("VELO_GPU_CM2").map { String(cString: $0) != "off" } ?? true
     static let cm2MinRows = getenv("VELO_GPU_CM2_MIN_ROWS").flatMap { Int(String(cString: $0)) } ?? 64
     static func useCM2(_ t: GGMLType, rows: Int) -> Bool { cm2Types.contains(t) && rows >= cm2MinRows }
@@ -262,12 +270,23 @@ enum GPUKernels {
         fputs("velo: VELO_GPU_CM2=\(String(cString: e)) is not a shape (expected on, off, or THREADS,TW,TX,BK,UNROLL: THREADS 128, 256 or 512; TW 32…256; TX 64, 128 or 256; BK 32 or 64; UNROLL 1…8); using \(best)\n", stderr)
         return best
     }()
-    /// Sums in float16 (matmul_cm2h_T, llama.cpp's choice for default-precision products) unless
-    /// VELO_GPU_CM2_ACC=f32: 8B Q4_0 pp512 11745 against 10141 on an H200, max |Δlogit| 1.04e-2
-    /// against 9.2e-3 (bench/RESULTS.md). A sum past 65504 overflows; the norms after it see the
-    /// inf or NaN and GPUForward re-runs the pass with float32 sums (`GPUForward.widen`).
-    static let cm2F16Acc = getenv("VELO_GPU_CM2_ACC").map { String(cString: $0) != "f32" } ?? true
-    static func matmulCM2(_ t: GGMLType, f16Sums: Bool = cm2F16Acc) -> Kernel {
+    /// The weight types whose products sum in float16 (matmul_cm2h_T, llama.cpp's choice for
+    /// default-precision products): Q4_0 and Q8_0. On an H200, 8B Q4_0 pp512 11700 against 9964,
+    /// max |Δlogit| 1.04e-2 against 9.2e-3. K-quants keep float32 sums: float16 ones made the
+    /// 8B Q4_K_M-like file 9 % faster (10366 against 9544) but its logits 4x further from the
+    /// float32 path's (1.9e-1 against 4.7e-2; bench/RESULTS.md). A sum past 65504 overflows; the
+    /// norms after it see the inf or NaN and GPUForward re-runs the pass with float32 sums
+    /// (`GPUForward.widen`). VELO_GPU_CM2_ACC=f16 (every type), f32 (none) or TYPE,... (those).
+    static let cm2F16Sums: Set<GGMLType> = {
+        let standard = cm2Types.intersection([.q4_0, .q8_0])
+        guard let e = getenv("VELO_GPU_CM2_ACC").map({ String(cString: $0) }) else { return standard }
+        if e == "f16" { return cm2Types }
+        if e == "f32" { return [] }
+        let named = Set(e.split(separator: ",").compactMap { n in cm2Types.first { $0.name.lowercased() == n.lowercased() } })
+        if named.isEmpty { fputs("velo: ignoring VELO_GPU_CM2_ACC=\(e) (expected f16, f32 or weight types such as q4_0,q8_0)\n", stderr); return standard }
+        return named
+    }()
+    static func matmulCM2(_ t: GGMLType, f16Sums: Bool) -> Kernel {
         let s = cm2Shape
         return Kernel(name: (f16Sums ? "matmul_cm2h_" : "matmul_cm2_") + suffix(t), buffers: 3,
                       constants: [UInt32(s.threads), UInt32(s.tw), UInt32(s.tx), UInt32(s.bk), UInt32(s.unroll)])
@@ -353,8 +372,9 @@ enum GPUKernels {
         }
         return (4, 256, 1024)
     }()
-    /// Units (16 values) of K per split: a multiple of the kernel's 4 units a step.
-    static func coopSplitUnits(k: Int, splits: Int) -> Int { ((k / 16 + splits - 1) / splits + 3) / 4 * 4 }
+    /// Units (16 values) of K per split: a multiple of the kernel's 4 units a step (of 16, a
+    /// K-quant block, for matmul_cm2_T, which steps a block at a time there).
+    static func coopSplitUnits(k: Int, splits: Int, multiple: Int = 4) -> Int { ((k / 16 + splits - 1) / splits + multiple - 1) / multiple * multiple }
     /// P (splits planes of M x N), Y; params N, M, yStride, splits, plane (grid-stride).
     static let sumSplits = Kernel(name: "sum_splits", buffers: 2, constants: [256])
 
