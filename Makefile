@@ -96,6 +96,9 @@ DOT_VARIANTS := $(addprefix matvec_dot_,$(DOT_TYPES)) $(addprefix matvec_dot_id_
   $(addprefix matvec_dot_rope_,$(DOT_TYPES)) $(addsuffix _f16_f16,$(addprefix matvec_dot_rope_,$(DOT_TYPES)))
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
 Q8_KERNELS := attention_combine
+# kernels that also write their output as to_f16's float16 rows (-DF16_OUT), for the prefill
+# products on tensor cores: <kernel>_f16, Vulkan only
+F16_OUT_KERNELS := add_rms_norm swiglu_pairs
 # K/V page kernels, once per (K type, V type) of the KV cache (-DKT_<K> -DVT_<V>, kv_types.glsl),
 # named <kernel>_<k>_<v>; f32/f32 keeps the plain name (kv_store, attention, ... in PLAIN_KERNELS)
 KV_TYPES := f32 f16 q8_0 q4_0
@@ -109,18 +112,18 @@ ATTN_Q8 := attention_q8 $(addprefix attention_q8_,$(KV_PAIRS)) attention_q8_stag
 ATTN_STAGED := attention_staged_f16_f16
 # tensor-core products through VK_NV_cooperative_matrix2 (SPIR-V 1.6, so vulkan1.3), for the
 # weight types it decodes
-CM2_TYPES := q4_0 q8_0 q4_k q6_k
+CM2_TYPES := q4_0 q8_0 q4_k q5_k q6_k
 CM2_VARIANTS := $(addprefix matmul_cm2_,$(CM2_TYPES)) $(addprefix matmul_cm2h_,$(CM2_TYPES))
 # tensor-core products for decode batches (17-32 rows), Q4_0 and Q8_0
 COOP_BATCH_TYPES := q4_0 q8_0
 COOP_BATCH_VARIANTS := $(addprefix matmul_coop_batch_,$(COOP_BATCH_TYPES))
-SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(DOT_VARIANTS) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) \
+SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(DOT_VARIANTS) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) $(addsuffix _f16,$(F16_OUT_KERNELS)) \
   attention_coop $(KV_VARIANTS) $(ATTN_Q8) $(ATTN_STAGED) $(ID_VARIANTS) $(CM2_VARIANTS) $(COOP_BATCH_VARIANTS)
 # Kernels Metal never runs, left out of the MSL and the metallib: cooperative matrices (no MSL
 # translation) and the 8-bit-activation decode path (GPUKernels.integerDot is Vulkan-only;
 # add_rms_norm_q8 is one of them).
 VULKAN_ONLY := add_rms_norm_q8 $(addprefix matmul_coop_,$(WTYPES)) $(CM2_VARIANTS) $(COOP_BATCH_VARIANTS) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(DOT_VARIANTS) \
-  $(addsuffix _q8,$(Q8_KERNELS)) quantize_q8 $(ATTN_Q8)
+  $(addsuffix _q8,$(Q8_KERNELS)) $(addsuffix _f16,$(F16_OUT_KERNELS)) quantize_q8 $(ATTN_Q8)
 # Specialization constants that size shared arrays (matvec's NCOLS and ROWS, matmul's BM and BN)
 # are preprocessor macros in spirv-cross's MSL, not Metal function constants, so Metal gets one
 # function per shape the host uses, named <kernel>_s<constant 1>x<constant 2>
@@ -175,6 +178,7 @@ $(foreach k,$(ID_KERNELS),$(foreach t,$(WTYPES),\
 $(eval $(call shader_rules,attention_coop,shaders/attention_coop.comp,))
 $(foreach k,$(PLAIN_KERNELS),$(eval $(call shader_rules,$(k),shaders/$(k).comp,)))
 $(foreach k,$(Q8_KERNELS),$(eval $(call shader_rules,$(k)_q8,shaders/$(k).comp,-DQ8)))
+$(foreach k,$(F16_OUT_KERNELS),$(eval $(call shader_rules,$(k)_f16,shaders/$(k).comp,-DF16_OUT)))
 kv_flags = -DKT_$(call upper,$(firstword $(subst _, ,$(subst q8_0,q8x0,$(subst q4_0,q4x0,$(1)))))) \
   -DVT_$(call upper,$(lastword $(subst _, ,$(subst q8_0,q8x0,$(subst q4_0,q4x0,$(1))))))
 $(foreach k,$(KV_KERNELS),$(foreach pr,$(KV_PAIRS),\

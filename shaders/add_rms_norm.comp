@@ -1,10 +1,16 @@
 #version 450
+#ifdef F16_OUT
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#endif
 // add_rms_norm — the residual add and the next norm in one pass: X[i] += D[i], then
 // Y[i] = (X[i] / sqrt(mean(X[i]^2) + eps)) * w, for rows of n floats. One workgroup per row;
 // dispatch (rows, 1, 1). Y may be the same buffer as D (the Llama forward writes the norm over
 // the sublayer output it just added): every element is read by the thread that later writes it,
 // with a barrier in between. Same thread layout as rms_norm.comp.
-// add_rms_norm_q8.comp is the decode rows' version that also writes 8-bit blocks.
+// add_rms_norm_q8.comp is the decode rows' version that also writes 8-bit blocks. Built with
+// -DF16_OUT (add_rms_norm_f16, Vulkan only) it also writes Y as float16 rows kp apart (to_f16's
+// copy, for the tensor-core products that read it next; n a multiple of 4, so kp = n).
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -18,10 +24,20 @@ layout(std430, binding = 3) writeonly buffer YBuf { float Y[]; };
 // set to 1 when a row's sum of squares is not finite: a float16 product upstream overflowed (an
 // overflow's inf or NaN reaches the row's residual), and the host re-runs the pass wider
 layout(std430, binding = 4) buffer FlagBuf { uint nonfinite; };
+#ifdef F16_OUT
+layout(std430, binding = 5) writeonly buffer X16Buf { float16_t X16[]; };
+layout(std140, binding = 6) uniform Params {
+    uint n, rows;
+    float eps;
+} p;
+#define PUT16(j, y) X16[i * p.n + (j)] = float16_t(y);
+#else
 layout(std140, binding = 5) uniform Params {
     uint n, rows;
     float eps;
 } p;
+#define PUT16(j, y)
+#endif
 
 const uint U = 4u;
 const uint RMAX = 128u; // subgroup sums reduced at a time
@@ -68,6 +84,7 @@ void main() {
         [[unroll]] for (uint u = 0u; u < U; u++) {
             const float y = (v[u] * scale) * w[u];
             Y[yb + j0 + u * WG + tid] = y;
+            PUT16(j0 + u * WG + tid, y)
         }
     }
     [[unroll]] for (uint u = 0u; u < U; u++) {
@@ -75,6 +92,7 @@ void main() {
         if (j < p.n) {
             const float y = (X[xb + j] * scale) * W[j];
             Y[yb + j] = y;
+            PUT16(j, y)
         }
     }
 }

@@ -16,10 +16,10 @@
 // Workgroup z takes units [z*splitUnits, (z+1)*splitUnits) of K (16 values a unit; a multiple
 // of 4 units, so whole blocks) and writes Y + z*plane.
 //
-// K-quants (Q4_K, Q6_K: blocks of 256 values) step a whole block at a time. Q4_K's 6-bit
-// sub-block scales and mins are unpacked once a block into shared memory, the next block's
-// header loaded while this one multiplies (a callback that unpacked them for every value ran at
-// half the speed); Q6_K's scales are whole bytes, read in the callback.
+// K-quants (Q4_K, Q5_K, Q6_K: blocks of 256 values) step a whole block at a time. Q4_K's and
+// Q5_K's 6-bit sub-block scales and mins are unpacked once a block into shared memory, the next
+// block's header loaded while this one multiplies (a callback that unpacked them for every value
+// ran at half the speed); Q6_K's scales are whole bytes, read in the callback.
 //
 // Built with -DACC_F16 (matmul_cm2h_T), the tile's sums are float16, as llama.cpp's Vulkan
 // backend keeps them for default-precision products: half the accumulator registers, so large
@@ -70,14 +70,20 @@ float16_t dequant_w(const in BlockRef r, const in uint blockCoords[2], const in 
     return float16_t(q) * r.b.d;
 }
 #define dequant_w_direct dequant_w
-#elif defined(WTYPE_Q4_K)
+#elif defined(WTYPE_Q4_K) || defined(WTYPE_Q5_K)
 // ggml's Q4_K block: f16 d, dmin; 12 bytes of 6-bit scales and mins (8 sub-blocks of 32);
 // 128 bytes of nibbles, chunk c of 64 values in qs[32c ..]: value 64c + l the low nibble of byte
 // 32c + l (l < 32), value 64c + 32 + l its high nibble. x = d sc q - dmin m.
+// Q5_K: the same with 32 bytes qh before qs, value j's fifth bit being bit j/32 of qh[j % 32].
 #define QK 256
 #define SCALE_TABLE
+#if defined(WTYPE_Q4_K)
 struct Block { uvec4 head; uint16_t qs[64]; };
 const uint BLOCK_BYTES = 144u;
+#else
+struct Block { uvec4 head; uint16_t qh[16]; uint16_t qs[64]; };
+const uint BLOCK_BYTES = 176u;
+#endif
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer BlockRef { Block b; };
 // sub-block j's (d sc, dmin m) from a block's first 16 bytes (ggml's get_scale_min_k4)
 vec2 subScale(const uvec4 h, const uint j) {
@@ -87,22 +93,27 @@ vec2 subScale(const uvec4 h, const uint j) {
     const vec2 dm = unpackHalf2x16(h.x);
     return vec2(dm.x * float(sc & 63u), dm.y * float(mn & 63u));
 }
-float16_t nibble(const in BlockRef r, const uint j) {
+// value j's quant (0..15, or 0..31 for Q5_K)
+float quant(const in BlockRef r, const uint j) {
     const uint w = uint(r.b.qs[((j >> 6) << 4) + ((j & 31u) >> 1)]);
-    return float16_t((w >> (8u * (j & 1u) + 4u * ((j >> 5) & 1u))) & 0xFu);
+    uint q = (w >> (8u * (j & 1u) + 4u * ((j >> 5) & 1u))) & 0xFu;
+#if defined(WTYPE_Q5_K)
+    q |= ((uint(r.b.qh[(j & 31u) >> 1]) >> (8u * (j & 1u) + (j >> 5))) & 1u) << 4;
+#endif
+    return float(q);
 }
 // the tile's scales for this block: (d sc, dmin m) of sub-block j of tile row i at [j][i]
 shared vec2 tileScales[8][TW];
 float16_t dequant_w(const in BlockRef r, const in uint blockCoords[2], const in uint coordInBlock[2]) {
     const uint j = coordInBlock[1];
     const vec2 s = tileScales[j >> 5][blockCoords[0] % TW];
-    return float16_t(s.x * float(nibble(r, j)) - s.y);
+    return float16_t(s.x * quant(r, j) - s.y);
 }
 // the edges' callback: scales from the block itself
 float16_t dequant_w_direct(const in BlockRef r, const in uint blockCoords[2], const in uint coordInBlock[2]) {
     const uint j = coordInBlock[1];
     const vec2 s = subScale(r.b.head, j >> 5);
-    return float16_t(s.x * float(nibble(r, j)) - s.y);
+    return float16_t(s.x * quant(r, j) - s.y);
 }
 #elif defined(WTYPE_Q6_K)
 // ggml's Q6_K block: ql[128], qh[64], int8 scales[16], f16 d. Half h of 128 values, in it
@@ -122,7 +133,7 @@ float16_t dequant_w(const in BlockRef r, const in uint blockCoords[2], const in 
 }
 #define dequant_w_direct dequant_w
 #else
-#error "matmul_cm2: Q4_0, Q8_0, Q4_K or Q6_K weights"
+#error "matmul_cm2: Q4_0, Q8_0, Q4_K, Q5_K or Q6_K weights"
 #endif
 
 layout(std430, binding = 0) readonly buffer WBuf { Block W[]; };

@@ -509,6 +509,12 @@ final class GPUKernelTests: XCTestCase {
             results.append(try read(gb, count))
             let tol = (0..<count).map { i -> Double in abs(want[i]) * 1e-5 + 1e-6 + Self.geluSlack(Double(s[2 * i]), Double(s[2 * i + 1]), act) }
             assertClose(results[results.count - 1], want, tolerance: tol, "swiglu_pairs act=\(act)")
+            // swiglu_pairs_f16: the same values, and to_f16's copy of them (two a thread)
+            let g2 = try upload([Float](repeating: .nan, count: count)), g16 = try upload([UInt8](repeating: 0xFF, count: count * 2))
+            try run(GPUKernels.swigluPairsF16, [sb, g2, g16], [UInt32(count), act], (3, 1, 1))
+            let fused = try read(g2, count)
+            assertClose(fused, want, tolerance: tol, "swiglu_pairs_f16 act=\(act)")
+            assertClose(try readF16(g16, count), fused.map(Double.init), tolerance: fused.map { abs(Double($0)) / 1024 + 1e-7 }, "swiglu_pairs_f16 float16 copy act=\(act)")
         }
         XCTAssertGreaterThan(zip(results[0], results[1]).filter { abs($0 - $1) > 1e-2 }.count, count / 4, "swiglu_pairs: SiLU and GELU agree")
     }
@@ -631,6 +637,13 @@ final class GPUKernelTests: XCTestCase {
             }
             assertClose(try read(xb, rows * n), sum, tolerance: sum.map { abs($0) * 1e-6 + 1e-6 }, "add_rms_norm sum n=\(n)")
             assertClose(try read(db, rows * n), want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "add_rms_norm n=\(n)")
+            if n % 4 == 0 { // add_rms_norm_f16: the same, and to_f16's copy of the norm
+                let xb2 = try upload(x), db2 = try upload(d), x16 = try upload([UInt8](repeating: 0xFF, count: rows * n * 2))
+                try run(GPUKernels.addRMSNormF16, [xb2, db2, try upload(w), db2, try upload([Int32(0)]), x16], [UInt32(n), UInt32(rows), eps.bitPattern], (rows, 1, 1))
+                let norm = try read(db2, rows * n)
+                assertClose(norm, want, tolerance: want.map { abs($0) * 1e-5 + 1e-6 }, "add_rms_norm_f16 n=\(n)")
+                assertClose(try readF16(x16, rows * n), norm.map(Double.init), tolerance: norm.map { abs(Double($0)) / 1024 + 1e-7 }, "add_rms_norm_f16 float16 copy n=\(n)")
+            }
             // the decode kernel that also writes 8-bit blocks (rows of whole blocks, at most
             // addRMSNormQ8MaxWidth): the same sums and norms, and exactly the blocks quantize_q8
             // makes of its norms
@@ -766,6 +779,17 @@ final class GPUKernelTests: XCTestCase {
         }
     }
 
+    /// `count` float16 values, read back through CKernels (Swift has no Float16 on x86-64 macOS).
+    func readF16(_ b: GPUBuffer, _ count: Int) throws -> [Float] {
+        try readBytes(b, count * 2).withUnsafeBytes { raw in
+            (0..<count).map { i -> Float in
+                var h = raw.load(fromByteOffset: 2 * i, as: UInt16.self), f: Float = 0
+                ck_f16_to_f32(&h, &f, 1)
+                return f
+            }
+        }
+    }
+
     /// to_f16 (the tensor-core GEMM's input): rows of K from a longer stride, padded with zeros
     /// to whole groups of 4, within float16 rounding.
     func testToF16() throws {
@@ -883,7 +907,7 @@ final class GPUKernelTests: XCTestCase {
         // matmul_cm2_T's plan (the kernel needs VK_NV_cooperative_matrix2: checked on the device
         // by coopmat-check). It reads its last tile's activation rows unchecked, so the float16
         // copy holds whole tiles; its narrowed last tiles (TX/2, TX/4) stay whole 16-row
-        // matrices; it takes Q4_0, Q8_0, Q4_K and Q6_K products of 64 rows and more.
+        // matrices; it takes Q4_0, Q8_0, Q4_K, Q5_K and Q6_K products of 64 rows and more.
         let tx = GPUKernels.cm2Shape.tx
         XCTAssertEqual(tx % 64, 0)
         for rows in [1, 63, 64, 65, 255, 256, 257, 700] {
@@ -895,7 +919,8 @@ final class GPUKernelTests: XCTestCase {
         XCTAssertTrue(GPUKernels.useCM2(.q4_K, rows: 512))
         XCTAssertTrue(GPUKernels.useCM2(.q6_K, rows: 64))
         XCTAssertFalse(GPUKernels.useCM2(.q6_K, rows: 63))
-        XCTAssertFalse(GPUKernels.useCM2(.q5_K, rows: 512))
+        XCTAssertTrue(GPUKernels.useCM2(.q5_K, rows: 512))
+        XCTAssertFalse(GPUKernels.useCM2(.q2_K, rows: 512))
         // float16 sums for Q4_0 and Q8_0 only (K-quants lost accuracy with them)
         XCTAssertEqual(GPUKernels.cm2F16Sums, [.q4_0, .q8_0])
         XCTAssertEqual(GPUKernels.matmulCM2(.q4_K, f16Sums: false).name, "matmul_cm2_q4_k")

@@ -329,7 +329,11 @@ final class GPUForward: ForwardOps {
                 }
             }
         }
-        if x16 != nil { for k in [GPUKernels.toF16, GPUKernels.sumSplits] { _ = try pipeline(k) } }
+        if x16 != nil {
+            for k in [GPUKernels.toF16, GPUKernels.sumSplits] + (GPUKernels.f16OutFused ? [GPUKernels.addRMSNormF16, GPUKernels.swigluPairsF16] : []) {
+                _ = try pipeline(k)
+            }
+        }
         if coopAttention { _ = try pipeline(attentionCoopKernel) }
         _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
         if moe != nil {
@@ -516,6 +520,13 @@ final class GPUForward: ForwardOps {
         }
     }
 
+    /// x16, when this pass's rows of `width` values (whole f16vec4s, so to_f16's rows are the
+    /// values themselves) go to tensor-core products and a kernel may write their float16 copy.
+    private func f16Copy(width: Int) -> GPUBuffer? {
+        guard GPUKernels.f16OutFused, f16Inputs, n > GPUKernels.matvecMaxRows, width % 4 == 0, let x16, x16.size >= n * width * 2 else { return nil }
+        return x16
+    }
+
     /// quantize_q8 of `rows` rows of X into q8, unless it holds them already.
     private func quantizeQ8(_ x: GPUBinding, _ q8: (values: GPUBuffer, scales: GPUBuffer), rows: Int, xStride: Int, k: Int, op: Profiler.Op) {
         let key = rowsKey(x, rows: rows, xStride: xStride, k: k)
@@ -688,6 +699,10 @@ final class GPUForward: ForwardOps {
             // the norm also as 8-bit blocks, for the matvec_dot products that read it next
             dispatch(GPUKernels.addRMSNormQ8, bindings + [GPUBinding(q8.values), GPUBinding(q8.scales)], params, (n, 1, 1), .norm)
             q8Source = rowsKey(act(out), rows: n, xStride: stride(out), k: dim)
+        } else if let x16 = f16Copy(width: dim) {
+            // the norm also as to_f16's float16 rows, for the tensor-core products that read it next
+            dispatch(GPUKernels.addRMSNormF16, bindings + [GPUBinding(nonfinite), GPUBinding(x16)], params, (n, 1, 1), .norm)
+            x16Source = rowsKey(act(out), rows: n, xStride: stride(out), k: dim)
         } else {
             dispatch(GPUKernels.addRMSNorm, bindings + [GPUBinding(nonfinite)], params, (n, 1, 1), .norm)
         }
@@ -721,7 +736,14 @@ final class GPUForward: ForwardOps {
             let s = GPUBinding(gluScratch!)
             multiply(pair, x, rows: n, xStride: xStride, into: s, yStride: 2 * ffn, op: .matmul, weight: GPUBinding(wb))
             let count = n * ffn
-            dispatch(GPUKernels.swigluPairs, [s, act(.gate)], [UInt32(count), UInt32(a.rawValue)], (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
+            if let x16 = f16Copy(width: ffn) {
+                // with to_f16's copy for the down product
+                dispatch(GPUKernels.swigluPairsF16, [s, act(.gate), GPUBinding(x16)], [UInt32(count), UInt32(a.rawValue)],
+                         (min((count / 2 + 255) / 256, 65535), 1, 1), .mlpActivation)
+                x16Source = rowsKey(act(.gate), rows: n, xStride: ffn, k: ffn)
+            } else {
+                dispatch(GPUKernels.swigluPairs, [s, act(.gate)], [UInt32(count), UInt32(a.rawValue)], (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
+            }
         }
     }
 

@@ -185,11 +185,11 @@ enum GPUKernels {
     static let coopDisabled = getenv("VELO_GPU_NO_COOPMAT") != nil
     static func useCoop(_ device: GPUDevice) -> Bool { device.cooperativeMatrix && !coopDisabled }
     /// Weight types whose tensor-core products were checked on a device with cooperative
-    /// matrices (bench/gpu/coopmat-check.ts on the H100, against the GPU's float32 path;
-    /// lavapipe has none): Q4_0, Q8_0 and the Q4_K model (Q4_K with Q6_K). The others (Q2_K,
+    /// matrices (bench/gpu/coopmat-check.ts on the H100 and H200, against the GPU's float32 path;
+    /// lavapipe has none): Q4_0, Q8_0, the Q4_K and Q5_K models (with Q6_K). The others (Q2_K,
     /// Q3_K, IQ4_NL and IQ4_XS included: their matmul_coop_T variants are built but unchecked)
     /// keep the portable matmul_T until each is checked.
-    static let coopTypes: Set<GGMLType> = [.q4_0, .q8_0, .q4_K, .q6_K]
+    static let coopTypes: Set<GGMLType> = [.q4_0, .q8_0, .q4_K, .q5_K, .q6_K]
     static func useCoop(_ device: GPUDevice, _ t: GGMLType) -> Bool { useCoop(device) && coopTypes.contains(t) }
     typealias CoopShape = (tm: Int, prefetch: Int, wgm: Int, bk: Int, stages: Int)
     /// matmul_coop_T for `m` activation rows: tiles of as few rows as hold them for batches of
@@ -239,14 +239,16 @@ enum GPUKernels {
     /// VELO_GPU_CM2=off leaves it out (the device then does not enable the extension);
     /// VELO_GPU_CM2=THREADS,TW,TX,BK,UNROLL sets the tile (weight rows x activation rows), the
     /// values a step, the steps unrolled and the workgroup; VELO_GPU_CM2_MIN_ROWS the threshold.
-    /// Q4_K's callback reads a scale table that THREADS / TW threads fill for each weight row (one
-    /// of 1, 2, 4, 8); VELO_GPU_CM2_KQUANTS=off leaves K-quants on matmul_coop_T (A/B runs).
+    /// Q4_K's and Q5_K's callbacks read a scale table that THREADS / TW threads fill for each
+    /// weight row (one of 1, 2, 4, 8). VELO_GPU_CM2_KQUANTS=off leaves K-quants on matmul_coop_T,
+    /// =TYPE,... all but those (A/B runs).
     static let cm2Types: Set<GGMLType> = {
-        var types: Set<GGMLType> = [.q4_0, .q8_0]
-        guard getenv("VELO_GPU_CM2_KQUANTS").map({ String(cString: $0) != "off" }) ?? true else { return types }
-        types.insert(.q6_K)
-        if cm2Shape.threads % cm2Shape.tw == 0, [1, 2, 4, 8].contains(cm2Shape.threads / cm2Shape.tw) { types.insert(.q4_K) }
-        return types
+        var kquants: Set<GGMLType> = [.q6_K]
+        if cm2Shape.threads % cm2Shape.tw == 0, [1, 2, 4, 8].contains(cm2Shape.threads / cm2Shape.tw) { kquants.formUnion([.q4_K, .q5_K]) }
+        if let e = getenv("VELO_GPU_CM2_KQUANTS").map({ String(cString: $0) }) {
+            kquants = e == "off" ? [] : kquants.filter { t in e.split(separator: ",").contains { $0.lowercased() == t.name.lowercased() } }
+        }
+        return kquants.union([.q4_0, .q8_0])
     }()
     static let cm2Wanted = getenv("VELO_GPU_CM2").map { String(cString: $0) != "off" } ?? true
     static let cm2MinRows = getenv("VELO_GPU_CM2_MIN_ROWS").flatMap { Int(String(cString: $0)) } ?? 64
@@ -391,6 +393,12 @@ enum GPUKernels {
     /// Both set a flag word (their fifth buffer) when a row's sum of squares is not finite.
     static let rmsNorm = Kernel(name: "rms_norm", buffers: 5, constants: [1024])
     static let addRMSNorm = Kernel(name: "add_rms_norm", buffers: 5, constants: [1024])
+    /// add_rms_norm and swiglu_pairs that also write to_f16's copy of their output (buffers + X16)
+    /// for the tensor-core products that read it next: a to_f16 dispatch fewer each (Vulkan only;
+    /// rows a multiple of 4 values). VELO_GPU_NO_F16_OUT (any value) keeps to_f16 (A/B runs).
+    static let addRMSNormF16 = Kernel(name: "add_rms_norm_f16", buffers: 6, constants: [1024])
+    static let swigluPairsF16 = Kernel(name: "swiglu_pairs_f16", buffers: 3, constants: [256])
+    static let f16OutFused = getenv("VELO_GPU_NO_F16_OUT") == nil
     /// add_rms_norm that also writes its output as quantize_q8's blocks (buffers + XQ, XD), for
     /// rows of at most `addRMSNormQ8MaxWidth` values, a multiple of 32.
     /// 256 threads, 8 values a thread a run, 4 runs at most: rows of up to 8192 values.
