@@ -6,8 +6,8 @@
 //   float wdot(w, x)    sum_k w[k] x[k] for an activation block x (XB: 8 words of values, scale
 //                       d, sum of values s)
 // Needs the weight buffer as 32-bit words, w32 (binding 0, beside quants.glsl's w16), declared
-// first; one of WTYPE_Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K (rows of Q4_K start on a 32-bit word:
-// 144-byte super-blocks), Q6_K.
+// first; one of WTYPE_Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K (rows of Q4_K and Q5_K start on a
+// 32-bit word: 144- and 176-byte super-blocks), Q6_K.
 #extension GL_EXT_integer_dot_product : require
 
 // A block's eight dot products as two chains of four (DOT_TWO_CHAINS: matvec_dot_batch_T, where
@@ -128,13 +128,19 @@ float wdot(WB w, XB x) {
     return x.d * fma(w.d, i2f(s), w.m * x.s);
 }
 
-#elif defined(WTYPE_Q4_K)
+#elif defined(WTYPE_Q4_K) || defined(WTYPE_Q5_K)
 // A "block" here is one 32-value sub-block j of a 256-value super-block (quants.glsl's layout:
 // chunk c = j/2 of qs, low nibbles for even j, high for odd): x = d sc_j q - dmin m_j, so the
-// product is Q4_1's with scale d sc_j and offset -dmin m_j.
+// product is Q4_1's with scale d sc_j and offset -dmin m_j. Q5_K: qs after 32 bytes of qh, value
+// l's fifth bit bit j of qh[l] (rows start on a 32-bit word: 176-byte super-blocks).
 struct WB { float d; float m; uvec4 lo; uvec4 hi; };
+#if defined(WTYPE_Q4_K)
+const uint QS_WORDS = 8u; // 16-bit words before qs
+#else
+const uint QS_WORDS = 24u;
+#endif
 WB wbload_at(uint rw, uint b) {
-    const uint sb = rw + (b >> 3) * BLOCK_WORDS, j = b & 7u, q = (sb + 8u + 16u * (j >> 1)) >> 1;
+    const uint sb = rw + (b >> 3) * BLOCK_WORDS, j = b & 7u, q = (sb + QS_WORDS + 16u * (j >> 1)) >> 1;
     const uint sh = 4u * (j & 1u);
     WB w;
     const uvec2 sm = kscale(sb, j);
@@ -142,6 +148,11 @@ WB wbload_at(uint rw, uint b) {
     w.m = -wf16(sb + 1u) * ufloat(sm.y);
     w.lo = (uvec4(w32[q], w32[q + 1u], w32[q + 2u], w32[q + 3u]) >> sh) & 0x0F0F0F0Fu;
     w.hi = (uvec4(w32[q + 4u], w32[q + 5u], w32[q + 6u], w32[q + 7u]) >> sh) & 0x0F0F0F0Fu;
+#if defined(WTYPE_Q5_K)
+    const uint h = (sb + 8u) >> 1;
+    w.lo |= ((uvec4(w32[h], w32[h + 1u], w32[h + 2u], w32[h + 3u]) >> j) & 0x01010101u) << 4;
+    w.hi |= ((uvec4(w32[h + 4u], w32[h + 5u], w32[h + 6u], w32[h + 7u]) >> j) & 0x01010101u) << 4;
+#endif
     return w;
 }
 float wdot(WB w, XB x) {
@@ -181,7 +192,7 @@ float wdot(WB w, XB x) {
 #define WBLOAD_AT
 
 #else
-#error "matvec_dot: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K weights"
+#error "matvec_dot: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights"
 #endif
 
 #ifndef WBLOAD_AT

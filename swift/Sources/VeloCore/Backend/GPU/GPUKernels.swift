@@ -81,9 +81,9 @@ enum GPUKernels {
     }
     /// Weight types with an 8-bit-activation matvec (`matvec_dot_T`: integer dot products with
     /// the activations quantized once per input by `quantizeQ8`), on devices that have them.
-    /// Q4_K and Q6_K joined them: 8B Q4_K_M-shaped tg128 133.8 -> 192.4 -> ~197 t/s on the H100
-    /// (bench/RESULTS.md).
-    static let dotTypes: Set<GGMLType> = [.q4_0, .q4_1, .q5_0, .q5_1, .q8_0, .q4_K, .q6_K]
+    /// Q4_K and Q6_K joined them: 8B Q4_K_M-shaped tg128 133.8 -> 192.4 -> ~197 t/s on the H100;
+    /// then Q5_K (the 8B Q5_K_M-like file decoded at 127.9 t/s without it; bench/RESULTS.md).
+    static let dotTypes: Set<GGMLType> = [.q4_0, .q4_1, .q5_0, .q5_1, .q8_0, .q4_K, .q5_K, .q6_K]
     /// VELO_GPU_NO_DOT (any value) keeps decode on the float matvec_T (A/B checks).
     static let dotDisabled = getenv("VELO_GPU_NO_DOT") != nil
     /// Whether matvec_dot_T runs on this device: Vulkan with VK_KHR_shader_integer_dot_product.
