@@ -28,7 +28,7 @@
 //    reference takes float ones: rtol 2e-4.)
 // 3. Velo's GPU backend against the same float64 pass with float activations, as Velo's GPU
 //    products take them: no rounding to flip, so a tight tolerance. rtol 1e-4; measured at
-//    most 1.2e-5 absolute (Q5_K). Q4_K and Q6_K decode through 8-bit activations on Vulkan
+//    most 1.2e-5 absolute (Q5_K). Q4_K, Q5_K and Q6_K decode through 8-bit activations on Vulkan
 //    (GPU_DOT_TYPES): for them this runs with those products off, in a process of its own. Against llama.cpp the GPU is as far off as float activations
 //    are from 8-bit ones, up to 0.31 on these unit-scale logits, which would hide a real bug.
 // 4. Velo's GPU backend against llama.cpp, coarsely: rtol 0.08 (measured at most 0.053 of the
@@ -134,7 +134,7 @@ const veloFloat = (type: string, backend: "vulkan" | "metal") =>
 // Weight types whose decode products take 8-bit activations on the GPU (GPUKernels.dotTypes, on
 // devices with integer dot products): test 3 runs them with those products off; test 4 and the
 // kernel tests (GPUKernelTests) cover the 8-bit path.
-const GPU_DOT_TYPES = new Set(["q4_k", "q6_k"]);
+const GPU_DOT_TYPES = new Set(["q4_k", "q5_k", "q6_k"]);
 
 function expectAgree(label: string, ref: PromptRun[], got: PromptRun[], tol: Tolerance, minShare: number) {
   const cmp = compareRuns(ref, got, tol);
