@@ -220,8 +220,8 @@ void main() {
 
     // Weight tiles wholly inside W take an unchecked layout and UNROLL steps at a time (their
     // loads can be in flight together). The masks tell the compiler what the host guarantees (a
-    // split starts at a multiple of 64 values; rows of X here are multiples of 8 halves), so X's
-    // rows load 16 bytes at a time.
+    // split starts at a multiple of 64 values, of 256 for K-quants; rows of X here are multiples
+    // of 8 halves), so X's rows load 16 bytes at a time.
 #ifdef SCALE_TABLE
     // the scale table's loads: HEAD_THREADS threads a weight row, each unpacking 8 / HEAD_THREADS
     // sub-blocks of that row's block (the host keeps THREADS / TW one of 1, 2, 4, 8)

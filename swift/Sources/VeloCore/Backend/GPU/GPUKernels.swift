@@ -240,8 +240,8 @@ enum GPUKernels {
     /// VELO_GPU_CM2=THREADS,TW,TX,BK,UNROLL sets the tile (weight rows x activation rows), the
     /// values a step, the steps unrolled and the workgroup; VELO_GPU_CM2_MIN_ROWS the threshold.
     /// Q4_K's and Q5_K's callbacks read a scale table that THREADS / TW threads fill for each
-    /// weight row (one of 1, 2, 4, 8). VELO_GPU_CM2_KQUANTS=off leaves K-quants on matmul_coop_T,
-    /// =TYPE,... all but those (A/B runs).
+    /// weight row (one of 1, 2, 4, 8). VELO_GPU_CM2_KQUANTS=off leaves K-quants on matmul_coop_T;
+    /// =TYPE,... lets only the K-quants named take matmul_cm2_T (A/B runs).
     static let cm2Types: Set<GGMLType> = {
         var kquants: Set<GGMLType> = [.q6_K]
         if cm2Shape.threads % cm2Shape.tw == 0, [1, 2, 4, 8].contains(cm2Shape.threads / cm2Shape.tw) { kquants.formUnion([.q4_K, .q5_K]) }
