@@ -62,10 +62,9 @@ protocol ForwardOps: AnyObject {
 }
 
 extension ForwardOps {
+    /// Backends that round through nothing narrower than float32 never re-run a pass.
     func widen() -> Bool { false }
-}
 
-extension ForwardOps {
     /// What a backend without fused kernels runs instead.
     func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope r: Int) {
         rope(.q, heads: heads, rope: r)
