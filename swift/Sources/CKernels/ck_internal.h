@@ -221,6 +221,13 @@ extern const ck_f32_ops ck_f32_avx2, ck_f32_avx512;
 /* Q4_0 x Q8_0 for 2 or more activation rows, one block per int32 lane (gemm_avx512.c). */
 void ck_mm_q4_0_g16(int64_t n, const void *w, size_t ws, int64_t r0, int64_t r1, const void *a, size_t as,
                     int64_t M, float *y, int64_t ldy);
+#if defined(__linux__)
+/* AMX tiles (gemm_amx.c): Linux hands them out on request. */
+#define CK_AMX 1
+extern const ck_matmul_fn ck_matmul_amx[CK_NTYPES];
+/* Asks the kernel for the tile data state for this process: 1 granted. */
+int ck_amx_request(void);
+#endif
 #endif
 #if defined(__aarch64__)
 #define CK_ARM64 1

@@ -29,6 +29,11 @@ static int detect(void) {
     const int f512 = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
     if ((f & CK_CPU_AVX2) && zmm_os && f512 && dq && bw && vl) f |= CK_CPU_AVX512;
     if ((f & CK_CPU_AVX512) && ((c >> 11) & 1)) f |= CK_CPU_AVX512_VNNI;
+#if CK_AMX
+    /* AMX-TILE and AMX-INT8, tile state saved by the OS (XCR0 bits 17-18), granted to us */
+    const int amx = ((d >> 24) & 1) && ((d >> 25) & 1) && (xcr0 & 0x60000) == 0x60000;
+    if ((f & CK_CPU_AVX512_VNNI) && amx && ck_amx_request()) f |= CK_CPU_AMX_INT8;
+#endif
     if (max_sub >= 1) {
         __get_cpuid_count(7, 1, &a, &b, &c, &d);
         if ((f & CK_CPU_AVX2) && ((a >> 4) & 1)) f |= CK_CPU_AVX_VNNI;
@@ -60,8 +65,8 @@ static int detect(void) { return 0; }
 #endif
 
 static int g_features;
-static ck_table g_tables[3]; /* by ISA limit */
-static atomic_int g_limit = 2;
+static ck_table g_tables[CK_ISA_BEST + 1]; /* by ISA limit */
+static atomic_int g_limit = CK_ISA_BEST;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* Layers an ISA's kernels over `t`: entries the ISA leaves NULL keep the lower table's. */
@@ -84,21 +89,26 @@ static void init(void) {
     ck_table base = {0};
     overlay(&base, "scalar", ck_matmul_scalar, ck_quant_scalar, &ck_f32_scalar);
     g_tables[0] = base;
-    ck_table t1 = base, t2;
+    ck_table t1 = base, t2, t3;
 #if CK_X86
     if (g_features & CK_CPU_AVX2) overlay(&t1, "avx2", ck_matmul_avx2, ck_quant_avx2, &ck_f32_avx2);
     t2 = t1;
     /* The AVX-512 kernels are written around VNNI; without it the AVX2 ones are as good. */
     if ((g_features & CK_CPU_AVX512) && (g_features & CK_CPU_AVX512_VNNI))
         overlay(&t2, "avx512-vnni", ck_matmul_avx512, NULL, &ck_f32_avx512); /* AVX2 quantizers */
+    t3 = t2;
+#if CK_AMX
+    if (g_features & CK_CPU_AMX_INT8) overlay(&t3, "avx512-amx", ck_matmul_amx, NULL, NULL);
+#endif
 #elif CK_ARM64
     if (g_features & CK_CPU_NEON_DOTPROD) overlay(&t1, "neon-dotprod", ck_matmul_neon, NULL, &ck_f32_neon);
-    t2 = t1;
+    t3 = t2 = t1;
 #else
-    t2 = t1;
+    t3 = t2 = t1;
 #endif
-    g_tables[1] = t1;
-    g_tables[2] = t2;
+    g_tables[CK_ISA_SIMD] = t1;
+    g_tables[CK_ISA_AVX512] = t2;
+    g_tables[CK_ISA_BEST] = t3;
 }
 
 const ck_table *ck_active(void) {
@@ -112,7 +122,7 @@ int ck_cpu_features(void) {
 }
 
 void ck_set_isa_limit(int level) {
-    atomic_store(&g_limit, level < 0 ? 0 : level > 2 ? 2 : level);
+    atomic_store(&g_limit, level < 0 ? 0 : level > CK_ISA_BEST ? CK_ISA_BEST : level);
 }
 
 const char *ck_isa_name(void) { return ck_active()->name; }

@@ -51,7 +51,7 @@ static double min_term_rounding(const uint8_t *w, const uint8_t *a, int64_t n, s
 }
 
 static void check_matmul(int type, const char *name) {
-    const int64_t n = 512, rows = 7, maxM = 7;
+    const int64_t n = 512, rows = 7, maxM = 19; /* from 16 rows: the AMX kernels */
     const int atype = ck_vec_dot_type(type);
     const size_t wrow = ck_row_size(type, n), arow = ck_row_size(atype, n);
     float *wf = malloc(sizeof(float) * n * rows), *af = malloc(sizeof(float) * n * maxM);
@@ -60,7 +60,7 @@ static void check_matmul(int type, const char *name) {
     float *y = malloc(sizeof(float) * rows * maxM);
     for (int64_t i = 0; i < n * rows; i++) wf[i] = frand(1.0f);
     for (int64_t i = 0; i < n * maxM; i++) af[i] = frand(2.0f);
-    for (int level = 0; level <= 2; level += 2) {
+    for (int level = 0; level <= CK_ISA_BEST; level += CK_ISA_BEST) {
         ck_set_isa_limit(level);
         /* quantize with the table under test too (quantizers are per ISA) */
         for (int64_t r = 0; r < rows; r++) ck_quantize_row(type, wf + r * n, w + r * wrow, n);
@@ -101,7 +101,7 @@ static void check_f32(int64_t n) {
     double dot = 0, abs_dot = 0;
     for (int64_t i = 0; i < n; i++) { dot += (double)x[i] * z[i]; abs_dot += fabs((double)x[i] * z[i]); }
     char what[64];
-    for (int level = 0; level <= 2; level += 2) {
+    for (int level = 0; level <= CK_ISA_BEST; level += CK_ISA_BEST) {
         ck_set_isa_limit(level);
         snprintf(what, sizeof what, "dot n=%lld (%s)", (long long)n, ck_isa_name());
         const float d = ck_dot_f32(x, z, n);
@@ -109,7 +109,7 @@ static void check_f32(int64_t n) {
     }
     /* each op at level 0 and level 2, compared elementwise */
     for (int op = 0; op < 6; op++) {
-        for (int level = 0; level <= 2; level += 2) {
+        for (int level = 0; level <= CK_ISA_BEST; level += CK_ISA_BEST) {
             ck_set_isa_limit(level);
             float *out = level ? r2 : r0;
             switch (op) {
@@ -131,7 +131,7 @@ static void check_f32(int64_t n) {
     }
     x[n / 3] = 100.0f;
     x[n - 1] = 100.0f;
-    for (int level = 0; level <= 2; level += 2) {
+    for (int level = 0; level <= CK_ISA_BEST; level += CK_ISA_BEST) {
         ck_set_isa_limit(level);
         check(ck_argmax_f32(x, n) == n / 3, "argmax: first index of the largest", (double)ck_argmax_f32(x, n), (double)(n / 3), 0);
     }
@@ -144,7 +144,7 @@ int main(void) {
         {CK_TYPE_Q4_1, "q4_1"}, {CK_TYPE_Q5_0, "q5_0"}, {CK_TYPE_Q5_1, "q5_1"}, {CK_TYPE_Q8_0, "q8_0"},
         {CK_TYPE_Q4_K, "q4_K"}, {CK_TYPE_Q5_K, "q5_K"}, {CK_TYPE_Q6_K, "q6_K"},
     };
-    ck_set_isa_limit(2);
+    ck_set_isa_limit(CK_ISA_BEST);
     const char *best = ck_isa_name();
     printf("isa_check: CPU features 0x%x, best kernel table \"%s\"\n", ck_cpu_features(), best);
 #if defined(__aarch64__)

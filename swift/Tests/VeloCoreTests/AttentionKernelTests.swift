@@ -83,7 +83,7 @@ final class AttentionKernelTests: XCTestCase {
                 }
             }
         }
-        ck_set_isa_limit(2)
+        ck_set_isa_limit(Int32(CK_ISA_BEST))
     }
 
     func testPathsAndShapes() {

@@ -115,7 +115,7 @@ final class KVCacheTypeTests: XCTestCase {
                             want[g * sh.hd + d] = (sh.start..<sh.n).reduce(0.0) { $0 + e[$1 - sh.start] / z * Double(values[$1][kvh * sh.hd + d]) }
                         }
                     }
-                    for level in Int32(0)...2 {
+                    for level in Int32(CK_ISA_SCALAR)...Int32(CK_ISA_BEST) {
                         ck_set_isa_limit(level)
                         var out = [Float](repeating: .nan, count: sh.group * sh.hd)
                         var scores = [Float](repeating: .nan, count: sh.group * sh.n)
@@ -124,7 +124,7 @@ final class KVCacheTypeTests: XCTestCase {
                         let err = zip(out, want).map { abs(Double($0) - $1) / (abs($1) + 1e-2) }.max()!
                         XCTAssertLessThan(err, 1e-4, "K \(tk) V \(tv) \(sh) kv head \(kvh) isa \(level)")
                     }
-                    ck_set_isa_limit(2)
+                    ck_set_isa_limit(Int32(CK_ISA_BEST))
                 }
             }
         }

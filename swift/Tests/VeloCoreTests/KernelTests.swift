@@ -4,22 +4,22 @@ import VeloCore
 import XCTest
 
 /// Tests of the C kernels (CKernels) against the plain Swift references in KernelReference.swift,
-/// at every ISA level the machine has (scalar, AVX2/NEON, AVX-512 VNNI).
+/// at every ISA level the machine has (scalar, AVX2/NEON, AVX-512 VNNI, AMX).
 final class KernelTests: XCTestCase {
     override func tearDown() {
-        ck_set_isa_limit(2)
+        ck_set_isa_limit(Int32(CK_ISA_BEST))
         super.tearDown()
     }
 
     /// The ISA levels that select different kernel sets here, with their names.
     private func isaLevels() -> [(level: Int32, name: String)] {
         var seen = Set<String>(), out: [(Int32, String)] = []
-        for level: Int32 in 0...2 {
+        for level in Int32(CK_ISA_SCALAR)...Int32(CK_ISA_BEST) {
             ck_set_isa_limit(level)
             let name = String(cString: ck_isa_name())
             if seen.insert(name).inserted { out.append((level, name)) }
         }
-        ck_set_isa_limit(2)
+        ck_set_isa_limit(Int32(CK_ISA_BEST))
         return out
     }
 
@@ -143,6 +143,21 @@ final class KernelTests: XCTestCase {
                   file: file, line: line)
     }
 
+    /// y (M rows of ldy) against the reference on rows r0..<r1, and untouched (NaN) elsewhere.
+    private func assertMatmul(_ y: [Float], _ ref: [[(value: Double, magnitude: Double)]], M: Int, ldy: Int, r0: Int, r1: Int,
+                              _ what: String, file: StaticString = #filePath, line: UInt = #line) {
+        for m in 0..<M {
+            for r in 0..<ldy {
+                let v = y[m * ldy + r]
+                if r >= r0 && r < r1 {
+                    assertClose(v, ref[m][r], "\(what) rows \(r0)..<\(r1): y[\(m)][\(r)]", file: file, line: line)
+                } else {
+                    XCTAssert(v.isNaN, "\(what): wrote y[\(m)][\(r)] outside \(r0)..<\(r1)", file: file, line: line)
+                }
+            }
+        }
+    }
+
     // MARK: tests
 
     func testCPUFeaturesAndTypeFacts() {
@@ -153,6 +168,7 @@ final class KernelTests: XCTestCase {
         #if arch(x86_64)
         if f & 1 != 0 { XCTAssert(names.contains("avx2")) }
         if f & 2 != 0 && f & 4 != 0 { XCTAssert(names.contains("avx512-vnni")) }
+        if f & Int32(CK_CPU_AMX_INT8) != 0 { XCTAssert(names.contains("avx512-amx")) }
         #endif
         for t in KType.weights + [KType.q8_1, KType.q8_K] {
             XCTAssertEqual(ck_type_supported(t), 1, KType.name(t))
@@ -213,16 +229,7 @@ final class KernelTests: XCTestCase {
                     for (r0, r1) in [(0, rows), (3, 10), (5, 6), (12, 13), (1, 8)] {
                         let ldy = rows + 3
                         let y = matmul(p, r0: r0, r1: r1, ldy: ldy)
-                        for m in 0..<M {
-                            for r in 0..<ldy {
-                                let v = y[m * ldy + r]
-                                if r >= r0 && r < r1 {
-                                    assertClose(v, ref[m][r], "\(name) \(KType.name(t)) M=\(M) rows \(r0)..<\(r1): y[\(m)][\(r)]")
-                                } else {
-                                    XCTAssert(v.isNaN, "\(name) \(KType.name(t)) M=\(M): wrote y[\(m)][\(r)] outside \(r0)..<\(r1)")
-                                }
-                            }
-                        }
+                        assertMatmul(y, ref, M: M, ldy: ldy, r0: r0, r1: r1, "\(name) \(KType.name(t)) M=\(M)")
                     }
                 }
             }
@@ -249,16 +256,7 @@ final class KernelTests: XCTestCase {
                         for (r0, r1) in [(0, rows), (1, 10), (6, 7)] {
                             let ldy = rows + 1
                             let y = matmul(p, r0: r0, r1: r1, M: M, ldy: ldy)
-                            for m in 0..<M {
-                                for r in 0..<ldy {
-                                    let v = y[m * ldy + r]
-                                    if r >= r0 && r < r1 {
-                                        assertClose(v, ref[m][r], "\(name) \(KType.name(t)) n=\(n) M=\(M) rows \(r0)..<\(r1): y[\(m)][\(r)]")
-                                    } else {
-                                        XCTAssert(v.isNaN, "\(name) \(KType.name(t)) n=\(n) M=\(M): wrote y[\(m)][\(r)] outside \(r0)..<\(r1)")
-                                    }
-                                }
-                            }
+                            assertMatmul(y, ref, M: M, ldy: ldy, r0: r0, r1: r1, "\(name) \(KType.name(t)) n=\(n) M=\(M)")
                         }
                     }
                 }
@@ -281,6 +279,28 @@ final class KernelTests: XCTestCase {
                                 "\(KType.name(t)) M=\(M): y[\(m)][\(r)]")
                 }
                 XCTAssert(y[m * rows].isNaN, "\(KType.name(t)): wrote y[\(m)][0] outside 1..<\(rows)")
+            }
+        }
+    }
+
+    /// Prefill shapes of the AMX kernels (gemm_amx.c; Q4_0 and Q8_0 from 16 activation rows),
+    /// at every level: 4256 values (a K-chunk of 128 blocks and 5 more), 37 weight rows (two
+    /// 16-row tiles and 5) in ranges that start inside a tile, and 16, 33 and 530 activation
+    /// rows (a whole tile; two and a row; two packing passes of 512).
+    func testMatmulPrefillTiles() {
+        let n = 4256, rows = 37
+        for t in [KType.q4_0, KType.q8_0] {
+            let p = problem(t, n: n, rows: rows, M: 530, seed: 808 + UInt64(t))
+            let ref = (0..<530).map { m in (0..<rows).map { r in KernelReference.dot(t, n: n, w: p.wRows[r], a: p.aRows[m]) } }
+            for (level, name) in isaLevels() where level > 0 {
+                ck_set_isa_limit(level)
+                for M in [16, 33, 530] {
+                    for (r0, r1) in [(0, rows), (5, 30)] {
+                        let ldy = rows + 2
+                        let y = matmul(p, r0: r0, r1: r1, M: M, ldy: ldy)
+                        assertMatmul(y, ref, M: M, ldy: ldy, r0: r0, r1: r1, "\(name) \(KType.name(t)) M=\(M)")
+                    }
+                }
             }
         }
     }

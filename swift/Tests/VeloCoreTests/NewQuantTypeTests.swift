@@ -8,7 +8,7 @@ import XCTest
 /// Helpers shared with KernelTests / GPUKernelTests: SplitMix64, KernelReference, KType.
 final class NewQuantTypeTests: XCTestCase {
     override func tearDown() {
-        ck_set_isa_limit(2)
+        ck_set_isa_limit(Int32(CK_ISA_BEST))
         super.tearDown()
     }
 
@@ -162,12 +162,12 @@ final class NewQuantTypeTests: XCTestCase {
 
     func isaLevels() -> [(level: Int32, name: String)] {
         var seen = Set<String>(), out: [(Int32, String)] = []
-        for level: Int32 in 0...2 {
+        for level in Int32(CK_ISA_SCALAR)...Int32(CK_ISA_BEST) {
             ck_set_isa_limit(level)
             let name = String(cString: ck_isa_name())
             if seen.insert(name).inserted { out.append((level, name)) }
         }
-        ck_set_isa_limit(2)
+        ck_set_isa_limit(Int32(CK_ISA_BEST))
         return out
     }
 

@@ -43,6 +43,15 @@ enum {
     CK_CPU_AVX512_VNNI = 4,
     CK_CPU_AVX_VNNI = 8,
     CK_CPU_NEON_DOTPROD = 16,
+    CK_CPU_AMX_INT8 = 32,   /* AMX tiles with int8 products, granted to this process by the OS */
+};
+
+/* ck_set_isa_limit levels */
+enum {
+    CK_ISA_SCALAR = 0,
+    CK_ISA_SIMD = 1,   /* AVX2, or NEON */
+    CK_ISA_AVX512 = 2, /* AVX-512 VNNI */
+    CK_ISA_BEST = 3,   /* everything available, AMX included (the default) */
 };
 
 /* Moves the bytes of the page-aligned mapping [addr, addr + size) into anonymous memory (huge
@@ -51,10 +60,11 @@ enum {
 int ck_make_resident(void *addr, size_t size);
 
 int ck_cpu_features(void);
-/* 0: scalar only, 1: up to AVX2 (or NEON), 2: everything available (default). Process-wide,
- * for tests and benchmarks: do not change it while kernels run on other threads. */
+/* The kernel sets up to a CK_ISA_* level; CK_ISA_BEST (the default) is everything available.
+ * Process-wide, for tests and benchmarks: do not change it while kernels run on other threads. */
 void ck_set_isa_limit(int level);
-/* Name of the kernel set in use now: "avx512-vnni", "avx2", "neon-dotprod" or "scalar". */
+/* Name of the kernel set in use now: "avx512-amx", "avx512-vnni", "avx2", "neon-dotprod" or
+ * "scalar". */
 const char *ck_isa_name(void);
 
 int ck_type_supported(int type);
