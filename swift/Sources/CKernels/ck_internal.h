@@ -209,6 +209,8 @@ void *ck_scratch(size_t bytes);
 
 /* The table in use, every entry filled. */
 const ck_table *ck_active(void);
+/* The table of a CK_ISA_* level, every entry filled (the level's fallbacks included). */
+const ck_table *ck_table_at(int level);
 
 extern const ck_matmul_fn ck_matmul_scalar[CK_NTYPES];
 extern const ck_quant_fn ck_quant_scalar[CK_NTYPES];

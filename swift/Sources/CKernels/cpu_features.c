@@ -116,6 +116,11 @@ const ck_table *ck_active(void) {
     return &g_tables[atomic_load_explicit(&g_limit, memory_order_relaxed)];
 }
 
+const ck_table *ck_table_at(int level) {
+    pthread_once(&g_once, init);
+    return &g_tables[level < 0 ? 0 : level > CK_ISA_BEST ? CK_ISA_BEST : level];
+}
+
 int ck_cpu_features(void) {
     pthread_once(&g_once, init);
     return g_features;

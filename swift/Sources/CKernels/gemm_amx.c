@@ -1,5 +1,5 @@
-/* gemm_amx.c — Q4_0 / Q8_0 weights x Q8_0 activations and Q4_K / Q5_K / Q6_K x Q8_K on AMX
- * tiles (int8), for prefill.
+/* gemm_amx.c — Q4_0 / Q5_0 / Q8_0 / IQ4_NL weights x Q8_0 activations and Q4_K / Q5_K / Q6_K
+ * x Q8_K on AMX tiles (int8), for prefill.
  *
  * The arithmetic is the AVX-512 kernels' and llama.cpp's: each sub-block's int8 x int8
  * products are summed exactly in int32, then scaled in float and added up sub-block by
@@ -54,7 +54,7 @@ TAMX static void load_config(int V) {
     _tile_loadconfig(&c);
 }
 
-/* A type's units are S sub-blocks of V values: its blocks for Q4_0 and Q8_0 (S = 1, V = 32),
+/* A type's units are S sub-blocks of V values: its blocks for the 32-value types (S = 1),
  * its super-blocks for Q4_K and Q5_K (S = 8, V = 32) and Q6_K (S = 16, V = 16). A sub-block
  * is a tile of T = 16 V bytes. Packed for a 16-row tile, a unit of activations is S A-tiles,
  * the rows' 16 scales and, for the types with mins, S x 16 floats scale x (the sub-block's
@@ -107,6 +107,34 @@ TAMX static void pack_weights(int type, const uint8_t *w, size_t ws, int R, int6
             }
             const __m512i h = _mm512_mask_i32gather_epi32(z, k, idx, w, 1);
             _mm512_store_ps(out + 512, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+        }
+    } else if (type == CK_TYPE_Q5_0 || type == CK_TYPE_IQ4_NL) {
+        /* Q5_0: quant j's fifth bit is bit j of qh, as 16; IQ4_NL: a nibble indexes the levels */
+        const int q5 = type == CK_TYPE_Q5_0;
+        const size_t wb = q5 ? sizeof(blk_q5_0) : sizeof(blk_iq4_nl), qs = q5 ? offsetof(blk_q5_0, qs) : offsetof(blk_iq4_nl, qs);
+        const __m512i levels = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ck_kvalues_iq4nl));
+        const __m512i sixteen = _mm512_set1_epi8(16), spread = _mm512_set1_epi32(0x00204081), ones = _mm512_set1_epi8(1);
+        for (int64_t u = 0; u < nu; u++, out += BUNIT(1, 512, 0), w += wb) {
+            const __m512i h = q5 ? _mm512_mask_i32gather_epi32(z, k, idx, w + offsetof(blk_q5_0, qh), 1) : z;
+            for (int j = 0; j < 4; j++) {
+                const __m512i q = _mm512_mask_i32gather_epi32(z, k, idx, w + qs + 4 * j, 1);
+                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                if (q5) {
+                    /* bits 4j..4j+3 (16+4j.. for the high nibbles) of qh, one to a byte, times 16:
+                     * x * 0x204081 moves bit t of a 4-bit x to bit 8t */
+                    const __m512i bl = _mm512_and_si512(_mm512_srli_epi32(h, 4 * j), _mm512_set1_epi32(0xf));
+                    const __m512i bh = _mm512_and_si512(_mm512_srli_epi32(h, 16 + 4 * j), _mm512_set1_epi32(0xf));
+                    lo = _mm512_sub_epi8(_mm512_or_si512(lo, _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(bl, spread), ones), 4)), sixteen);
+                    hi = _mm512_sub_epi8(_mm512_or_si512(hi, _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(bh, spread), ones), 4)), sixteen);
+                } else {
+                    lo = _mm512_shuffle_epi8(levels, lo);
+                    hi = _mm512_shuffle_epi8(levels, hi);
+                }
+                _mm512_store_si512(out + 64 * j, lo);
+                _mm512_store_si512(out + 64 * (j + 4), hi);
+            }
+            const __m512i d = _mm512_mask_i32gather_epi32(z, k, idx, w, 1);
+            _mm512_store_ps(out + 512, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
         }
     } else if (type == CK_TYPE_Q8_0) {
         for (int64_t u = 0; u < nu; u++, out += BUNIT(1, 512, 0), w += sizeof(blk_q8_0)) {
@@ -258,7 +286,7 @@ TAMX static int mm_amx(int type, int64_t n, const void *vw, size_t ws, int64_t r
     const int S = type == CK_TYPE_Q6_K ? 16 : type == CK_TYPE_Q4_K || type == CK_TYPE_Q5_K ? 8 : 1;
     const int V = type == CK_TYPE_Q6_K ? 16 : 32, mins = S == 8, kc = KC / (S * V), T = 16 * V;
     const size_t au = AUNIT(S, T, mins), bu = BUNIT(S, T, mins);
-    const size_t wb = type == CK_TYPE_Q4_0 ? sizeof(blk_q4_0) : type == CK_TYPE_Q8_0 ? sizeof(blk_q8_0) : ck_k_bytes(type);
+    const size_t wb = S > 1 ? ck_k_bytes(type) : type == CK_TYPE_IQ4_NL ? sizeof(blk_iq4_nl) : ck_q32_bytes(type);
     const int64_t nu = n / (V * S), mc = M < MC ? M : MC, nmt = (mc + 15) / 16;
     uint8_t *acts = ck_scratch((size_t)(nmt * nu) * au + (size_t)kc * bu);
     if (!acts) return 0;
@@ -293,24 +321,29 @@ TAMX static int mm_amx(int type, int64_t n, const void *vw, size_t ws, int64_t r
     return 1;
 }
 
-/* From AMX_MIN_M activation rows on (prefill); fewer take the AVX-512 kernels, which read each
- * weight once without packing it (decode, small batches). */
+/* From AMX_MIN_M activation rows on (prefill); fewer take the level below (the AVX-512 kernels,
+ * or AVX2's for the types they leave out), which read each weight once without packing it
+ * (decode, small batches). */
 #define AMX_MIN_M 16
 
 #define AMX_MATMUL(NAME, TYPE)                                                                                       \
     static void NAME(int64_t n, const void *w, size_t ws, int64_t r0, int64_t r1, const void *a, size_t as, int64_t M, \
                      float *y, int64_t ldy) {                                                                          \
         if (M < AMX_MIN_M || !mm_amx(TYPE, n, w, ws, r0, r1, a, as, M, y, ldy))                                        \
-            ck_matmul_avx512[TYPE](n, w, ws, r0, r1, a, as, M, y, ldy);                                                \
+            ck_table_at(CK_ISA_AVX512)->matmul[TYPE](n, w, ws, r0, r1, a, as, M, y, ldy);                              \
     }
 AMX_MATMUL(mm_q4_0, CK_TYPE_Q4_0)
+AMX_MATMUL(mm_q5_0, CK_TYPE_Q5_0)
 AMX_MATMUL(mm_q8_0, CK_TYPE_Q8_0)
+AMX_MATMUL(mm_iq4_nl, CK_TYPE_IQ4_NL)
 AMX_MATMUL(mm_q4_K, CK_TYPE_Q4_K)
 AMX_MATMUL(mm_q5_K, CK_TYPE_Q5_K)
 AMX_MATMUL(mm_q6_K, CK_TYPE_Q6_K)
 
+/* The other types keep the AVX-512 kernels: Q4_1 / Q5_1 (Q8_1 activations, a min per block),
+ * Q2_K, Q3_K and IQ4_XS. */
 const ck_matmul_fn ck_matmul_amx[CK_NTYPES] = {
-    [CK_TYPE_Q4_0] = mm_q4_0, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_Q4_K] = mm_q4_K,
-    [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K,
+    [CK_TYPE_Q4_0] = mm_q4_0, [CK_TYPE_Q5_0] = mm_q5_0, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_IQ4_NL] = mm_iq4_nl,
+    [CK_TYPE_Q4_K] = mm_q4_K, [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K,
 };
 #endif

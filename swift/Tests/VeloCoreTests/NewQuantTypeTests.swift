@@ -263,37 +263,40 @@ final class NewQuantTypeTests: XCTestCase {
     }
 
     /// ck_matmul (and ck_vec_dot) against the Double reference: row ranges, strides with
-    /// padding, outputs outside the range untouched, at every ISA level.
+    /// padding, outputs outside the range untouched, at every ISA level; 5 activation rows, and
+    /// 20 (prefill's kernels: IQ4_NL's AMX tiles).
     func testMatmulMatchesReferenceAtEveryISALevel() {
         let rows = 13
         for t in Self.types {
             let at = Self.dotType(t)
             for n in lengths(t) {
-                let ws = Self.rowBytes(t, n) + 6, aStride = KType.rowBytes(at, n) + 10, M = 5
-                let wRows = (0..<rows).map { _ in randomRow(t, n: n) }
-                let aRows = (0..<M).map { _ in quantize(at, randomFloats(n)) }
-                var w = [UInt8](repeating: 0xEE, count: ws * rows), a = [UInt8](repeating: 0xEE, count: aStride * M)
-                for (r, row) in wRows.enumerated() { w.replaceSubrange((r * ws)..<(r * ws + row.count), with: row) }
-                for (m, row) in aRows.enumerated() { a.replaceSubrange((m * aStride)..<(m * aStride + row.count), with: row) }
-                let ref = (0..<M).map { m in (0..<rows).map { r in Self.dot(t, n: n, w: wRows[r], a: aRows[m]) } }
-                for (level, isa) in isaLevels() {
-                    ck_set_isa_limit(level)
-                    let one = wRows[0].withUnsafeBytes { wp in aRows[0].withUnsafeBytes { ap in ck_vec_dot(t, Int64(n), wp.baseAddress, ap.baseAddress) } }
-                    assertClose(one, ref[0][0], "\(isa) \(Self.name(t)) n=\(n) vec_dot")
-                    for (r0, r1) in [(0, rows), (3, 10), (12, 13)] {
-                        let ldy = rows + 2
-                        var y = [Float](repeating: .nan, count: M * ldy)
-                        w.withUnsafeBytes { wp in
-                            a.withUnsafeBytes { ap in
-                                ck_matmul(t, Int64(n), wp.baseAddress, ws, Int64(r0), Int64(r1), ap.baseAddress, aStride, Int64(M), &y, Int64(ldy))
+                for M in [5, 20] {
+                    let ws = Self.rowBytes(t, n) + 6, aStride = KType.rowBytes(at, n) + 10
+                    let wRows = (0..<rows).map { _ in randomRow(t, n: n) }
+                    let aRows = (0..<M).map { _ in quantize(at, randomFloats(n)) }
+                    var w = [UInt8](repeating: 0xEE, count: ws * rows), a = [UInt8](repeating: 0xEE, count: aStride * M)
+                    for (r, row) in wRows.enumerated() { w.replaceSubrange((r * ws)..<(r * ws + row.count), with: row) }
+                    for (m, row) in aRows.enumerated() { a.replaceSubrange((m * aStride)..<(m * aStride + row.count), with: row) }
+                    let ref = (0..<M).map { m in (0..<rows).map { r in Self.dot(t, n: n, w: wRows[r], a: aRows[m]) } }
+                    for (level, isa) in isaLevels() {
+                        ck_set_isa_limit(level)
+                        let one = wRows[0].withUnsafeBytes { wp in aRows[0].withUnsafeBytes { ap in ck_vec_dot(t, Int64(n), wp.baseAddress, ap.baseAddress) } }
+                        assertClose(one, ref[0][0], "\(isa) \(Self.name(t)) n=\(n) vec_dot")
+                        for (r0, r1) in [(0, rows), (3, 10), (12, 13)] {
+                            let ldy = rows + 2
+                            var y = [Float](repeating: .nan, count: M * ldy)
+                            w.withUnsafeBytes { wp in
+                                a.withUnsafeBytes { ap in
+                                    ck_matmul(t, Int64(n), wp.baseAddress, ws, Int64(r0), Int64(r1), ap.baseAddress, aStride, Int64(M), &y, Int64(ldy))
+                                }
                             }
-                        }
-                        for m in 0..<M {
-                            for r in 0..<ldy {
-                                if r >= r0 && r < r1 {
-                                    assertClose(y[m * ldy + r], ref[m][r], "\(isa) \(Self.name(t)) n=\(n) rows \(r0)..<\(r1) y[\(m)][\(r)]")
-                                } else {
-                                    XCTAssert(y[m * ldy + r].isNaN, "\(isa) \(Self.name(t)): wrote y[\(m)][\(r)] outside \(r0)..<\(r1)")
+                            for m in 0..<M {
+                                for r in 0..<ldy {
+                                    if r >= r0 && r < r1 {
+                                        assertClose(y[m * ldy + r], ref[m][r], "\(isa) \(Self.name(t)) n=\(n) M=\(M) rows \(r0)..<\(r1) y[\(m)][\(r)]")
+                                    } else {
+                                        XCTAssert(y[m * ldy + r].isNaN, "\(isa) \(Self.name(t)): wrote y[\(m)][\(r)] outside \(r0)..<\(r1)")
+                                    }
                                 }
                             }
                         }
