@@ -10,8 +10,8 @@
  * (tdpbssd). Each sub-block's sums go through memory (a tile store) to an AVX-512 epilogue:
  * convert, scale, FMA into 16 registers. Per-sub-block scales make that store unavoidable,
  * and with the register file holding one 16 x 16 tile of sums, each sub-block loads a tile of
- * each operand: on this machine's Sapphire Rapids cores the products run at ~2x (Q4_0) to ~4x
- * (the K types) the AVX-512 kernels, far from the tile unit's peak (bench/RESULTS.md).
+ * each operand: on this machine's Sapphire Rapids cores the products run at ~1.3-1.5x (Q4_0) to
+ * ~2.3-3.5x (the K types) the AVX-512 kernels, far from the tile unit's peak (bench/RESULTS.md).
  *
  * Operands (per sub-block of V values, a tile of 16 V bytes; scales beside them, see AUNIT):
  * - A, activations: 16 rows x V bytes. Packed once per call, MC rows at a time.
@@ -221,8 +221,8 @@ TAMX static inline __attribute__((always_inline)) void scale_add(int S, int T, i
         }
 }
 
-/* A sub-block's tile (T bytes) and the line after it into L1. Tile loads from L2 take twice as
- * long as from L1, and the hardware prefetchers do not follow them. */
+/* A sub-block's tile (T bytes) and the line after it into L1: activation tiles come from L2.
+ * Measured gains were small (bench/RESULTS.md); it costs a few instructions a sub-block. */
 TAMX static inline __attribute__((always_inline)) void prefetch_tile(const uint8_t *p, int T) {
     for (int o = 0; o < T + 64; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
