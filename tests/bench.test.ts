@@ -20,6 +20,18 @@ describe("velo bench", () => {
     expect(j.profile_ms.step).toBeGreaterThan(0);
   });
 
+  test("batched decode: every size up to the largest, the profile of the largest alone", async () => {
+    const r = await runCli(["bench", sharedModel("stories260K.gguf"), "--max-batch-size", "3", "-p", "8", "-n", "6", "--threads", "2", "--profile", "--json"]);
+    expect(r.code).toBe(0);
+    const j = JSON.parse(r.stdout);
+    expect(j.results.map((x: { batch: number }) => x.batch)).toEqual([1, 2, 3]);
+    expect(j.profile_batch).toBe(3);
+    // the steps profiled fit inside the B=3 run's wall time (sizes 1 and 2 came before it)
+    const last = j.results.at(-1);
+    expect(j.profile_ms.step).toBeGreaterThan(0);
+    expect(j.profile_ms.step).toBeLessThanOrEqual((last.t_pp_s + last.t_tg_s) * 1000);
+  });
+
   test("resetProfile clears what the engine measured", async () => {
     await withEngine("stories260K.gguf", { ctxSize: 64, threads: 2, profile: true }, async (engine) => {
       await engine.submit({ promptTokens: [1, 2, 3, 4], maxTokens: 4, temperature: 0, ignoreEos: true }).collect();

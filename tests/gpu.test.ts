@@ -86,6 +86,36 @@ describe(`${backend} backend`, () => {
     expect(await run({ VELO_GPU_STAGE_READBACK: "1" })).toEqual(alone);
   }, SLOW);
 
+  test("greedy rows take the device's argmax; rows that read their logits get them in the same step", async () => {
+    // six sequences decode together: plain greedy (the token is argmax_rows' on the device), and
+    // rows that need the logits on the host: logprobs, a repeat penalty, a ban on the token plain
+    // greedy picks first, seeded sampling. With VELO_GPU_STAGE_READBACK (a discrete card's path:
+    // the logits are made in device memory, argmaxes taken there, and copied back only because
+    // some rows read them) the results are the very same; the greedy ones are the CPU's too.
+    const prompts = Array.from({ length: 6 }, (_, s) => [1, ...Array.from({ length: 2 + s }, (_, i) => 3 + ((i * 37 + s * 61) % 500))]);
+    const n = 16;
+    const run = async (be: string, env: Record<string, string>, requests: Record<string, unknown>[]) => {
+      const p = Bun.spawn([process.execPath, join(import.meta.dir, "helpers/batched-greedy.ts"), "stories260K.gguf", be, String(n), JSON.stringify(prompts), "{}", JSON.stringify(requests)],
+        { env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe" });
+      const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+      if (code !== 0) throw new Error(err);
+      return JSON.parse(out) as { tokens: number[]; logprobs: number[] }[];
+    };
+    const plain = await run("cpu", {}, prompts.map(() => ({})));
+    const requests = [{}, { logprobs: 2 }, {}, { repeatPenalty: 1.5 }, { logitBias: { [String(plain[4]!.tokens[0])]: -100 } }, { temperature: 0.8, seed: 7 }];
+    const cpu = await run("cpu", {}, requests);
+    const gpu = await run(backend, {}, requests);
+    expect(await run(backend, { VELO_GPU_STAGE_READBACK: "1" }, requests)).toEqual(gpu);
+    for (const i of [0, 1, 2, 3, 4]) expect(gpu[i]!.tokens).toEqual(cpu[i]!.tokens);
+    expect(gpu[1]!.logprobs).toHaveLength(n);
+    gpu[1]!.logprobs.forEach((l, i) => expect(l).toBeCloseTo(cpu[1]!.logprobs[i]!, 3));
+    // the settings that change the choice were applied, not bypassed by the argmax
+    expect(cpu[3]!.tokens).not.toEqual(plain[3]!.tokens);
+    expect(cpu[4]!.tokens[0]).not.toBe(plain[4]!.tokens[0]);
+    expect(cpu[5]!.tokens).not.toEqual(plain[5]!.tokens);
+    expect(gpu[5]!.tokens).toHaveLength(n);
+  }, SLOW);
+
   test("decode's joined dispatches (Q|K|V with the rope and K/V store, attention with its combine) give what separate ones give", async () => {
     // matvec_dot_rope against matvec_dot + rope_store, and attention_q8 merging its splits
     // against attention + attention_combine_q8 (VELO_GPU_NO_FUSE), each in a process of its own

@@ -3,7 +3,7 @@
 # lends: no Swift, Bun or Vulkan loader there). Everything it needs travels in .carry/ and .gl/
 # (bench/gpu/pack.sh makes them): the built library, Bun (xz), the CLI bundled into one file,
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
-#   bench/gpu/h100.sh golden | path MODEL | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... |
+#   bench/gpu/h100.sh golden | path MODEL | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | batchprof MODEL B [SWITCHES...] |
 #                     grammar MODELS... | depth MODEL DEPTHS... | depthab MODEL DEPTHS SWITCHES... | depthprof MODEL DEPTH pp|tg | splits tg|pp MODEL DEPTH N... | tune MODEL SHAPES... |
 #                     tgvariants MODELS ROUNDS SWITCHES... | variants MODEL SWITCHES... | batchvariants MODEL B SWITCHES... | llamacpp MODELS... | coopmat MODELS... | overflow GAINS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
@@ -20,6 +20,10 @@ if ! ldconfig -p | grep -q libvulkan.so.1; then
 fi
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 [ -x /tmp/bun ] || { xz -dc "$C/bun.xz" > /tmp/bun; chmod +x /tmp/bun; }
+# what pack.sh compressed: the library (and any other build put beside it for A/B runs) and the llama3 vocabulary
+for z in "$C"/*.so.xz "$C"/shared/models/vocab/reconstructed/*.xz; do
+  [ -f "$z" ] && [ ! -f "${z%.xz}" ] && xz -dc "$z" > "${z%.xz}"
+done
 export VELO_LIB=${VELO_LIB:-$C/libVelo.so} VELO_SHARED=$C/shared NO_COLOR=1
 VELO_JS=${VELO_JS:-$C/velo.js}
 M=/tmp/models
@@ -63,15 +67,20 @@ case "$what" in
       VELO_GPU_MATVEC_MAX_ROWS=$r velo bench "$f" --backend vulkan --max-batch-size 64 -c 512 -p 128 -n 128 --json | tr -d '\n' > "$OUT/rows-$r.json"
       python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('matvec up to $r rows',[(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']])" "$OUT/rows-$r.json"
     done ;;
-  batchprof)  # where batched decode's time goes: one model, 1 … B sequences of 128 + 128 tokens
-              # with the per-kernel profile (summed over every B), the slowest kernels printed
-    f=$(model "$1")
-    velo bench "$f" --backend vulkan --max-batch-size "$2" -c 512 -p 128 -n 128 --profile --json | tr -d '\n' > "$OUT/batchprof-$1-$2.json"
-    python3 -c "
-import json,sys;j=json.load(open(sys.argv[1]));print([(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']]);print('profile_ms',{k:round(v) for k,v in (j.get('profile_ms') or {}).items()})
-k=j.get('kernel_ms') or {};t=sum(v if isinstance(v,(int,float)) else v.get('ms',0) for v in k.values()) if k else 0
-items=sorted(k.items(),key=lambda kv:-(kv[1] if isinstance(kv[1],(int,float)) else kv[1].get('ms',0)))[:14]
-[print(' ',n,v) for n,v in items]" "$OUT/batchprof-$1-$2.json" ;;
+  batchprof)  # where batched decode's time goes: one model, 1 … B sequences of 128 + 128 tokens,
+              # the per-kernel profile of the B-sequence run, under each set of switches ('+'
+              # separates assignments, '-' or none: the defaults): h100.sh batchprof MODEL B [SWITCHES...]
+    m=$1 f=$(model "$1"); b=$2; shift 2
+    for v in "${@:--}"; do
+      e=(); [ "$v" = - ] || IFS=+ read -ra e <<< "$v"
+      env "${e[@]}" /tmp/bun "$VELO_JS" bench "$f" --backend vulkan --max-batch-size "$b" -c 512 -p 128 -n 128 --profile --json | tr -d '\n' > /tmp/bp.json
+      { cat /tmp/bp.json; echo; } >> "$OUT/batchprof-$m-$b.jsonl"
+      echo "== $v"
+      python3 -c "
+import json,sys;j=json.load(open(sys.argv[1]));print([(r['batch'],round(r['s_tg_tps'],1)) for r in j['results']]);print('profile_ms (B=%s)' % j.get('profile_batch'),{k:round(v) for k,v in (j.get('profile_ms') or {}).items()})
+k=j.get('kernel_ms') or {}
+for n,v in sorted(k.items(),key=lambda kv:-kv[1]['ms'])[:16]: print('  %-44s %8.2f us x %5d = %7.1f ms' % (n, 1000*v['ms']/v['count'], v['count'], v['ms']))" /tmp/bp.json
+    done ;;
   depth)  # long context: pp512 and tg128 after DEPTHS tokens (velo bench -d, llama-bench -d with
           # flash attention), one model: h100.sh depth MODEL 4096 16384
     f=$(model "$1"); shift
@@ -225,5 +234,5 @@ for n,v in sorted(k.items(),key=lambda kv:-kv[1]['ms'])[:16]: print('  %-44s %8.
         python3 -c "import json,sys,statistics as st;print('llama.cpp $t', [(r['n_gen'],r.get('n_depth'),round(st.median(r['samples_ts']),1)) for r in json.load(open(sys.argv[1]))])" "$OUT/kv-llamacpp-$t.json"
       done
     fi ;;
-  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | grammar MODELS... | depth MODEL DEPTHS... | depthab MODEL DEPTHS SWITCHES... | depthprof MODEL DEPTH pp|tg | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | overflow GAINS... | spec | kv MODEL" >&2; exit 2 ;;
+  *) echo "usage: $0 golden | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | batchprof MODEL B [SWITCHES...] | grammar MODELS... | depth MODEL DEPTHS... | depthab MODEL DEPTHS SWITCHES... | depthprof MODEL DEPTH pp|tg | tune MODEL SHAPES... | variants MODEL SWITCHES... | llamacpp MODELS... | coopmat MODELS... | overflow GAINS... | spec | kv MODEL" >&2; exit 2 ;;
 esac

@@ -6,7 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 S=${VELO_SHARED:-$PWD/../shared}
 mkdir -p .carry/shared/models/vocab/reconstructed .carry/shared/models/golden .gl
+# the library and the llama3 vocabulary travel xz-compressed (h100.sh unpacks them): with .llama
+# beside them a call's tree stays within its 64 MiB
 scripts/toolchain.sh run strip -o .carry/libVelo.so .build/release/libVelo.so
+xz -T2 -6 -f .carry/libVelo.so
 [ -f .carry/bun.xz ] || xz -9e -T2 -c node_modules/bun/bin/bun.exe > .carry/bun.xz
 B="scripts/bun build --target=bun"
 $B cli/index.ts --outfile .carry/velo.js >/dev/null
@@ -16,7 +19,7 @@ $B bench/speculative.ts --outfile .carry/speculative.js >/dev/null
 $B bench/grammar.ts --outfile .carry/grammar.js >/dev/null
 $B bench/gpu/coopmat-check.ts --outfile .carry/coopmat-check.js >/dev/null
 cp "$S/models/vocab/ggml-vocab-llama-spm.gguf" .carry/shared/models/vocab/
-cp "$S/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf" .carry/shared/models/vocab/reconstructed/
+xz -T2 -6 -c "$S/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf" > .carry/shared/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf.xz
 rm -f .carry/shared/models/*.gguf .carry/shared/models/golden/*
 if [ "${1:-}" != --lean ]; then
   cp "$S"/models/stories260K*.gguf "$S/models/llama-2-tiny-random.gguf" .carry/shared/models/

@@ -1,6 +1,6 @@
 import { Command } from "commander";
 import Table from "cli-table3";
-import type { Engine } from "../../src/engine/engine";
+import type { Engine, EngineStats } from "../../src/engine/engine";
 import { loadEngine } from "../load";
 import { addCommandHelpEnv, addEngineOptions, addModelOption, chosenModel, requireModelPath, addSpeculationOptions, opt, parseIntArg, type SpeculationFlags } from "../options";
 import { action, spinner } from "../ui";
@@ -201,17 +201,7 @@ export function benchCommand(): Command {
           console.log(`speculation (${stats.speculation_mode}): ${speculation.accepted}/${speculation.drafted} guesses accepted (${(speculation.acceptance * 100).toFixed(1)} %), by position ` +
             speculation.acceptance_by_position.map((a) => `${(a * 100).toFixed(0)}%`).join(" ") + `; ${speculation.paused_steps} sequence-steps paused`);
         }
-        if (profile) {
-          const total = Object.values(profile).reduce((a, b) => a + b, 0);
-          const t = new Table({ head: ["op", "ms", "share"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
-          for (const [op, ms] of Object.entries(profile).sort((a, b) => b[1] - a[1])) t.push([op, ms.toFixed(1), `${((ms / total) * 100).toFixed(1)} %`]);
-          console.log(`time by op over the measured runs (after the first warm-up):\n${t.toString()}`);
-        }
-        if (kernels && Object.keys(kernels).length > 0) {
-          const t = new Table({ head: ["kernel and grid", "ms", "dispatches", "µs each"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
-          for (const [k, v] of Object.entries(kernels).slice(0, 20)) t.push([k, v.ms.toFixed(1), v.count, ((v.ms * 1000) / v.count).toFixed(1)]);
-          console.log(`slowest GPU kernels over the measured runs (after the first warm-up):\n${t.toString()}`);
-        }
+        printProfile(stats, "the measured runs (after the first warm-up)");
       } finally {
         loaded.close();
       }
@@ -234,20 +224,21 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
     try {
       step.report("warm-up");
       await runBatchBench(engine, vocab, bos, 1, Math.min(pp, 32), 4); // warm-up: page in the weights
-      for (let b = 1; b <= maxB; b *= 2) {
+      const sizes: number[] = [];
+      for (let b = 1; b <= maxB; b *= 2) sizes.push(b);
+      if (sizes.at(-1) !== maxB) sizes.push(maxB);
+      for (const b of sizes) {
+        // the profile describes the largest batch alone (the smaller ones would blur it)
+        if (b === maxB) engine.resetProfile();
         step.report(`B=${b}: ${b} × (pp${pp} + tg${tg})`);
         results.push(await runBatchBench(engine, vocab, bos, b, pp, tg));
-        if (b < maxB && b * 2 > maxB) {
-          step.report(`B=${maxB}: ${maxB} × (pp${pp} + tg${tg})`);
-          results.push(await runBatchBench(engine, vocab, bos, maxB, pp, tg));
-        }
       }
     } finally {
       step.done();
     }
     if (flags.json) {
       const stats = engine.stats();
-      console.log(JSON.stringify({ model: info.name ?? modelPath, path: modelPath, backend: backendLabel(stats), threads: stats.threads, results, profile_ms: stats.profile_ms ?? undefined, kernel_ms: stats.kernel_ms ?? undefined, memory: stats.memory }, null, 2));
+      console.log(JSON.stringify({ model: info.name ?? modelPath, path: modelPath, backend: backendLabel(stats), threads: stats.threads, results, profile_batch: flags.profile ? maxB : undefined, profile_ms: stats.profile_ms ?? undefined, kernel_ms: stats.kernel_ms ?? undefined, memory: stats.memory }, null, 2));
       return;
     }
     const table = new Table({ head: ["B", "PP", "TG", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "per seq t/s", "TTFT ms", "KV pages"], style: process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] } });
@@ -256,8 +247,27 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
     }
     console.log(table.toString());
     console.log(`backend: ${backendLabel(engine.stats())}`);
+    printProfile(engine.stats(), `the B=${maxB} run`);
   } finally {
     loaded.close();
+  }
+}
+
+/** The profile's tables (--profile): time by kind of op, then the slowest GPU kernels. */
+function printProfile(stats: EngineStats, over: string) {
+  const style = process.stdout.isTTY ? { head: ["cyan"] } : { head: [], border: [] };
+  const profile = stats.profile_ms;
+  if (profile) {
+    const total = Object.values(profile).reduce((a, b) => a + b, 0);
+    const t = new Table({ head: ["op", "ms", "share"], style });
+    for (const [op, ms] of Object.entries(profile).sort((a, b) => b[1] - a[1])) t.push([op, ms.toFixed(1), `${((ms / total) * 100).toFixed(1)} %`]);
+    console.log(`time by op over ${over}:\n${t.toString()}`);
+  }
+  const kernels = stats.kernel_ms;
+  if (kernels && Object.keys(kernels).length > 0) {
+    const t = new Table({ head: ["kernel and grid", "ms", "dispatches", "µs each"], style });
+    for (const [k, v] of Object.entries(kernels).slice(0, 20)) t.push([k, v.ms.toFixed(1), v.count, ((v.ms * 1000) / v.count).toFixed(1)]);
+    console.log(`slowest GPU kernels over ${over}:\n${t.toString()}`);
   }
 }
 

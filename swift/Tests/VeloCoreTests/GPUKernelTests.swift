@@ -811,6 +811,35 @@ final class GPUKernelTests: XCTestCase {
         }
     }
 
+    /// argmax_rows against the host's choice (ck_argmax_f32) on rows built to catch each rule:
+    /// the largest value wins wherever it is (first and last index, past the threads' first
+    /// stride), ties go to the first index, NaNs are never picked, a row of -inf gives its first
+    /// -inf, a row of NaNs 0; rows a stride apart (the padding holds a larger value that must
+    /// not be read), a vocabulary like Llama 3's and one smaller than a workgroup.
+    func testArgmaxRows() throws {
+        for (n, stride) in [(128_256, 128_256), (1000, 1100), (37, 40)] {
+            var rows: [[Float]] = []
+            func row(_ edit: (inout [Float]) -> Void) { var r = random(n, scale: 8); edit(&r); rows.append(r) }
+            row { _ in }
+            row { $0[0] = 100 }
+            row { $0[n - 1] = 100 }
+            row { $0[n / 2 + 3] = 50; $0[n / 3] = 50 } // a tie: the first wins
+            row { $0[n - 2] = 20; $0[1] = .nan; $0[n / 2] = .nan } // NaNs are skipped
+            row { $0 = [Float](repeating: -.infinity, count: n); $0[0] = .nan; $0[n / 2] = .nan } // -inf from index 1
+            row { $0 = [Float](repeating: .nan, count: n) } // nothing: 0
+            row { $0 = [Float](repeating: 3, count: n) } // all equal: 0
+            row { $0 = [Float](repeating: -1, count: n); $0[n - 1] = .infinity; $0[n / 2] = .infinity }
+            var x = [Float](repeating: 1000, count: rows.count * stride)
+            for (r, v) in rows.enumerated() { for j in 0..<n { x[r * stride + j] = v[j] } }
+            let want = rows.map { r in r.withUnsafeBufferPointer { Int32(ck_argmax_f32($0.baseAddress!, Int64(n))) } }
+            XCTAssertEqual(Array(want[1...8]), [0, Int32(n - 1), Int32(n / 3), Int32(n - 2), 1, 0, 0, Int32(n / 2)], "the reference's rules, n=\(n)")
+            let out = try upload([Int32](repeating: -7, count: rows.count))
+            try run(GPUKernels.argmaxRows, [try upload(x), out], [UInt32(n), UInt32(stride)], (rows.count, 1, 1))
+            let got = try readBytes(out, rows.count * 4).withUnsafeBytes { Array($0.bindMemory(to: Int32.self)) }
+            XCTAssertEqual(got, want, "argmax_rows, n=\(n) stride=\(stride)")
+        }
+    }
+
     func testElementwise() throws {
         let count = 1000
         let a = random(count, scale: 4), b = random(count)

@@ -30,6 +30,12 @@ public struct SamplingParams: Sendable, Equatable {
     }
 
     public var isGreedy: Bool { temperature <= 0 }
+
+    /// Greedy with nothing that changes the logits first (bias, penalties): the token is the
+    /// row's argmax as it comes out of the model, which a GPU can find on its own.
+    public var choosesArgmax: Bool {
+        isGreedy && logitBias.isEmpty && repeatPenalty == 1 && presencePenalty == 0 && frequencyPenalty == 0
+    }
 }
 
 /// xoshiro256**: small, fast, and reproducible across platforms for a given seed.

@@ -224,6 +224,11 @@ final class Scheduler {
             }
             return
         }
+        // rows whose token is their argmax as the model made it: the backend may find those
+        // itself, and when every row is one, keep the logits out of host memory
+        let argmaxOnly = outputs.map(choosesArgmax)
+        batch.argmaxes = argmaxOnly.contains(true)
+        batch.hostLogits = argmaxOnly.contains(false)
         let t0 = nowNanos()
         do {
             logits = try model.run(batch, on: forwardOps)
@@ -249,13 +254,17 @@ final class Scheduler {
         let vocab = model.config.vocabSize
         let tSample = nowNanos()
         defer { if profiler.enabled { profiler.add(.sample, nanos: nowNanos() - tSample) } }
-        for o in outputs {
+        let argmaxes = forwardOps.argmaxes
+        for (o, argmaxOnly) in zip(outputs, argmaxOnly) {
             let s = o.seq
             if s.promptDoneAt == 0 {
                 s.promptDoneAt = now
                 index(s) // concurrent requests with the same prompt can share it from now on
             }
-            if o.proposals.isEmpty {
+            if argmaxOnly {
+                // what the sampler would pick: prepare() changes nothing, choose() is the argmax
+                accept(argmaxes?[o.first] ?? Sampler.argmax(self.logits! + o.first * vocab, vocab), for: s, now: now, topLogits: [])
+            } else if o.proposals.isEmpty {
                 let logits = self.logits! + o.first * vocab
                 var top: [(Int32, Float)] = []
                 if s.request.topLogits > 0 {
@@ -309,6 +318,14 @@ final class Scheduler {
         specCosts.pauseLength = min(max(specCosts.pauseLength * 2, 8), 1024)
         for o in speculated where o.seq.spec.pausedSteps == 0 { o.seq.spec.pausedSteps = specCosts.pauseLength }
         specCosts.specPerToken = 0 // judge the next attempt on its own
+    }
+
+    /// Whether an output's token is its row's argmax and nothing else of the row is read: no
+    /// guesses to verify, no grammar, no logprobs or top logits, a sampler that only takes the
+    /// argmax (`SamplingParams.choosesArgmax`).
+    private func choosesArgmax(_ o: Output) -> Bool {
+        let r = o.seq.request
+        return o.proposals.isEmpty && o.seq.matcher == nil && r.logprobs < 0 && r.topLogits == 0 && o.seq.sampler.params.choosesArgmax
     }
 
     private func add(_ s: Sequence, tokens: [Int32], to batch: inout ForwardBatch, logits: Int) {

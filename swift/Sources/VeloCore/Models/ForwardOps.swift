@@ -55,6 +55,10 @@ protocol ForwardOps: AnyObject {
     func finish() throws -> UnsafeMutablePointer<Float>
     /// After `finish`: the hidden states `hidden` wrote, `hiddenRows.count` rows of `dim`.
     var hiddenStates: UnsafePointer<Float> { get }
+    /// After `finish` of a batch that asked for them (`ForwardBatch.argmaxes`): each logit row's
+    /// argmax, as `Sampler.argmax` picks it, found where the logits were made; nil from backends
+    /// that leave it to the host (the CPU's logits are already in its caches).
+    var argmaxes: UnsafePointer<Int32>? { get }
     /// After `finish`: whether the pass must run again because a narrower-than-float32 path
     /// overflowed (the backend has given that path up). A pass may be re-run: it rewrites the
     /// K/V of its own positions before reading them.
@@ -64,6 +68,8 @@ protocol ForwardOps: AnyObject {
 extension ForwardOps {
     /// Backends that round through nothing narrower than float32 never re-run a pass.
     func widen() -> Bool { false }
+
+    var argmaxes: UnsafePointer<Int32>? { nil }
 
     /// What a backend without fused kernels runs instead.
     func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope r: Int) {

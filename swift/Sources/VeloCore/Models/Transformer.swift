@@ -13,6 +13,11 @@ public struct ForwardBatch {
     public var logitRows: [Int] = []
     /// Batch rows whose final-norm hidden states are wanted (embeddings), in output order.
     public var hiddenRows: [Int] = []
+    /// Whether the caller reads the logit rows themselves (false: only their argmaxes, which a
+    /// backend that has `ForwardOps.argmaxes` then need not bring to host memory).
+    public var hostLogits = true
+    /// Whether the caller would use each logit row's argmax (`ForwardOps.argmaxes`).
+    public var argmaxes = false
 
     public init() {}
     public var count: Int { tokens.count }

@@ -23,8 +23,12 @@ final class GPUForward: ForwardOps {
     /// fills all three.
     private var views: [(buffer: GPUBuffer, offset: Int, stride: Int)] = []
     private let logitsBuffer: GPUBuffer
-    /// Where the tiled matmul writes logits on a discrete card, copied to `logitsBuffer` after.
+    /// Where logits are made on a discrete card when the tiled matmul writes them or only their
+    /// argmaxes are read, copied to `logitsBuffer` after if the host reads them.
     private let logitsStaging: GPUBuffer?
+    /// Each logit row's argmax (argmax_rows), when the batch asks for them.
+    private let argmaxBuffer: GPUBuffer
+    private var argmaxesMade = false
     /// `hidden`'s output, a row per workspace token, read back like the logits; made on the
     /// first batch that asks (embeddings only).
     private var hiddenBuffer: GPUBuffer?
@@ -169,8 +173,9 @@ final class GPUForward: ForwardOps {
             }
         }
         logitsBuffer = try device.makeBuffer(bytes: maxLogitRows * c.vocabSize * 4, memory: .readback, label: "logits")
-        logitsStaging = Self.stagesLogits(device, maxLogitRows: maxLogitRows)
+        logitsStaging = device.stagesReadback
             ? try device.makeBuffer(bytes: maxLogitRows * c.vocabSize * 4, memory: .device, label: "logits (staging)") : nil
+        argmaxBuffer = try device.makeBuffer(bytes: max(maxLogitRows * 4, 16), memory: .readback, label: "argmaxes")
         pagetabCapacity = maxSequences * ((maxContext + kv.pageSize - 1) / kv.pageSize + 1) + 16
         func align(_ x: Int) -> Int { (x + 255) / 256 * 256 }
         let t = 0, p = align(t + maxTokens * 4), pt = align(p + maxTokens * 4), rs = align(pt + maxTokens * 4),
@@ -361,7 +366,7 @@ final class GPUForward: ForwardOps {
         let c = model.config
         var b = max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16)
         b += maxTokens * Activation.allCases.reduce(0) { $0 + width($1, c) } * 4
-        b += maxLogitRows * c.vocabSize * 4 * (stagesLogits(device, maxLogitRows: maxLogitRows) ? 2 : 1)
+        b += maxLogitRows * c.vocabSize * 4 * (device.stagesReadback ? 2 : 1) + max(maxLogitRows * 4, 16)
         let pagetab = maxSequences * ((maxContext + pageSize - 1) / pageSize + 1) + 16
         b += maxTokens * 24 + maxLogitRows * 4 + pagetab * 4 + 1536
         if maxTokens > GPUKernels.matvecMaxRows, let rows = model.gatedPairs.map({ $0.0.rows }).max() { b += maxTokens * 2 * rows * 4 }
@@ -439,6 +444,7 @@ final class GPUForward: ForwardOps {
         self.batch = batch
         n = batch.count
         passUsed = (false, false)
+        argmaxesMade = false
         let base = inputs.contents!
         func write(_ offset: Int, _ values: [Int32]) {
             values.withUnsafeBytes { (base + offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
@@ -747,13 +753,6 @@ final class GPUForward: ForwardOps {
         }
     }
 
-    /// Logits go through device memory when the tiled matmul writes them on a discrete card:
-    /// its 16 x 16 tile stores cross the bus in 64-byte pieces (8B, 64 rows: 11 ms a step on an
-    /// H100), where one copy of the rows moves at the bus's speed. Matvec writes whole rows.
-    private static func stagesLogits(_ device: GPUDevice, maxLogitRows: Int) -> Bool {
-        device.stagesReadback && maxLogitRows > GPUKernels.matvecMaxRows
-    }
-
     func hidden(norm w: WeightVector) {
         let rows = batch.hiddenRows.count
         guard rows > 0, let out = hiddenBuffer else { return }
@@ -761,6 +760,8 @@ final class GPUForward: ForwardOps {
     }
 
     var hiddenStates: UnsafePointer<Float> { UnsafePointer(hiddenBuffer!.contents!.assumingMemoryBound(to: Float.self)) }
+
+    var argmaxes: UnsafePointer<Int32>? { argmaxesMade ? UnsafePointer(argmaxBuffer.contents!.assumingMemoryBound(to: Int32.self)) : nil }
 
     /// The router's product, then moe_route (each token's experts and weights, the pairs grouped
     /// by expert, all on the device: no wait), one expert-indexed product per stacked tensor
@@ -860,14 +861,22 @@ final class GPUForward: ForwardOps {
         let rows = batch.logitRows.count
         guard rows > 0 else { return }
         norm(.x, w, rows: rows, selection: input(sections.rowsel, maxLogitRows), into: act(.xn))
-        let staged = rows > GPUKernels.matvecMaxRows ? logitsStaging : nil
+        // On a discrete card the logits are made in device memory when the tiled matmul writes
+        // them (its 16 x 16 tile stores would cross the bus in 64-byte pieces: 8B, 64 rows, 11 ms
+        // a step on an H100; one copy moves the rows at the bus's speed) or when only their
+        // argmaxes are read; matvec otherwise writes whole rows straight to host memory.
+        let staged = rows > GPUKernels.matvecMaxRows || batch.argmaxes ? logitsStaging : nil
         let target = GPUBinding(staged ?? logitsBuffer)
         multiply(output, act(.xn), rows: rows, xStride: config.dim, into: target, yStride: config.vocabSize, op: .output)
         let count = rows * config.vocabSize
         if softcap > 0 {
             dispatch(GPUKernels.softcap, [target], [UInt32(count), softcap.bitPattern], (min((count + 255) / 256, 65535), 1, 1), .output)
         }
-        if let staged { device.copy(staged, to: logitsBuffer, bytes: count * 4, op: .output) }
+        if batch.argmaxes {
+            dispatch(GPUKernels.argmaxRows, [target, GPUBinding(argmaxBuffer)], [UInt32(config.vocabSize), UInt32(config.vocabSize)], (rows, 1, 1), .output)
+            argmaxesMade = true
+        }
+        if let staged, batch.hostLogits { device.copy(staged, to: logitsBuffer, bytes: count * 4, op: .output) }
     }
 
     /// After `finish`: when a norm of the pass saw inf or NaN and the pass rounded through

@@ -645,4 +645,6 @@ enum GPUKernels {
     static let addBias = Kernel(name: "add_bias", buffers: 2, constants: [256])
     /// cap·tanh(x/cap) in place (grid-stride, so at most 65535 groups).
     static let softcap = Kernel(name: "softcap", buffers: 1, constants: [256])
+    /// Each logit row's argmax (X, I; params n, stride), a workgroup a row.
+    static let argmaxRows = Kernel(name: "argmax_rows", buffers: 2, constants: [1024])
 }
