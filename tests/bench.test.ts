@@ -1,6 +1,7 @@
 // `velo bench`: llama-bench-style results as JSON, and the profile it reports measuring only
 // the runs after the warm-up (the engine's resetProfile).
 import { describe, expect, test } from "bun:test";
+import { warmUp } from "../cli/commands/bench";
 import { runCli } from "./helpers/cli";
 import { withEngine } from "./helpers/engine";
 import { sharedModel } from "./helpers/paths";
@@ -30,6 +31,15 @@ describe("velo bench", () => {
     const last = j.results.at(-1);
     expect(j.profile_ms.step).toBeGreaterThan(0);
     expect(j.profile_ms.step).toBeLessThanOrEqual((last.t_pp_s + last.t_tg_s) * 1000);
+  });
+
+  test("a warm-up repeats for its minimum time, and runs once when that is longer", async () => {
+    let n = 0;
+    await warmUp(async () => { n++; await Bun.sleep(5); }, 60);
+    expect(n).toBeGreaterThan(3);
+    n = 0;
+    await warmUp(async () => { n++; await Bun.sleep(80); }, 60);
+    expect(n).toBe(1);
   });
 
   test("resetProfile clears what the engine measured", async () => {
