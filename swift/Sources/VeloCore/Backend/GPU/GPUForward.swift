@@ -355,7 +355,7 @@ final class GPUForward: ForwardOps {
                 }
             }
         }
-        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, ropeStoreKernel, GPUKernels.rope, kvStoreKernel, attentionKernel, attentionTiledKernel, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap] + [attentionStagedKernels?.plain].compactMap({ $0 }) { _ = try pipeline(k) }
+        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, ropeStoreKernel, GPUKernels.rope, kvStoreKernel, attentionKernel, attentionTiledKernel, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap, GPUKernels.argmaxRows] + [attentionStagedKernels?.plain].compactMap({ $0 }) { _ = try pipeline(k) }
     }
 
     /// Bytes of GPU memory a forward pass of these sizes allocates besides weights and K/V
