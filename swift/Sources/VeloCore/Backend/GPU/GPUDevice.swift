@@ -35,6 +35,9 @@ protocol GPUDevice: AnyObject {
     /// The compute pipeline of kernel `name` (see shaders/README.md) with `buffers` storage
     /// buffers and specialization constants 0, 1, … set to `constants`; cached.
     func pipeline(_ name: String, buffers: Int, constants: [UInt32]) throws -> GPUPipeline
+    /// Builds these pipelines into the cache ahead of `pipeline`, on several threads where the
+    /// device can; each one's error, or nil, in order.
+    func prepare(_ pipelines: [PipelineKey]) -> [Error?]
 
     /// Starts recording a step.
     func begin() throws
@@ -122,4 +125,10 @@ func openGPUDevice(_ choice: BackendChoice, index: Int?) throws -> GPUDevice? {
 
 extension GPUDevice {
     var specializes: Bool { true }
+
+    func prepare(_ pipelines: [PipelineKey]) -> [Error?] {
+        pipelines.map { k in
+            do { _ = try pipeline(k.name, buffers: k.buffers, constants: k.constants); return nil } catch { return error }
+        }
+    }
 }

@@ -290,6 +290,9 @@ final class GPUForward: ForwardOps {
         }
         let q8k = model.matrices.filter { GPUKernels.dotTypes.contains($0.type) }.map(\.cols).max()
         q8Width = q8k ?? 0
+        // the pipelines this model's passes can use (matmul_cm2_T's apart: those may fail)
+        var wanted: [GPUKernels.Kernel] = [], wantedCM2: [(kernel: GPUKernels.Kernel, type: GGMLType)] = []
+        func want(_ k: GPUKernels.Kernel) { wanted.append(k) }
         if let b = Self.q8Bytes(device: device, model: model) {
             q8 = (try device.makeBuffer(bytes: b.values, memory: .device, label: "8-bit activations"),
                   try device.makeBuffer(bytes: b.scales, memory: .device, label: "8-bit activation scales"))
@@ -298,64 +301,70 @@ final class GPUForward: ForwardOps {
             try zeros.withUnsafeBytes { try device.upload(done, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
             attnDone = done
             for k in [GPUKernels.quantizeQ8, GPUKernels.addRMSNormQ8, GPUKernels.attentionCombineQ8, attentionQ8Kernel] + [attentionStagedKernels?.q8].compactMap({ $0 }) {
-                _ = try pipeline(k)
+                want(k)
             }
             for w in Self.distinctShapes(model.matrices) where GPUKernels.dotTypes.contains(w.type) {
                 for m in [1, 2, 4, 8, 16] {
-                    for glu in [false, true] { _ = try pipeline(GPUKernels.matvecDot(w.type, rows: m, n: w.rows, glu: glu)) }
+                    for glu in [false, true] { want(GPUKernels.matvecDot(w.type, rows: m, n: w.rows, glu: glu)) }
                 }
-                if let kv = ropeJoin { _ = try pipeline(GPUKernels.matvecDotRope(w.type, kv: kv)) }
+                if let kv = ropeJoin { want(GPUKernels.matvecDotRope(w.type, kv: kv)) }
             }
         } else {
             q8 = nil
             attnDone = nil
         }
-        // compile every pipeline now, not in the first request
         for w in Self.distinctShapes(model.matrices) {
             for m in [1, 2, 4, 8, 16] {
-                for glu in [false, true] { _ = try pipeline(GPUKernels.matvec(w.type, rows: m, n: w.rows, glu: glu)) }
+                for glu in [false, true] { want(GPUKernels.matvec(w.type, rows: m, n: w.rows, glu: glu)) }
             }
-            _ = try pipeline(GPUKernels.matmul(w.type))
+            want(GPUKernels.matmul(w.type))
             if GPUKernels.useCoop(device, w.type) {
-                for m in [32, 64, 128] { _ = try pipeline(GPUKernels.matmulCoop(w.type, rows: m)) } // each tile height
+                for m in [32, 64, 128] { want(GPUKernels.matmulCoop(w.type, rows: m)) } // each tile height
                 if cm2.contains(w.type) && maxTokens >= GPUKernels.cm2MinRows {
-                    // a driver that cannot build it (its tile needs 47 KiB of shared memory)
-                    // leaves that type's prefill on matmul_coop_T rather than failing the load
-                    do { _ = try pipeline(GPUKernels.matmulCM2(w.type, f16Sums: f16Sums.contains(w.type))) } catch {
-                        fputs("velo: matmul_cm2_T for \(w.type.name) unavailable (\(error)); its prefill uses matmul_coop_T\n", stderr)
-                        cm2.remove(w.type)
-                    }
+                    wantedCM2.append((GPUKernels.matmulCM2(w.type, f16Sums: f16Sums.contains(w.type)), w.type))
                 }
                 if GPUKernels.coopBatchShape != nil && GPUKernels.coopBatchTypes.contains(w.type) {
                     // each tile height some batch past matvec's rows takes
                     for m in Swift.stride(from: 16, through: GPUKernels.coopBatchRows, by: 16) where m > GPUKernels.matvecMaxRows && m - 15 <= maxTokens {
-                        _ = try pipeline(GPUKernels.matmulCoopBatch(w.type, rows: m))
+                        want(GPUKernels.matmulCoopBatch(w.type, rows: m))
                     }
                 }
             }
         }
         if x16 != nil {
             for k in [GPUKernels.toF16, GPUKernels.sumSplits] + (GPUKernels.f16OutFused ? [GPUKernels.addRMSNormF16, GPUKernels.swigluPairsF16] : []) {
-                _ = try pipeline(k)
+                want(k)
             }
         }
-        if coopAttention { _ = try pipeline(attentionCoopKernel) }
-        _ = try pipeline(GPUKernels.getRows(model.matrices[0].type))
+        if coopAttention { want(attentionCoopKernel) }
+        want(GPUKernels.getRows(model.matrices[0].type))
         if moe != nil {
-            for k in [GPUKernels.moeRoute, GPUKernels.moeCombine] { _ = try pipeline(k) }
+            for k in [GPUKernels.moeRoute, GPUKernels.moeCombine] { want(k) }
             for t in Set(expertStacks.values.map(\.expert.type)) {
-                for k in [GPUKernels.matvecID(t), GPUKernels.matmulID(t)] { _ = try pipeline(k) }
+                for k in [GPUKernels.matvecID(t), GPUKernels.matmulID(t)] { want(k) }
                 if x16 != nil && GPUKernels.useCoop(device, t) {
-                    for m in [32, 64, 128] { _ = try pipeline(GPUKernels.matmulCoopID(t, rows: m)) } // each tile height
+                    for m in [32, 64, 128] { want(GPUKernels.matmulCoopID(t, rows: m)) } // each tile height
                 }
             }
             if q8 != nil {
                 for s in expertStacks.values where GPUKernels.dotTypes.contains(s.expert.type) {
-                    _ = try pipeline(GPUKernels.matvecDotID(s.expert.type, k: s.expert.cols))
+                    want(GPUKernels.matvecDotID(s.expert.type, k: s.expert.cols))
                 }
             }
         }
-        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, ropeStoreKernel, GPUKernels.rope, kvStoreKernel, attentionKernel, attentionTiledKernel, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap, GPUKernels.argmaxRows] + [attentionStagedKernels?.plain].compactMap({ $0 }) { _ = try pipeline(k) }
+        for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, ropeStoreKernel, GPUKernels.rope, kvStoreKernel, attentionKernel, attentionTiledKernel, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap, GPUKernels.argmaxRows] + [attentionStagedKernels?.plain].compactMap({ $0 }) { want(k) }
+        // compiled now (on several threads where the device can), not in the first request
+        let all = wanted + wantedCM2.map(\.kernel)
+        let errors = device.prepare(all.map { PipelineKey(name: $0.name, buffers: $0.buffers, constants: $0.constants) })
+        for (i, e) in errors.enumerated() {
+            guard let e else { continue }
+            guard i >= wanted.count else { throw e }
+            // a driver that cannot build matmul_cm2_T (its tile needs 47 KiB of shared memory)
+            // leaves that type's prefill on matmul_coop_T rather than failing the load
+            let t = wantedCM2[i - wanted.count].type
+            fputs("velo: matmul_cm2_T for \(t.name) unavailable (\(e)); its prefill uses matmul_coop_T\n", stderr)
+            cm2.remove(t)
+        }
     }
 
     /// Bytes of GPU memory a forward pass of these sizes allocates besides weights and K/V

@@ -595,14 +595,47 @@ final class VulkanDevice: GPUDevice {
     func pipeline(_ kernel: String, buffers: Int, constants: [UInt32]) throws -> GPUPipeline {
         let key = PipelineKey(name: kernel, buffers: buffers, constants: constants)
         if let p = pipelines[key] { return p }
-        var words = 0
-        guard let spirv = velo_shader_spirv(kernel, &words) else {
-            throw VeloError(.internalError, "no GPU kernel named \(kernel)")
-        }
-        let p = try VulkanPipeline(device: device, spirv: spirv, words: words, buffers: buffers, constants: constants, name: kernel,
-                                   captureStats: pipelineStats)
+        let p = try build(key)
         pipelines[key] = p
         return p
+    }
+
+    private func build(_ key: PipelineKey) throws -> VulkanPipeline {
+        var words = 0
+        guard let spirv = velo_shader_spirv(key.name, &words) else {
+            throw VeloError(.internalError, "no GPU kernel named \(key.name)")
+        }
+        return try VulkanPipeline(device: device, spirv: spirv, words: words, buffers: key.buffers, constants: key.constants, name: key.name,
+                                  captureStats: pipelineStats)
+    }
+
+    /// The driver compiles each pipeline on the calling thread, and a model's first load asks
+    /// for dozens (a 1.1B on an H200: ~30 s on one thread, until the driver's disk cache has
+    /// them), so they are built on up to 8 threads; Vulkan lets pipelines be created
+    /// concurrently (no pipeline cache object is shared).
+    func prepare(_ keys: [PipelineKey]) -> [Error?] {
+        var todo: [PipelineKey] = []
+        for k in keys where pipelines[k] == nil && !todo.contains(k) { todo.append(k) }
+        var built = [Result<VulkanPipeline, Error>?](repeating: nil, count: todo.count)
+        if !todo.isEmpty {
+            let pool = ThreadPool(threads: min(todo.count, cpuCount(), 8))
+            built.withUnsafeMutableBufferPointer { out in
+                let out = out // each thread writes only its own indices
+                pool.run { ith, nth in
+                    for i in Swift.stride(from: ith, to: todo.count, by: nth) {
+                        out[i] = Result { try self.build(todo[i]) }
+                    }
+                }
+            }
+        }
+        var failed: [PipelineKey: Error] = [:]
+        for (k, r) in zip(todo, built) {
+            switch r! {
+            case .success(let p): pipelines[k] = p
+            case .failure(let e): failed[k] = e
+            }
+        }
+        return keys.map { failed[$0] }
     }
 
     // MARK: recording a step
