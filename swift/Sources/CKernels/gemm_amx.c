@@ -1,5 +1,5 @@
-/* gemm_amx.c — Q4_0 / Q5_0 / Q8_0 / IQ4_NL weights x Q8_0 activations and Q4_K / Q5_K / Q6_K
- * x Q8_K on AMX tiles (int8), for prefill.
+/* gemm_amx.c — Q4_0 / Q5_0 / Q8_0 / IQ4_NL weights x Q8_0 activations and Q4_K / Q5_K / Q6_K /
+ * IQ4_XS x Q8_K on AMX tiles (int8), for prefill.
  *
  * The arithmetic is the AVX-512 kernels' and llama.cpp's: each sub-block's int8 x int8
  * products are summed exactly in int32, then scaled in float and added up sub-block by
@@ -55,7 +55,7 @@ TAMX static void load_config(int V) {
 }
 
 /* A type's units are S sub-blocks of V values: its blocks for the 32-value types (S = 1),
- * its super-blocks for Q4_K and Q5_K (S = 8, V = 32) and Q6_K (S = 16, V = 16). A sub-block
+ * its super-blocks for Q4_K, Q5_K and IQ4_XS (S = 8, V = 32) and Q6_K (S = 16, V = 16). A sub-block
  * is a tile of T = 16 V bytes. Packed for a 16-row tile, a unit of activations is S A-tiles,
  * the rows' 16 scales and, for the types with mins, S x 16 floats scale x (the sub-block's
  * quant sum); a unit of weights is S B-tiles, S x 16 scales (d, or d x the sub-block's
@@ -142,6 +142,24 @@ TAMX static void pack_weights(int type, const uint8_t *w, size_t ws, int R, int6
                 _mm512_store_si512(out + 64 * j, _mm512_mask_i32gather_epi32(z, k, idx, w + 2 + 4 * j, 1));
             const __m512i h = _mm512_mask_i32gather_epi32(z, k, idx, w, 1);
             _mm512_store_ps(out + 512, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+        }
+    } else if (type == CK_TYPE_IQ4_XS) {
+        /* Sub-block ib's quants j and 16 + j (j < 16) are the low and high nibbles of
+         * qs[16 ib + j], levels as IQ4_NL's; its scale is d x (its 6-bit scale - 32). */
+        const __m512i levels = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ck_kvalues_iq4nl));
+        for (int64_t u = 0; u < nu; u++, out += BUNIT(8, 512, 0), w += sizeof(blk_iq4_xs)) {
+            for (int ib = 0; ib < 8; ib++)
+                for (int j = 0; j < 4; j++) {
+                    const __m512i q = _mm512_mask_i32gather_epi32(z, k, idx, w + offsetof(blk_iq4_xs, qs) + 16 * ib + 4 * j, 1);
+                    _mm512_store_si512(out + 512 * ib + 64 * j, _mm512_shuffle_epi8(levels, _mm512_and_si512(q, m4)));
+                    _mm512_store_si512(out + 512 * ib + 64 * (j + 4), _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4)));
+                }
+            float *sc = (float *)(out + 8 * 512);
+            for (int n = 0; n < 16; n++) {
+                const blk_iq4_xs *x = (const blk_iq4_xs *)(w + n * ws);
+                const float d = n < R ? ck_h2f(x->d) : 0;
+                for (int ib = 0; ib < 8; ib++) sc[16 * ib + n] = n < R ? d * (float)ck_iq4xs_scale(x->scales_l, x->scales_h, ib) : 0;
+            }
         }
     } else if (type == CK_TYPE_Q6_K) {
         /* Value 32c + l (l < 32) of half h: the low (c < 2) or high nibble of ql[64h + 32(c % 2) +
@@ -269,7 +287,7 @@ TAMX static inline __attribute__((always_inline)) void tile_chunk(int S, int V, 
     for (int m = 0; m < rows; m++) _mm512_mask_storeu_ps(y + m * ldy, cols, acc[m]);
 }
 
-/* The three layouts, each compiled on its own. */
+/* The four layouts, each compiled on its own. */
 #define TILE_CHUNK(NAME, S, V, MINS)                                                                                 \
     TAMX static void NAME(int64_t nsub, const uint8_t *ap, const uint8_t *next, const uint8_t *bp, float *y, int64_t ldy, \
                           int rows, __mmask16 cols, int first) {                                                      \
@@ -277,16 +295,19 @@ TAMX static inline __attribute__((always_inline)) void tile_chunk(int S, int V, 
     }
 TILE_CHUNK(tile_chunk_q32, 1, 32, 0)
 TILE_CHUNK(tile_chunk_k32, 8, 32, 1)
+TILE_CHUNK(tile_chunk_k32n, 8, 32, 0)
 TILE_CHUNK(tile_chunk_k16, 16, 16, 0)
 
 /* Returns 0 (nothing written) when out of memory. */
 TAMX static int mm_amx(int type, int64_t n, const void *vw, size_t ws, int64_t r0, int64_t r1, const void *va, size_t as,
                        int64_t M, float *y, int64_t ldy) {
     const uint8_t *w = vw, *a = va;
-    const int S = type == CK_TYPE_Q6_K ? 16 : type == CK_TYPE_Q4_K || type == CK_TYPE_Q5_K ? 8 : 1;
-    const int V = type == CK_TYPE_Q6_K ? 16 : 32, mins = S == 8, kc = KC / (S * V), T = 16 * V;
+    const int mins = type == CK_TYPE_Q4_K || type == CK_TYPE_Q5_K;
+    const int S = type == CK_TYPE_Q6_K ? 16 : mins || type == CK_TYPE_IQ4_XS ? 8 : 1;
+    const int V = type == CK_TYPE_Q6_K ? 16 : 32, kc = KC / (S * V), T = 16 * V;
     const size_t au = AUNIT(S, T, mins), bu = BUNIT(S, T, mins);
-    const size_t wb = S > 1 ? ck_k_bytes(type) : type == CK_TYPE_IQ4_NL ? sizeof(blk_iq4_nl) : ck_q32_bytes(type);
+    const size_t wb = type == CK_TYPE_IQ4_XS ? sizeof(blk_iq4_xs) : S > 1 ? ck_k_bytes(type)
+                    : type == CK_TYPE_IQ4_NL ? sizeof(blk_iq4_nl) : ck_q32_bytes(type);
     const int64_t nu = n / (V * S), mc = M < MC ? M : MC, nmt = (mc + 15) / 16;
     uint8_t *acts = ck_scratch((size_t)(nmt * nu) * au + (size_t)kc * bu);
     if (!acts) return 0;
@@ -311,7 +332,8 @@ TAMX static int mm_amx(int type, int64_t n, const void *vw, size_t ws, int64_t r
                     const int rows = left < 16 ? (int)left : 16;
                     const __mmask16 cols = (__mmask16)((1u << R) - 1);
                     if (S == 1) tile_chunk_q32(nku, at, next, panel, yt, ldy, rows, cols, ku == 0);
-                    else if (V == 32) tile_chunk_k32(nku * S, at, next, panel, yt, ldy, rows, cols, ku == 0);
+                    else if (V == 32 && mins) tile_chunk_k32(nku * S, at, next, panel, yt, ldy, rows, cols, ku == 0);
+                    else if (V == 32) tile_chunk_k32n(nku * S, at, next, panel, yt, ldy, rows, cols, ku == 0);
                     else tile_chunk_k16(nku * S, at, next, panel, yt, ldy, rows, cols, ku == 0);
                 }
             }
@@ -339,11 +361,12 @@ AMX_MATMUL(mm_iq4_nl, CK_TYPE_IQ4_NL)
 AMX_MATMUL(mm_q4_K, CK_TYPE_Q4_K)
 AMX_MATMUL(mm_q5_K, CK_TYPE_Q5_K)
 AMX_MATMUL(mm_q6_K, CK_TYPE_Q6_K)
+AMX_MATMUL(mm_iq4_xs, CK_TYPE_IQ4_XS)
 
-/* The other types keep the AVX-512 kernels: Q4_1 / Q5_1 (Q8_1 activations, a min per block),
- * Q2_K, Q3_K and IQ4_XS. */
+/* The other types keep the AVX-512 kernels (AVX2's where those leave them out): Q4_1 / Q5_1
+ * (Q8_1 activations, a min per block), Q2_K and Q3_K. */
 const ck_matmul_fn ck_matmul_amx[CK_NTYPES] = {
     [CK_TYPE_Q4_0] = mm_q4_0, [CK_TYPE_Q5_0] = mm_q5_0, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_IQ4_NL] = mm_iq4_nl,
-    [CK_TYPE_Q4_K] = mm_q4_K, [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K,
+    [CK_TYPE_Q4_K] = mm_q4_K, [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K, [CK_TYPE_IQ4_XS] = mm_iq4_xs,
 };
 #endif

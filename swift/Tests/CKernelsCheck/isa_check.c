@@ -142,7 +142,8 @@ int main(void) {
     static const struct { int type; const char *name; } types[] = {
         {CK_TYPE_F32, "f32"},   {CK_TYPE_F16, "f16"},   {CK_TYPE_BF16, "bf16"}, {CK_TYPE_Q4_0, "q4_0"},
         {CK_TYPE_Q4_1, "q4_1"}, {CK_TYPE_Q5_0, "q5_0"}, {CK_TYPE_Q5_1, "q5_1"}, {CK_TYPE_Q8_0, "q8_0"},
-        {CK_TYPE_Q4_K, "q4_K"}, {CK_TYPE_Q5_K, "q5_K"}, {CK_TYPE_Q6_K, "q6_K"},
+        {CK_TYPE_Q4_K, "q4_K"}, {CK_TYPE_Q5_K, "q5_K"}, {CK_TYPE_Q6_K, "q6_K"}, {CK_TYPE_Q2_K, "q2_K"},
+        {CK_TYPE_Q3_K, "q3_K"}, {CK_TYPE_IQ4_NL, "iq4_nl"}, {CK_TYPE_IQ4_XS, "iq4_xs"},
     };
     ck_set_isa_limit(CK_ISA_BEST);
     const char *best = ck_isa_name();

@@ -158,7 +158,8 @@ final class NewQuantTypeTests: XCTestCase {
         return y
     }
 
-    func lengths(_ t: Int32) -> [Int] { Self.layout(t).block == 32 ? [32, 96, 224, 256] : [256, 512, 768] }
+    /// (4352: past the AMX kernels' K-chunk of 4096 values)
+    func lengths(_ t: Int32) -> [Int] { Self.layout(t).block == 32 ? [32, 96, 224, 256] : [256, 512, 768, 4352] }
 
     func isaLevels() -> [(level: Int32, name: String)] {
         var seen = Set<String>(), out: [(Int32, String)] = []
@@ -264,7 +265,7 @@ final class NewQuantTypeTests: XCTestCase {
 
     /// ck_matmul (and ck_vec_dot) against the Double reference: row ranges, strides with
     /// padding, outputs outside the range untouched, at every ISA level; 5 activation rows, and
-    /// 20 (prefill's kernels: IQ4_NL's AMX tiles).
+    /// 20 (prefill's kernels: IQ4_NL's and IQ4_XS's AMX tiles).
     func testMatmulMatchesReferenceAtEveryISALevel() {
         let rows = 13
         for t in Self.types {
