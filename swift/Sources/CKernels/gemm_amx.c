@@ -1,5 +1,5 @@
-/* gemm_amx.c — Q4_0 / Q5_0 / Q8_0 / IQ4_NL weights x Q8_0 activations and Q4_K / Q5_K / Q6_K /
- * IQ4_XS x Q8_K on AMX tiles (int8), for prefill.
+/* gemm_amx.c — Q4_0 / Q5_0 / Q8_0 / IQ4_NL weights x Q8_0 activations and Q3_K / Q4_K / Q5_K /
+ * Q6_K / IQ4_XS x Q8_K on AMX tiles (int8), for prefill.
  *
  * The arithmetic is the AVX-512 kernels' and llama.cpp's: each sub-block's int8 x int8
  * products are summed exactly in int32, then scaled in float and added up sub-block by
@@ -55,7 +55,7 @@ TAMX static void load_config(int V) {
 }
 
 /* A type's units are S sub-blocks of V values: its blocks for the 32-value types (S = 1),
- * its super-blocks for Q4_K, Q5_K and IQ4_XS (S = 8, V = 32) and Q6_K (S = 16, V = 16). A sub-block
+ * its super-blocks for Q4_K, Q5_K and IQ4_XS (S = 8, V = 32) and Q3_K and Q6_K (S = 16, V = 16). A sub-block
  * is a tile of T = 16 V bytes. Packed for a 16-row tile, a unit of activations is S A-tiles,
  * the rows' 16 scales and, for the types with mins, S x 16 floats scale x (the sub-block's
  * quant sum); a unit of weights is S B-tiles, S x 16 scales (d, or d x the sub-block's
@@ -159,6 +159,31 @@ TAMX static void pack_weights(int type, const uint8_t *w, size_t ws, int R, int6
                 const blk_iq4_xs *x = (const blk_iq4_xs *)(w + n * ws);
                 const float d = n < R ? ck_h2f(x->d) : 0;
                 for (int ib = 0; ib < 8; ib++) sc[16 * ib + n] = n < R ? d * (float)ck_iq4xs_scale(x->scales_l, x->scales_h, ib) : 0;
+            }
+        }
+    } else if (type == CK_TYPE_Q3_K) {
+        /* Value 32c + l (l < 32) of half h: bits 2c..2c+1 of qs[32h + l], minus 4 unless bit
+         * 4h + c of hmask[l] is set; sub-block (16 values) 8h + 2c + l / 16, its scale d x
+         * ck_q3k_scale. */
+        const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1), four = _mm512_set1_epi8(4);
+        for (int64_t u = 0; u < nu; u++, out += BUNIT(16, 256, 0), w += sizeof(blk_q3_K)) {
+            for (int h = 0; h < 2; h++)
+                for (int l0 = 0; l0 < 32; l0 += 4) {
+                    const __m512i q = _mm512_mask_i32gather_epi32(z, k, idx, w + offsetof(blk_q3_K, qs) + 32 * h + l0, 1);
+                    const __m512i hm = _mm512_mask_i32gather_epi32(z, k, idx, w + offsetof(blk_q3_K, hmask) + l0, 1);
+                    for (int c = 0; c < 4; c++) {
+                        const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(q, 2 * c), m3);
+                        const __m512i hb = _mm512_and_si512(_mm512_srli_epi16(hm, 4 * h + c), one);
+                        const int sb = 8 * h + 2 * c + l0 / 16;
+                        _mm512_store_si512(out + 256 * sb + 64 * ((l0 % 16) / 4),
+                                           _mm512_sub_epi8(_mm512_or_si512(lo, _mm512_slli_epi16(hb, 2)), four));
+                    }
+                }
+            float *sc = (float *)(out + 16 * 256);
+            for (int n = 0; n < 16; n++) {
+                const blk_q3_K *x = (const blk_q3_K *)(w + n * ws);
+                const float d = n < R ? ck_h2f(x->d) : 0;
+                for (int j = 0; j < 16; j++) sc[16 * j + n] = n < R ? d * (float)ck_q3k_scale(x->scales, j) : 0;
             }
         }
     } else if (type == CK_TYPE_Q6_K) {
@@ -302,11 +327,11 @@ TILE_CHUNK(tile_chunk_k16, 16, 16, 0)
 TAMX static int mm_amx(int type, int64_t n, const void *vw, size_t ws, int64_t r0, int64_t r1, const void *va, size_t as,
                        int64_t M, float *y, int64_t ldy) {
     const uint8_t *w = vw, *a = va;
-    const int mins = type == CK_TYPE_Q4_K || type == CK_TYPE_Q5_K;
-    const int S = type == CK_TYPE_Q6_K ? 16 : mins || type == CK_TYPE_IQ4_XS ? 8 : 1;
-    const int V = type == CK_TYPE_Q6_K ? 16 : 32, kc = KC / (S * V), T = 16 * V;
+    const int mins = type == CK_TYPE_Q4_K || type == CK_TYPE_Q5_K, v16 = type == CK_TYPE_Q6_K || type == CK_TYPE_Q3_K;
+    const int S = v16 ? 16 : mins || type == CK_TYPE_IQ4_XS ? 8 : 1;
+    const int V = v16 ? 16 : 32, kc = KC / (S * V), T = 16 * V;
     const size_t au = AUNIT(S, T, mins), bu = BUNIT(S, T, mins);
-    const size_t wb = type == CK_TYPE_IQ4_XS ? sizeof(blk_iq4_xs) : S > 1 ? ck_k_bytes(type)
+    const size_t wb = type == CK_TYPE_IQ4_XS ? sizeof(blk_iq4_xs) : type == CK_TYPE_Q3_K ? sizeof(blk_q3_K) : S > 1 ? ck_k_bytes(type)
                     : type == CK_TYPE_IQ4_NL ? sizeof(blk_iq4_nl) : ck_q32_bytes(type);
     const int64_t nu = n / (V * S), mc = M < MC ? M : MC, nmt = (mc + 15) / 16;
     uint8_t *acts = ck_scratch((size_t)(nmt * nu) * au + (size_t)kc * bu);
@@ -362,11 +387,13 @@ AMX_MATMUL(mm_q4_K, CK_TYPE_Q4_K)
 AMX_MATMUL(mm_q5_K, CK_TYPE_Q5_K)
 AMX_MATMUL(mm_q6_K, CK_TYPE_Q6_K)
 AMX_MATMUL(mm_iq4_xs, CK_TYPE_IQ4_XS)
+AMX_MATMUL(mm_q3_K, CK_TYPE_Q3_K)
 
 /* The other types keep the AVX-512 kernels (AVX2's where those leave them out): Q4_1 / Q5_1
- * (Q8_1 activations, a min per block), Q2_K and Q3_K. */
+ * (Q8_1 activations, a min per block) and Q2_K (a min per 16 values). */
 const ck_matmul_fn ck_matmul_amx[CK_NTYPES] = {
     [CK_TYPE_Q4_0] = mm_q4_0, [CK_TYPE_Q5_0] = mm_q5_0, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_IQ4_NL] = mm_iq4_nl,
     [CK_TYPE_Q4_K] = mm_q4_K, [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K, [CK_TYPE_IQ4_XS] = mm_iq4_xs,
+    [CK_TYPE_Q3_K] = mm_q3_K,
 };
 #endif
