@@ -331,8 +331,7 @@ TAMX static int mm_amx(int type, int64_t n, const void *vw, size_t ws, int64_t r
     const int S = v16 ? 16 : mins || type == CK_TYPE_IQ4_XS ? 8 : 1;
     const int V = v16 ? 16 : 32, kc = KC / (S * V), T = 16 * V;
     const size_t au = AUNIT(S, T, mins), bu = BUNIT(S, T, mins);
-    const size_t wb = type == CK_TYPE_IQ4_XS ? sizeof(blk_iq4_xs) : type == CK_TYPE_Q3_K ? sizeof(blk_q3_K) : S > 1 ? ck_k_bytes(type)
-                    : type == CK_TYPE_IQ4_NL ? sizeof(blk_iq4_nl) : ck_q32_bytes(type);
+    const size_t wb = ck_row_size(type, S * V); /* a unit is one block of the type */
     const int64_t nu = n / (V * S), mc = M < MC ? M : MC, nmt = (mc + 15) / 16;
     uint8_t *acts = ck_scratch((size_t)(nmt * nu) * au + (size_t)kc * bu);
     if (!acts) return 0;

@@ -33,9 +33,10 @@ public struct SamplingParams: Sendable, Equatable {
 
     /// Greedy with nothing that changes the logits first (bias, penalties): the token is the
     /// row's argmax as it comes out of the model, which a GPU can find on its own.
-    public var choosesArgmax: Bool {
-        isGreedy && logitBias.isEmpty && repeatPenalty == 1 && presencePenalty == 0 && frequencyPenalty == 0
-    }
+    public var choosesArgmax: Bool { isGreedy && logitBias.isEmpty && !penalizes }
+
+    /// Whether any penalty applies to recent tokens.
+    public var penalizes: Bool { repeatPenalty != 1 || presencePenalty != 0 || frequencyPenalty != 0 }
 }
 
 /// xoshiro256**: small, fast, and reproducible across platforms for a given seed.
@@ -171,7 +172,7 @@ public struct Sampler: Sendable {
 
     mutating func applyPenalties(_ logits: UnsafeMutablePointer<Float>, vocab: Int, history: ArraySlice<Int32>) {
         let p = params
-        guard p.repeatPenalty != 1 || p.presencePenalty != 0 || p.frequencyPenalty != 0 else { return }
+        guard p.penalizes else { return }
         let window = p.penaltyWindow < 0 ? history : history.suffix(p.penaltyWindow)
         var counts: [Int32: Int] = [:]
         for t in window where t >= 0 && Int(t) < vocab { counts[t, default: 0] += 1 }

@@ -614,8 +614,8 @@ final class VulkanDevice: GPUDevice {
     /// them), so they are built on up to 8 threads; Vulkan lets pipelines be created
     /// concurrently (no pipeline cache object is shared).
     func prepare(_ keys: [PipelineKey]) -> [Error?] {
-        var todo: [PipelineKey] = []
-        for k in keys where pipelines[k] == nil && !todo.contains(k) { todo.append(k) }
+        var todo: [PipelineKey] = [], seen = Set<PipelineKey>()
+        for k in keys where pipelines[k] == nil && seen.insert(k).inserted { todo.append(k) }
         var built = [Result<VulkanPipeline, Error>?](repeating: nil, count: todo.count)
         if !todo.isEmpty {
             let pool = ThreadPool(threads: min(todo.count, cpuCount(), 8))
