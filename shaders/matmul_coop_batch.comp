@@ -1,5 +1,5 @@
 #version 450
-// matmul_coop_batch_T — matmul_coop_T's contract for decode batches (any rows; the host sends 17-32),
+// matmul_coop_batch_T — matmul_coop_T's contract for decode batches (any rows; the host sends 9-32),
 // Vulkan only, Q4_0 and Q8_0: Y[m*yStride + r] = sum_k W[r][k] X[m*xStride + k], r < N, m < M,
 // X float16 rows (to_f16's), split-K as matmul_coop_T (workgroup z takes units [z*splitUnits,
 // (z+1)*splitUnits) of K, 16 values a unit, and writes Y + z*plane).
@@ -13,9 +13,8 @@
 // alone on 32 weight rows and every NSG-th chunk of 64 values of K:
 //   - the chunk's raw blocks (36 or 68 bytes a row) come in as 32-bit words, consecutive lanes
 //     reading consecutive words, one chunk ahead in registers;
-//   - they go to the subgroup's part of shared memory, and each lane decodes its row's 64
-//     values into float16 (16 stores of 8 bytes, in an order rotated by the lane so the stores
-//     hit distinct banks);
+//   - they go to the subgroup's part of shared memory; each lane reads its row's words back
+//     and decodes the 64 values into float16 in registers (decodeRow), then stores them;
 //   - the chunk's activations (64 values of each of the 16 MT rows) are copied beside them;
 //   - tensor-core products, float16 operands and float32 sums, 16 x 16 x 16 a step.
 // Subgroup barriers only; at the end the NSG subgroups' partial tiles are added through shared
@@ -75,28 +74,45 @@ void fetch(uint c, uint n0, uint rowWords, uint lane) {
     }
 }
 
-// 16 or 32 bits at half-word h of the row starting at word r of Rs
-uint rs16(uint r, uint h) { return (Rs[r + (h >> 1)] >> ((h & 1u) << 4)) & 0xFFFFu; }
-uint rs32(uint r, uint h) {
-    const uint lo = Rs[r + (h >> 1)];
-    return (h & 1u) == 0u ? lo : (lo >> 16) | (Rs[r + (h >> 1) + 1u] << 16);
+// The lane's row of the chunk (CW words of Rs from word r) decoded into float16: v[q] holds
+// values 4 q .. 4 q + 3. One pass over registers: each 32-bit word of quants gives 8 (Q4_0) or
+// 4 (Q8_0) values in 16-bit pairs through the float16 bit trick below, with no per-value index
+// arithmetic. (The version before decoded 4 values a call, each call reading its words and
+// scale from shared memory again: most of the kernel's instructions went there.)
+// A chunk's layout: block 0's d in half 0 and its quants from half 1 (2 bytes past a word
+// boundary), block 1's d in half BLOCK_HALVES (odd: a word's high half), its quants aligned.
+uint quant(uint R[CW], uint b, uint i) {
+    return b == 0u ? (R[i] >> 16) | (R[i + 1u] << 16) : R[BLOCK_HALVES / 2u + 1u + i];
 }
-
-// values 4 q .. 4 q + 3 of the chunk (q < 16) of the row at word r
-f16vec4 decode(uint r, uint q) {
-    const uint b = q >> 3, g = q & 7u, h = b * BLOCK_HALVES;
-    const float16_t d = unpackFloat2x16(rs16(r, h)).x;
+void decodeRow(uint r, out f16vec4 v[16]) {
+    uint R[CW];
+    [[unroll]] for (uint j = 0u; j < CW; j++) R[j] = Rs[r + j];
+    [[unroll]] for (uint b = 0u; b < 2u; b++) {
+        const float16_t d = b == 0u ? unpackFloat2x16(R[0]).x : unpackFloat2x16(R[BLOCK_HALVES / 2u]).y;
 #if defined(WTYPE_Q4_0)
-    // nibbles of bytes 4 (g & 3).., low for g < 4; a nibble n in a float16 with bits 0x6400 is
-    // 1024 + n, so (1024 + n) - 1032 = n - 8 exactly (matmul_coop's decoding)
-    const uint w = rs32(r, h + 1u + 2u * (g & 3u)) >> ((g >> 2) << 2);
-    const f16vec2 lo = (unpackFloat2x16((w & 0x000F000Fu) | 0x64006400u) - float16_t(1032.0)) * d;
-    const f16vec2 hi = (unpackFloat2x16(((w >> 8) & 0x000F000Fu) | 0x64006400u) - float16_t(1032.0)) * d;
-    return f16vec4(lo.x, hi.x, lo.y, hi.y);
+        // word i holds values 4 i .. 4 i + 3 (low nibbles) and 16 + 4 i .. (high); a nibble n
+        // in a float16 with bits 0x6400 is 1024 + n, so (1024 + n) - 1032 = n - 8 exactly
+        // (matmul_coop's decoding), then one rounding by d
+        [[unroll]] for (uint i = 0u; i < 4u; i++) {
+            const uint w = quant(R, b, i);
+            const f16vec2 p0 = (unpackFloat2x16((w & 0x000F000Fu) | 0x64006400u) - float16_t(1032.0)) * d;         // 4i, 4i+2
+            const f16vec2 p1 = (unpackFloat2x16(((w >> 8) & 0x000F000Fu) | 0x64006400u) - float16_t(1032.0)) * d;  // 4i+1, 4i+3
+            const f16vec2 p2 = (unpackFloat2x16(((w >> 4) & 0x000F000Fu) | 0x64006400u) - float16_t(1032.0)) * d;  // 16+4i, 16+4i+2
+            const f16vec2 p3 = (unpackFloat2x16(((w >> 12) & 0x000F000Fu) | 0x64006400u) - float16_t(1032.0)) * d; // 16+4i+1, 16+4i+3
+            v[8u * b + i] = f16vec4(p0.x, p1.x, p0.y, p1.y);
+            v[8u * b + 4u + i] = f16vec4(p2.x, p3.x, p2.y, p3.y);
+        }
 #else
-    const int w = int(rs32(r, h + 1u + 2u * g));
-    return f16vec4(bitfieldExtract(w, 0, 8), bitfieldExtract(w, 8, 8), bitfieldExtract(w, 16, 8), bitfieldExtract(w, 24, 8)) * d;
+        // a signed byte s read as unsigned s ^ 0x80 = s + 128 in a float16 with bits 0x6400 is
+        // 1152 + s, so (1152 + s) - 1152 = s exactly
+        [[unroll]] for (uint i = 0u; i < 8u; i++) {
+            const uint w = quant(R, b, i) ^ 0x80808080u;
+            const f16vec2 p0 = (unpackFloat2x16((w & 0x00FF00FFu) | 0x64006400u) - float16_t(1152.0)) * d;        // 4i, 4i+2
+            const f16vec2 p1 = (unpackFloat2x16(((w >> 8) & 0x00FF00FFu) | 0x64006400u) - float16_t(1152.0)) * d; // 4i+1, 4i+3
+            v[8u * b + i] = f16vec4(p0.x, p1.x, p0.y, p1.y);
+        }
 #endif
+    }
 }
 
 void main() {
@@ -115,6 +131,8 @@ void main() {
     for (; c < c1; c += NSG) {
         [[unroll]] for (uint i = 0u; i < CW; i++) Rs[rbase + lane + 32u * i] = raw[i];
         if (c + NSG < c1) fetch(c + NSG, n0, rowWords, lane); // in flight until the next chunk
+        // (activations fetched a chunk ahead too were no faster at 16 rows, slower at 32: the
+        // registers cost more than their latency)
         f16vec4 xa[AL];
         [[unroll]] for (uint i = 0u; i < AL; i++) {
             const uint e = lane + 32u * i;
@@ -122,9 +140,14 @@ void main() {
         }
         subgroupMemoryBarrierShared();
         subgroupBarrier();
-        [[unroll]] for (uint s = 0u; s < 16u; s++) {
-            const uint q = (s + lane) & 15u;
-            Ws[wbase + lane * S4 + q] = decode(rbase + lane * CW, q);
+        {
+            // rows are 36 words apart, so lanes l and l + 8 would store to the same banks: lanes
+            // 8..15 and 24..31 swap each pair of stores (then 16 lanes cover the 32 banks)
+            f16vec4 v[16];
+            decodeRow(rbase + lane * CW, v);
+            const bool sw = (lane & 8u) != 0u;
+            [[unroll]] for (uint q = 0u; q < 16u; q++)
+                Ws[wbase + lane * S4 + (sw ? q ^ 1u : q)] = sw ? v[q ^ 1u] : v[q];
         }
         [[unroll]] for (uint i = 0u; i < AL; i++) {
             const uint e = lane + 32u * i;

@@ -911,7 +911,7 @@ final class GPUKernelTests: XCTestCase {
         }
         // matmul_coop_batch_T's plans (the kernel itself needs cooperative matrices: checked on
         // the device by coopmat-check): every shape within 48 KiB of shared memory, splits of
-        // whole 64-value chunks that cover K with none empty, and 17-32 rows only
+        // whole 64-value chunks that cover K with none empty, and at most 32 rows
         for t in GPUKernels.coopBatchTypes {
             for m in 1...64 {
                 let sg = GPUKernels.coopBatchSubgroups(t, rows: m), mt = GPUKernels.coopBatchTiles(rows: m)
@@ -932,6 +932,20 @@ final class GPUKernelTests: XCTestCase {
         XCTAssertFalse(GPUKernels.useCoopBatch(.q4_0, rows: 32, k: 4096 + 32))
         XCTAssertFalse(GPUKernels.useCoopBatch(.q4_K, rows: 32, k: 4096))
         XCTAssertTrue(GPUKernels.useCoopBatch(.q8_0, rows: 17, k: 2048))
+        // the decode kernels' crossover: batches past 8 rows take the tensor-core batch kernel
+        // where every layer product has it; otherwise matvec keeps up to 16 rows
+        func product(_ t: GGMLType, k: Int = 4096) -> WeightMatrix {
+            WeightMatrix(name: "w", type: t, data: UnsafeRawPointer(bitPattern: 64)!, rows: 4096, cols: k, rowBytes: k / t.blockSize * t.bytesPerBlock)
+        }
+        if ProcessInfo.processInfo.environment["VELO_GPU_MATVEC_MAX_ROWS"] == nil && ProcessInfo.processInfo.environment["VELO_GPU_COOP_BATCH"] == nil {
+            XCTAssertEqual(GPUKernels.matvecMaxRows(layerProducts: [product(.q4_0), product(.q8_0)], experts: false, tensorCores: true), 8)
+            XCTAssertEqual(GPUKernels.matvecMaxRows(layerProducts: [product(.q4_0), product(.q6_K)], experts: false, tensorCores: true), 16)
+            XCTAssertEqual(GPUKernels.matvecMaxRows(layerProducts: [product(.q4_0), product(.q4_0, k: 4096 + 32)], experts: false, tensorCores: true), 16)
+            XCTAssertEqual(GPUKernels.matvecMaxRows(layerProducts: [product(.q4_0)], experts: true, tensorCores: true), 16)
+            XCTAssertEqual(GPUKernels.matvecMaxRows(layerProducts: [product(.q4_0)], experts: false, tensorCores: false), 16)
+            XCTAssertEqual(GPUKernels.coopBatchSubgroups(.q4_0, rows: 16), 2)
+            XCTAssertEqual(GPUKernels.coopBatchSubgroups(.q4_0, rows: 32), 4)
+        }
         XCTAssertGreaterThanOrEqual(GPUKernels.f16Bytes(maxTokens: 20, maxCols: 4096, experts: nil), 64 * 4096 * 2)
         // matmul_cm2_T's plan (the kernel needs VK_NV_cooperative_matrix2: checked on the device
         // by coopmat-check). It reads its last tile's activation rows unchecked, so the float16

@@ -42,6 +42,9 @@ final class GPUForward: ForwardOps {
     private var attentionPlan = (chunk: 0, splits: 1)
     /// Prefill attention on tensor cores (attention_coop, blocks of its rows) or attention_tiled.
     private let coopAttention: Bool
+    /// Batches of up to this many rows take the decode kernels (matvec, the 8-bit activations,
+    /// split attention); larger ones the tiled products (GPUKernels.matvecMaxRows(device:model:)).
+    private let matvecMaxRows: Int
     /// Decode batches' products through matvec_dot_batch_T; prefill products through matmul_cm2_T
     /// (for its weight types): what the device allows, asked once.
     private let dotBatch: Bool
@@ -183,6 +186,7 @@ final class GPUForward: ForwardOps {
         sections = (t, p, pt, rs, bl, hs, tab)
         coopAttention = GPUKernels.useAttentionCoop(device, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim)
         dotBatch = GPUKernels.dotBatchFits(device)
+        matvecMaxRows = GPUKernels.matvecMaxRows(device: device, model: model)
         cm2 = GPUKernels.hasCM2(device) ? GPUKernels.cm2Types : []
         inputs = try device.makeBuffer(bytes: tab + pagetabCapacity * 4, memory: .upload, label: "step inputs")
         nonfinite = try device.makeBuffer(bytes: 256, memory: .readback, label: "non-finite flag")
@@ -192,7 +196,7 @@ final class GPUForward: ForwardOps {
         let pairs = model.gatedPairs.filter { g, u in
             g.type == u.type && g.rows == u.rows && g.cols == u.cols && g.rowBytes == u.rowBytes && g.data != u.data
         }
-        gluScratch = pairs.isEmpty || maxTokens <= GPUKernels.matvecMaxRows ? nil
+        gluScratch = pairs.isEmpty || maxTokens <= matvecMaxRows ? nil
             : try device.makeBuffer(bytes: maxTokens * 2 * pairs.map { $0.0.rows }.max()! * 4, memory: .device, label: "gate/up products")
         var paired = Set<UnsafeRawPointer>()
         for (g, u) in pairs where gatedWeights[g.data] == nil && !paired.contains(u.data) {
@@ -283,7 +287,7 @@ final class GPUForward: ForwardOps {
         }
         for v in model.vectors { vectors[v.name] = try upload(v.values, label: v.name) }
         ropeFreqs = try c.ropes.map { try upload($0.freqs, label: "rope frequencies") }
-        if maxTokens > GPUKernels.matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
+        if maxTokens > matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
             x16 = try device.makeBuffer(bytes: GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts), memory: .device, label: "float16 activations")
         } else {
             x16 = nil
@@ -296,7 +300,7 @@ final class GPUForward: ForwardOps {
         if let b = Self.q8Bytes(device: device, model: model) {
             q8 = (try device.makeBuffer(bytes: b.values, memory: .device, label: "8-bit activations"),
                   try device.makeBuffer(bytes: b.scales, memory: .device, label: "8-bit activation scales"))
-            let zeros = [UInt32](repeating: 0, count: GPUKernels.matvecMaxRows * c.kvHeads)
+            let zeros = [UInt32](repeating: 0, count: matvecMaxRows * c.kvHeads)
             let done = try device.makeBuffer(bytes: zeros.count * 4, memory: .device, label: "attention counters")
             try zeros.withUnsafeBytes { try device.upload(done, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
             attnDone = done
@@ -325,7 +329,7 @@ final class GPUForward: ForwardOps {
                 }
                 if GPUKernels.coopBatchShape != nil && GPUKernels.coopBatchTypes.contains(w.type) {
                     // each tile height some batch past matvec's rows takes
-                    for m in Swift.stride(from: 16, through: GPUKernels.coopBatchRows, by: 16) where m > GPUKernels.matvecMaxRows && m - 15 <= maxTokens {
+                    for m in Swift.stride(from: 16, through: GPUKernels.coopBatchRows, by: 16) where m > matvecMaxRows && m - 15 <= maxTokens {
                         want(GPUKernels.matmulCoopBatch(w.type, rows: m))
                     }
                 }
@@ -378,8 +382,9 @@ final class GPUForward: ForwardOps {
         b += maxLogitRows * c.vocabSize * 4 * (device.stagesReadback ? 2 : 1) + max(maxLogitRows * 4, 16)
         let pagetab = maxSequences * ((maxContext + pageSize - 1) / pageSize + 1) + 16
         b += maxTokens * 24 + maxLogitRows * 4 + pagetab * 4 + 1536
-        if maxTokens > GPUKernels.matvecMaxRows, let rows = model.gatedPairs.map({ $0.0.rows }).max() { b += maxTokens * 2 * rows * 4 }
-        if maxTokens > GPUKernels.matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
+        let matvecMaxRows = GPUKernels.matvecMaxRows(device: device, model: model)
+        if maxTokens > matvecMaxRows, let rows = model.gatedPairs.map({ $0.0.rows }).max() { b += maxTokens * 2 * rows * 4 }
+        if maxTokens > matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
             b += GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts)
         }
         if let q = q8Bytes(device: device, model: model) { b += q.values + q.scales }
@@ -391,9 +396,10 @@ final class GPUForward: ForwardOps {
     /// routed pairs' hidden rows where an expert layer's down product runs on matvec_dot_id.
     static func q8Bytes(device: GPUDevice, model: LanguageModel) -> (values: Int, scales: Int)? {
         guard GPUKernels.integerDot(device), let k = model.matrices.filter({ GPUKernels.dotTypes.contains($0.type) }).map(\.cols).max() else { return nil }
-        var b = GPUKernels.q8Bytes(k: k, m: GPUKernels.matvecMaxRows)
+        let matvecMaxRows = GPUKernels.matvecMaxRows(device: device, model: model)
+        var b = GPUKernels.q8Bytes(k: k, m: matvecMaxRows)
         if let e = model.config.experts, model.expertLayers.contains(where: { GPUKernels.dotTypes.contains($0.down[0].type) }) {
-            let d = GPUKernels.q8Bytes(k: e.ffnDim, m: GPUKernels.matvecMaxRows * e.used)
+            let d = GPUKernels.q8Bytes(k: e.ffnDim, m: matvecMaxRows * e.used)
             b = (max(b.values, d.values), max(b.scales, d.scales))
         }
         return b
@@ -473,7 +479,7 @@ final class GPUForward: ForwardOps {
         write(sections.rowsel, batch.logitRows.map { Int32($0) })
         if !batch.hiddenRows.isEmpty { write(sections.hiddensel, batch.hiddenRows.map { Int32($0) }) }
         if !table.isEmpty { write(sections.pagetab, table) }
-        let blocks = n > GPUKernels.matvecMaxRows
+        let blocks = n > matvecMaxRows
             ? GPUKernels.attentionBlocks(sequence: batch.sequence, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim,
                                          rows: coopAttention ? GPUKernels.attentionCoopRows : GPUKernels.attentionTiledRows) : nil
         if let blocks { write(sections.blocks, blocks) }
@@ -538,7 +544,7 @@ final class GPUForward: ForwardOps {
     /// x16, when this pass's rows of `width` values (whole f16vec4s, so to_f16's rows are the
     /// values themselves) go to tensor-core products and a kernel may write their float16 copy.
     private func f16Copy(width: Int) -> GPUBuffer? {
-        guard GPUKernels.f16OutFused, f16Inputs, n > GPUKernels.matvecMaxRows, width % 4 == 0, let x16, x16.size >= n * width * 2 else { return nil }
+        guard GPUKernels.f16OutFused, f16Inputs, n > matvecMaxRows, width % 4 == 0, let x16, x16.size >= n * width * 2 else { return nil }
         return x16
     }
 
@@ -558,10 +564,10 @@ final class GPUForward: ForwardOps {
     /// w.rows counting the interleaved rows.
     private func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op,
                           weight: GPUBinding? = nil, glu: ModelConfig.FFNActivation? = nil, ropeNext: Bool = false) {
-        precondition(glu == nil || rows <= GPUKernels.matvecMaxRows)
+        precondition(glu == nil || rows <= matvecMaxRows)
         let params = [UInt32(w.cols), UInt32(w.rows), UInt32(rows), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0)]
         let wb = weight ?? GPUBinding(weights[w.data]!)
-        if rows <= GPUKernels.matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
+        if rows <= matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
             // activations to 8 bits once per input (the Q, K and V products share it), then
             // integer dot products with the weight blocks
             quantizeQ8(x, q8, rows: rows, xStride: xStride, k: w.cols, op: op)
@@ -576,7 +582,7 @@ final class GPUForward: ForwardOps {
                          GPUKernels.matvecGroups(n: w.rows, m: rows, dot: true, glu: glu != nil), op)
             }
             if q8Source?.buffer == ObjectIdentifier(y.buffer) { q8Source = nil } // Y overwrote them
-        } else if rows <= GPUKernels.matvecMaxRows || w.rows <= GPUKernels.matvecAnyRows {
+        } else if rows <= matvecMaxRows || w.rows <= GPUKernels.matvecAnyRows {
             let k = GPUKernels.matvec(w.type, rows: rows, n: w.rows, glu: glu != nil)
             dispatch(k, [wb, x, y], params, GPUKernels.matvecGroups(n: w.rows, m: rows, glu: glu != nil), op)
         } else if GPUKernels.useCoop(device, w.type), f16Inputs, let x16 {
@@ -682,7 +688,7 @@ final class GPUForward: ForwardOps {
         }
         // the output as 8-bit blocks too, for the O product's matvec_dot: by the attention
         // kernel itself (a single split, or the last of a few), else by the combine
-        let q8Out = q8 != nil && n <= GPUKernels.matvecMaxRows && c.headDim % 32 == 0
+        let q8Out = q8 != nil && n <= matvecMaxRows && c.headDim % 32 == 0
             && c.headDim <= GPUKernels.attentionCombineQ8MaxHeadDim && c.qDim <= q8Width
         var buffers = [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)]
         if splits <= GPUKernels.attentionJoinMaxSplits, q8Out, let q8, let done = attnDone {
@@ -710,7 +716,7 @@ final class GPUForward: ForwardOps {
     func addRMSNorm(_ dst: Activation, _ src: Activation, _ w: WeightVector, into out: Activation) {
         let dim = config.dim, params = [UInt32(dim), UInt32(n), config.normEps.bitPattern]
         let bindings = [act(dst), act(src), GPUBinding(vectors[w.name]!), act(out)]
-        if let q8, n <= GPUKernels.matvecMaxRows, dim % 32 == 0, dim <= GPUKernels.addRMSNormQ8MaxWidth, dim <= q8Width {
+        if let q8, n <= matvecMaxRows, dim % 32 == 0, dim <= GPUKernels.addRMSNormQ8MaxWidth, dim <= q8Width {
             // the norm also as 8-bit blocks, for the matvec_dot products that read it next
             dispatch(GPUKernels.addRMSNormQ8, bindings + [GPUBinding(q8.values), GPUBinding(q8.scales)], params, (n, 1, 1), .norm)
             q8Source = rowsKey(act(out), rows: n, xStride: stride(out), k: dim)
@@ -745,7 +751,7 @@ final class GPUForward: ForwardOps {
         precondition(ffn == Self.width(.gate, config))
         let pair = WeightMatrix(name: gate.name, type: gate.type, data: gate.data, rows: 2 * ffn, cols: gate.cols, rowBytes: gate.rowBytes)
         let x = act(src), xStride = stride(src)
-        if n <= GPUKernels.matvecMaxRows {
+        if n <= matvecMaxRows {
             multiply(pair, x, rows: n, xStride: xStride, into: act(.gate), yStride: ffn, op: .matmul, weight: GPUBinding(wb), glu: a)
         } else {
             let s = GPUBinding(gluScratch!)
@@ -788,7 +794,7 @@ final class GPUForward: ForwardOps {
             expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.gate), yStride: h)
             expertProduct(expertStacks[l.up[0].data]!, x, xStride: xs, gather: true, into: GPUBinding(m.up), yStride: h)
             swiglu(GPUBinding(m.gate), GPUBinding(m.up), count: pairs * h)
-        } else if n <= GPUKernels.matvecMaxRows {
+        } else if n <= matvecMaxRows {
             // interleaved: SwiGLU in the product's GLU mode
             expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.gate), yStride: h, glu: .silu)
         } else {
@@ -824,18 +830,18 @@ final class GPUForward: ForwardOps {
     private func expertProduct(_ s: ExpertStack, _ x: GPUBinding, xStride: Int, gather: Bool, into y: GPUBinding, yStride: Int,
                                glu: ModelConfig.FFNActivation? = nil) {
         let w = s.expert, e = config.experts!, m = moe!
-        precondition(glu == nil || n <= GPUKernels.matvecMaxRows)
+        precondition(glu == nil || n <= matvecMaxRows)
         let params = [UInt32(w.cols), UInt32(w.rows), UInt32(n * e.used), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0),
                       UInt32(s.expertBytes / 2), gather ? 1 : 0] + m.offsets.map { UInt32($0) }
         let buffers = [GPUBinding(s.buffer), x, y, GPUBinding(m.routing)]
-        if n <= GPUKernels.matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
+        if n <= matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
             // 8-bit activations (the layer's input rows, or the pairs' hidden rows) and integer
             // dot products, as matvec_dot_T
             quantizeQ8(x, q8, rows: gather ? n : n * e.used, xStride: xStride, k: w.cols, op: .matmul)
             dispatch(GPUKernels.matvecDotID(w.type, k: w.cols), [GPUBinding(s.buffer), GPUBinding(q8.values), GPUBinding(q8.scales), y, GPUBinding(m.routing)],
                      params, GPUKernels.matvecDotIDGroups(n: w.rows, k: w.cols, pairs: n * e.used), .matmul)
             if q8Source?.buffer == ObjectIdentifier(y.buffer) { q8Source = nil } // Y overwrote them
-        } else if n <= GPUKernels.matvecMaxRows {
+        } else if n <= matvecMaxRows {
             dispatch(GPUKernels.matvecID(w.type), buffers, params, GPUKernels.matvecIDGroups(n: w.rows, pairs: n * e.used), .matmul)
         } else if GPUKernels.useCoop(device, w.type), f16Inputs, let x16 {
             passUsed.inputs = true
@@ -874,7 +880,7 @@ final class GPUForward: ForwardOps {
         // them (its 16 x 16 tile stores would cross the bus in 64-byte pieces: 8B, 64 rows, 11 ms
         // a step on an H100; one copy moves the rows at the bus's speed) or when only their
         // argmaxes are read; matvec otherwise writes whole rows straight to host memory.
-        let staged = rows > GPUKernels.matvecMaxRows || batch.argmaxes ? logitsStaging : nil
+        let staged = rows > matvecMaxRows || batch.argmaxes ? logitsStaging : nil
         let target = GPUBinding(staged ?? logitsBuffer)
         multiply(output, act(.xn), rows: rows, xStride: config.dim, into: target, yStride: config.vocabSize, op: .output)
         let count = rows * config.vocabSize

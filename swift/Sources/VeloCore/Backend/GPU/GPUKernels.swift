@@ -44,14 +44,34 @@ enum GPUKernels {
         return (UInt32(f[0]), f[1])
     }()
     /// Up to this many activation rows go through matvec, reading each weight once; more go
-    /// through the tiled (tensor-core where there are some) matmul. VELO_GPU_MATVEC_MAX_ROWS
-    /// (1…16) moves the crossover (tuning runs on a device).
-    static let matvecMaxRows: Int = {
-        guard let e = getenv("VELO_GPU_MATVEC_MAX_ROWS") else { return 16 }
+    /// through the tiled (tensor-core where there are some) matmul. The matvec kernels' limit;
+    /// a model's own crossover is `matvecMaxRows(device:model:)`. VELO_GPU_MATVEC_MAX_ROWS
+    /// (1…16) sets both (tuning runs on a device).
+    static let matvecMaxRows: Int = matvecRowsSwitch ?? 16
+    private static let matvecRowsSwitch: Int? = {
+        guard let e = getenv("VELO_GPU_MATVEC_MAX_ROWS") else { return nil }
         if let v = Int(String(cString: e)), (1...16).contains(v) { return v }
         fputs("velo: ignoring VELO_GPU_MATVEC_MAX_ROWS=\(String(cString: e)) (expected 1…16)\n", stderr)
-        return 16
+        return nil
     }()
+    /// A model's crossover from matvec to the tiled products. matvec_dot_batch_T's cost grows
+    /// with the rows (dp4a and shared-memory reads a row: an 8B's gate/up took 60.7 µs at 8
+    /// rows and 123 at 16 on an H200), matmul_coop_batch_T's barely does; so where every layer
+    /// product has the tensor-core batch kernel, batches past 8 rows take it. Other models keep
+    /// matvec up to 16 rows: K-quant products of 9–16 rows through matmul_coop_T were slower
+    /// (bench/RESULTS.md).
+    static func matvecMaxRows(device: GPUDevice, model: LanguageModel) -> Int {
+        if let v = matvecRowsSwitch { return v }
+        let c = model.config
+        return matvecMaxRows(layerProducts: model.matrices.filter { $0.rows != c.vocabSize }, experts: c.experts != nil,
+                             tensorCores: useCoop(device) && integerDot(device))
+    }
+    /// The rule above, for the layers' products (the embedding and output left out).
+    static func matvecMaxRows(layerProducts: [WeightMatrix], experts: Bool, tensorCores: Bool) -> Int {
+        let batchKernel = tensorCores && !experts && !layerProducts.isEmpty
+            && layerProducts.allSatisfy { useCoopBatch($0.type, rows: 16, k: $0.cols) }
+        return batchKernel ? 8 : 16
+    }
     /// Weights of at most this many rows (a mixture-of-experts router: one row an expert) go
     /// through matvec at any batch: the tiled matmul makes a handful of workgroups of them
     /// (Qwen3-30B-A3B's 128 x 2048 router at 512 tokens: 16 of 256 threads, 268 µs a layer on
@@ -141,7 +161,7 @@ enum GPUKernels {
         #endif
         return false
     }
-    static func dotBatchTakes(rows m: Int) -> Bool { m >= dotBatch.minRows && m <= matvecMaxRows }
+    static func dotBatchTakes(rows m: Int) -> Bool { m >= dotBatch.minRows }
     static func matvecDotBatch(_ t: GGMLType, rows m: Int) -> Kernel {
         Kernel(name: "matvec_dot_batch_" + suffix(t), buffers: 4,
                constants: [UInt32(dotBatchLocal), UInt32(matvecCols(m)), UInt32(dotBatch.sgr), UInt32(dotBatch.bpl)])
@@ -296,7 +316,8 @@ enum GPUKernels {
     static func matmulCM2Groups(n: Int, m: Int) -> (Int, Int, Int) {
         ((n + cm2Shape.tw - 1) / cm2Shape.tw, (m + cm2Shape.tx - 1) / cm2Shape.tx, 1)
     }
-    /// matmul_coop_batch_T: tensor-core products for decode batches of 17-32 rows, each
+    /// matmul_coop_batch_T: tensor-core products for decode batches of 9 (or 17: see
+    /// matvecMaxRows(device:model:)) to 32 rows, each
     /// subgroup streaming its own chunks of 32 weight rows (shaders/matmul_coop_batch.comp),
     /// Q4_0 and Q8_0. 8B Q4_0 on an H200 (bench/RESULTS.md): 32 sequences decode 2125 t/s
     /// against 1667-1714 through matmul_coop_T; at 64 rows the two were even (2589 / 2615),
@@ -304,10 +325,13 @@ enum GPUKernels {
     /// the subgroups a workgroup (1, 2, 4 or 8; fewer where shared memory needs), the
     /// workgroups split-K aims for and the most 16-row activation tiles a workgroup (1-4; more
     /// rows take more workgroups); VELO_GPU_COOP_BATCH=off keeps matmul_coop_T (A/B runs).
+    /// Without it, one 16-row tile (9-16 rows) takes 2 subgroups a workgroup, more take 4: 8B
+    /// Q4_0 on an H200, 16 sequences 1823.0 / 1838.8 against 1746.9 with 4 and 1693.5 with 1;
+    /// 32 sequences 2950.0 / 2945.4 with 4 (bench/RESULTS.md, tenth session).
     static let coopBatchTypes: Set<GGMLType> = [.q4_0, .q8_0]
     static let coopBatchRows = 32
-    static let coopBatchShape: (subgroups: Int, groups: Int, tiles: Int)? = {
-        let best = (4, 512, 4)
+    static let coopBatchShape: (subgroups: Int?, groups: Int, tiles: Int)? = {
+        let best: (Int?, Int, Int) = (nil, 512, 4)
         guard let e = getenv("VELO_GPU_COOP_BATCH") else { return best }
         let s = String(cString: e)
         if s == "off" { return nil }
@@ -326,7 +350,7 @@ enum GPUKernels {
         return subgroups * (32 * cw * 4 + 32 * 144 + 16 * mt * 144) + 2048 * mt
     }
     static func coopBatchSubgroups(_ t: GGMLType, rows m: Int) -> Int {
-        var g = coopBatchShape?.subgroups ?? 4
+        var g = coopBatchShape?.subgroups ?? (coopBatchTiles(rows: m) == 1 ? 2 : 4)
         while g > 1, coopBatchShared(subgroups: g, mt: coopBatchTiles(rows: m), type: t) > 49152 { g /= 2 }
         return g
     }
