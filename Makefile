@@ -114,7 +114,7 @@ ATTN_STAGED := attention_staged_f16_f16
 # weight types it decodes
 CM2_TYPES := q4_0 q8_0 q4_k q5_k q6_k
 CM2_VARIANTS := $(addprefix matmul_cm2_,$(CM2_TYPES)) $(addprefix matmul_cm2h_,$(CM2_TYPES))
-# tensor-core products for decode batches (17-32 rows), Q4_0 and Q8_0
+# tensor-core products for decode batches (9 or 17 to 32 rows: GPUKernels.matvecMaxRows(device:model:)), Q4_0 and Q8_0
 COOP_BATCH_TYPES := q4_0 q8_0
 COOP_BATCH_VARIANTS := $(addprefix matmul_coop_batch_,$(COOP_BATCH_TYPES))
 SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(DOT_VARIANTS) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) $(addsuffix _f16,$(F16_OUT_KERNELS)) \
