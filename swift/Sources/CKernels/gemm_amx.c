@@ -1,9 +1,10 @@
-/* gemm_amx.c — Q4_0 / Q5_0 / Q8_0 / IQ4_NL weights x Q8_0 activations and Q3_K / Q4_K / Q5_K /
- * Q6_K / IQ4_XS x Q8_K on AMX tiles (int8), for prefill.
+/* gemm_amx.c — Q4_0 / Q5_0 / Q8_0 / IQ4_NL weights x Q8_0 activations, Q4_1 / Q5_1 x Q8_1 and
+ * Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K on AMX tiles (int8), for prefill.
  *
  * The arithmetic is the AVX-512 kernels' and llama.cpp's: each sub-block's int8 x int8
  * products are summed exactly in int32, then scaled in float and added up sub-block by
- * sub-block; a Q4_K / Q5_K super-block's mins come off through its activations' quant sums.
+ * sub-block; a Q4_K / Q5_K super-block's mins come off through its activations' quant sums,
+ * and a Q4_1 / Q5_1 block's min m is added as m times its Q8_1 activation block's s.
  * So results differ from theirs only in float rounding order.
  *
  * The tile unit does the integer sums, 16 activation rows x 16 weight rows a sub-block
@@ -54,7 +55,8 @@ TAMX static void load_config(int V) {
     _tile_loadconfig(&c);
 }
 
-/* A type's units are S sub-blocks of V values: its blocks for the 32-value types (S = 1),
+/* A type's units are S sub-blocks of V values: its blocks for the 32-value types (S = 1; Q4_1
+ * and Q5_1 with mins, their activations Q8_1),
  * its super-blocks for Q4_K, Q5_K and IQ4_XS (S = 8, V = 32) and Q3_K and Q6_K (S = 16, V = 16). A sub-block
  * is a tile of T = 16 V bytes. Packed for a 16-row tile, a unit of activations is S A-tiles,
  * the rows' 16 scales and, for the types with mins, S x 16 floats scale x (the sub-block's
@@ -72,6 +74,14 @@ TAMX static void pack_acts(int S, int V, int mins, const uint8_t *a, size_t as, 
     for (int64_t u = 0; u < nu; u++, out += unit) {
         float *d = (float *)(out + T * S), *dsum = d + 16;
         for (int m = 0; m < rows; m++) {
+            if (S == 1 && mins) {
+                /* Q8_1: the block's s = d x sum(qs), as llama.cpp's kernels take it (float16) */
+                const blk_q8_1 *blk = (const blk_q8_1 *)(a + m * as) + u;
+                _mm256_store_si256((__m256i *)(out + 32 * m), _mm256_loadu_si256((const __m256i *)blk->qs));
+                d[m] = ck_h2f(blk->d);
+                dsum[m] = ck_h2f(blk->s);
+                continue;
+            }
             if (S == 1) {
                 const blk_q8_0 *blk = (const blk_q8_0 *)(a + m * as) + u;
                 _mm256_store_si256((__m256i *)(out + 32 * m), _mm256_loadu_si256((const __m256i *)blk->qs));
@@ -135,6 +145,31 @@ TAMX static void pack_weights(int type, const uint8_t *w, size_t ws, int R, int6
             }
             const __m512i d = _mm512_mask_i32gather_epi32(z, k, idx, w, 1);
             _mm512_store_ps(out + 512, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
+        }
+    } else if (type == CK_TYPE_Q4_1 || type == CK_TYPE_Q5_1) {
+        /* Q4_0's and Q5_0's quants without the offset (0..15, 0..31: x = d q + m); d and m in
+         * the block's first dword; the min stored negated (scale_add subtracts mins) */
+        const int q5 = type == CK_TYPE_Q5_1;
+        const size_t wb = q5 ? sizeof(blk_q5_1) : sizeof(blk_q4_1), qs = q5 ? offsetof(blk_q5_1, qs) : offsetof(blk_q4_1, qs);
+        const __m512i spread = _mm512_set1_epi32(0x00204081), ones = _mm512_set1_epi8(1);
+        for (int64_t u = 0; u < nu; u++, out += BUNIT(1, 512, 1), w += wb) {
+            const __m512i h = q5 ? _mm512_mask_i32gather_epi32(z, k, idx, w + offsetof(blk_q5_1, qh), 1) : z;
+            for (int j = 0; j < 4; j++) {
+                const __m512i q = _mm512_mask_i32gather_epi32(z, k, idx, w + qs + 4 * j, 1);
+                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                if (q5) {
+                    /* as Q5_0: bits 4j.. (16+4j.. for the high nibbles) of qh, one to a byte, as 16 */
+                    const __m512i bl = _mm512_and_si512(_mm512_srli_epi32(h, 4 * j), _mm512_set1_epi32(0xf));
+                    const __m512i bh = _mm512_and_si512(_mm512_srli_epi32(h, 16 + 4 * j), _mm512_set1_epi32(0xf));
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(bl, spread), ones), 4));
+                    hi = _mm512_or_si512(hi, _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(bh, spread), ones), 4));
+                }
+                _mm512_store_si512(out + 64 * j, lo);
+                _mm512_store_si512(out + 64 * (j + 4), hi);
+            }
+            const __m512i dm = _mm512_mask_i32gather_epi32(z, k, idx, w, 1);
+            _mm512_store_ps(out + 512, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
+            _mm512_store_ps(out + 576, _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)))));
         }
     } else if (type == CK_TYPE_Q8_0) {
         for (int64_t u = 0; u < nu; u++, out += BUNIT(1, 512, 0), w += sizeof(blk_q8_0)) {
@@ -312,13 +347,14 @@ TAMX static inline __attribute__((always_inline)) void tile_chunk(int S, int V, 
     for (int m = 0; m < rows; m++) _mm512_mask_storeu_ps(y + m * ldy, cols, acc[m]);
 }
 
-/* The four layouts, each compiled on its own. */
+/* The five layouts, each compiled on its own. */
 #define TILE_CHUNK(NAME, S, V, MINS)                                                                                 \
     TAMX static void NAME(int64_t nsub, const uint8_t *ap, const uint8_t *next, const uint8_t *bp, float *y, int64_t ldy, \
                           int rows, __mmask16 cols, int first) {                                                      \
         tile_chunk(S, V, MINS, nsub, ap, next, bp, y, ldy, rows, cols, first);                                         \
     }
 TILE_CHUNK(tile_chunk_q32, 1, 32, 0)
+TILE_CHUNK(tile_chunk_q32m, 1, 32, 1)
 TILE_CHUNK(tile_chunk_k32, 8, 32, 1)
 TILE_CHUNK(tile_chunk_k32n, 8, 32, 0)
 TILE_CHUNK(tile_chunk_k16, 16, 16, 0)
@@ -327,8 +363,9 @@ TILE_CHUNK(tile_chunk_k16, 16, 16, 0)
 TAMX static int mm_amx(int type, int64_t n, const void *vw, size_t ws, int64_t r0, int64_t r1, const void *va, size_t as,
                        int64_t M, float *y, int64_t ldy) {
     const uint8_t *w = vw, *a = va;
-    const int mins = type == CK_TYPE_Q4_K || type == CK_TYPE_Q5_K, v16 = type == CK_TYPE_Q6_K || type == CK_TYPE_Q3_K;
-    const int S = v16 ? 16 : mins || type == CK_TYPE_IQ4_XS ? 8 : 1;
+    const int kmins = type == CK_TYPE_Q4_K || type == CK_TYPE_Q5_K, v16 = type == CK_TYPE_Q6_K || type == CK_TYPE_Q3_K;
+    const int mins = kmins || type == CK_TYPE_Q4_1 || type == CK_TYPE_Q5_1;
+    const int S = v16 ? 16 : kmins || type == CK_TYPE_IQ4_XS ? 8 : 1;
     const int V = v16 ? 16 : 32, kc = KC / (S * V), T = 16 * V;
     const size_t au = AUNIT(S, T, mins), bu = BUNIT(S, T, mins);
     const size_t wb = ck_row_size(type, S * V); /* a unit is one block of the type */
@@ -355,7 +392,8 @@ TAMX static int mm_amx(int type, int64_t n, const void *vw, size_t ws, int64_t r
                     float *yt = y + (m0 + 16 * t) * ldy + r;
                     const int rows = left < 16 ? (int)left : 16;
                     const __mmask16 cols = (__mmask16)((1u << R) - 1);
-                    if (S == 1) tile_chunk_q32(nku, at, next, panel, yt, ldy, rows, cols, ku == 0);
+                    if (S == 1 && mins) tile_chunk_q32m(nku, at, next, panel, yt, ldy, rows, cols, ku == 0);
+                    else if (S == 1) tile_chunk_q32(nku, at, next, panel, yt, ldy, rows, cols, ku == 0);
                     else if (V == 32 && mins) tile_chunk_k32(nku * S, at, next, panel, yt, ldy, rows, cols, ku == 0);
                     else if (V == 32) tile_chunk_k32n(nku * S, at, next, panel, yt, ldy, rows, cols, ku == 0);
                     else tile_chunk_k16(nku * S, at, next, panel, yt, ldy, rows, cols, ku == 0);
@@ -379,6 +417,8 @@ TAMX static int mm_amx(int type, int64_t n, const void *vw, size_t ws, int64_t r
             ck_table_at(CK_ISA_AVX512)->matmul[TYPE](n, w, ws, r0, r1, a, as, M, y, ldy);                              \
     }
 AMX_MATMUL(mm_q4_0, CK_TYPE_Q4_0)
+AMX_MATMUL(mm_q4_1, CK_TYPE_Q4_1)
+AMX_MATMUL(mm_q5_1, CK_TYPE_Q5_1)
 AMX_MATMUL(mm_q5_0, CK_TYPE_Q5_0)
 AMX_MATMUL(mm_q8_0, CK_TYPE_Q8_0)
 AMX_MATMUL(mm_iq4_nl, CK_TYPE_IQ4_NL)
@@ -388,10 +428,10 @@ AMX_MATMUL(mm_q6_K, CK_TYPE_Q6_K)
 AMX_MATMUL(mm_iq4_xs, CK_TYPE_IQ4_XS)
 AMX_MATMUL(mm_q3_K, CK_TYPE_Q3_K)
 
-/* The other types keep the AVX-512 kernels (AVX2's where those leave them out): Q4_1 / Q5_1
- * (Q8_1 activations, a min per block) and Q2_K (a min per 16 values). */
+/* The other types keep the AVX-512 kernels (AVX2's where those leave them out): Q2_K (a min
+ * per 16 values) and the float types. */
 const ck_matmul_fn ck_matmul_amx[CK_NTYPES] = {
-    [CK_TYPE_Q4_0] = mm_q4_0, [CK_TYPE_Q5_0] = mm_q5_0, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_IQ4_NL] = mm_iq4_nl,
+    [CK_TYPE_Q4_0] = mm_q4_0, [CK_TYPE_Q4_1] = mm_q4_1, [CK_TYPE_Q5_0] = mm_q5_0, [CK_TYPE_Q5_1] = mm_q5_1, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_IQ4_NL] = mm_iq4_nl,
     [CK_TYPE_Q4_K] = mm_q4_K, [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K, [CK_TYPE_IQ4_XS] = mm_iq4_xs,
     [CK_TYPE_Q3_K] = mm_q3_K,
 };

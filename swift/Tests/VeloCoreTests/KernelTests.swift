@@ -283,14 +283,14 @@ final class KernelTests: XCTestCase {
         }
     }
 
-    /// Prefill shapes of the AMX kernels (gemm_amx.c: Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K from 16
+    /// Prefill shapes of the AMX kernels (gemm_amx.c: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K from 16
     /// activation rows), at every level: a K-chunk of 4096 values and a part of one (4256
     /// values; 4352 for the K types, 17 super-blocks), 37 weight rows (two 16-row
     /// tiles and 5) in ranges that start inside a tile, and 16, 33 and 530 activation rows (a
     /// whole tile; two and a row; two packing passes of 512).
     func testMatmulPrefillTiles() {
         let rows = 37
-        for t in [KType.q4_0, KType.q5_0, KType.q8_0, KType.q4_K, KType.q5_K, KType.q6_K] {
+        for t in [KType.q4_0, KType.q4_1, KType.q5_0, KType.q5_1, KType.q8_0, KType.q4_K, KType.q5_K, KType.q6_K] {
             let n = KType.layout(t).block == 32 ? 4256 : 4352
             let p = problem(t, n: n, rows: rows, M: 530, seed: 808 + UInt64(t))
             let ref = (0..<530).map { m in (0..<rows).map { r in KernelReference.dot(t, n: n, w: p.wRows[r], a: p.aRows[m]) } }
