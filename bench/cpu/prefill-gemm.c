@@ -1,6 +1,6 @@
 /* One thread's prefill product at each kernel level the CPU has from AVX-512 up (avx512-vnni,
  * avx512-amx): N weight rows of K values of TYPE (a ggml type id: 2 Q4_0, 8 Q8_0, 11 Q3_K,
- * 3 Q4_1, 7 Q5_1, 12 Q4_K, 13 Q5_K, 14 Q6_K, 20 IQ4_NL, 23 IQ4_XS) times M activation rows, through ck_matmul. The levels alternate, REPS
+ * 3 Q4_1, 7 Q5_1, 10 Q2_K, 12 Q4_K, 13 Q5_K, 14 Q6_K, 20 IQ4_NL, 23 IQ4_XS) times M activation rows, through ck_matmul. The levels alternate, REPS
  * calls each after a warm-up; the median gives int8 GOPS (2 N K M / time). Also the largest
  * difference between the levels' outputs. Build and run from the repository root: */
 //   scripts/toolchain.sh run /usr/libexec/swift/bin/clang -O2 -Iswift/Sources/CKernels/include \

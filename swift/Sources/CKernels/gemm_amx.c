@@ -1,9 +1,9 @@
 /* gemm_amx.c — Q4_0 / Q5_0 / Q8_0 / IQ4_NL weights x Q8_0 activations, Q4_1 / Q5_1 x Q8_1 and
- * Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K on AMX tiles (int8), for prefill.
+ * Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K on AMX tiles (int8), for prefill.
  *
  * The arithmetic is the AVX-512 kernels' and llama.cpp's: each sub-block's int8 x int8
  * products are summed exactly in int32, then scaled in float and added up sub-block by
- * sub-block; a Q4_K / Q5_K super-block's mins come off through its activations' quant sums,
+ * sub-block; a Q2_K / Q4_K / Q5_K super-block's mins come off through its activations' quant sums,
  * and a Q4_1 / Q5_1 block's min m is added as m times its Q8_1 activation block's s.
  * So results differ from theirs only in float rounding order.
  *
@@ -57,7 +57,7 @@ TAMX static void load_config(int V) {
 
 /* A type's units are S sub-blocks of V values: its blocks for the 32-value types (S = 1; Q4_1
  * and Q5_1 with mins, their activations Q8_1),
- * its super-blocks for Q4_K, Q5_K and IQ4_XS (S = 8, V = 32) and Q3_K and Q6_K (S = 16, V = 16). A sub-block
+ * its super-blocks for Q4_K, Q5_K and IQ4_XS (S = 8, V = 32) and Q2_K, Q3_K and Q6_K (S = 16, V = 16). A sub-block
  * is a tile of T = 16 V bytes. Packed for a 16-row tile, a unit of activations is S A-tiles,
  * the rows' 16 scales and, for the types with mins, S x 16 floats scale x (the sub-block's
  * quant sum); a unit of weights is S B-tiles, S x 16 scales (d, or d x the sub-block's
@@ -92,7 +92,7 @@ TAMX static void pack_acts(int S, int V, int mins, const uint8_t *a, size_t as, 
             for (int j = 0; j < S; j++) {
                 if (V == 32) _mm256_store_si256((__m256i *)(out + T * j + 32 * m), _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * j)));
                 else _mm_store_si128((__m128i *)(out + T * j + 16 * m), _mm_loadu_si128((const __m128i *)(blk->qs + 16 * j)));
-                if (mins) dsum[16 * j + m] = blk->d * (float)(blk->bsums[2 * j] + blk->bsums[2 * j + 1]);
+                if (mins) dsum[16 * j + m] = blk->d * (float)(V == 32 ? blk->bsums[2 * j] + blk->bsums[2 * j + 1] : blk->bsums[j]);
             }
             d[m] = blk->d;
         }
@@ -221,6 +221,28 @@ TAMX static void pack_weights(int type, const uint8_t *w, size_t ws, int R, int6
                 for (int j = 0; j < 16; j++) sc[16 * j + n] = n < R ? d * (float)ck_q3k_scale(x->scales, j) : 0;
             }
         }
+    } else if (type == CK_TYPE_Q2_K) {
+        /* Q3_K's low bits alone: value 32c + l (l < 32) of half h is bits 2c..2c+1 of qs[32h + l]
+         * (0..3), sub-block 8h + 2c + l / 16; its scale d x (scales[j] & 15), its min dmin x
+         * (scales[j] >> 4), subtracted */
+        const __m512i m3 = _mm512_set1_epi8(3);
+        for (int64_t u = 0; u < nu; u++, out += BUNIT(16, 256, 1), w += sizeof(blk_q2_K)) {
+            for (int h = 0; h < 2; h++)
+                for (int l0 = 0; l0 < 32; l0 += 4) {
+                    const __m512i q = _mm512_mask_i32gather_epi32(z, k, idx, w + offsetof(blk_q2_K, qs) + 32 * h + l0, 1);
+                    for (int c = 0; c < 4; c++)
+                        _mm512_store_si512(out + 256 * (8 * h + 2 * c + l0 / 16) + 64 * ((l0 % 16) / 4), _mm512_and_si512(_mm512_srli_epi16(q, 2 * c), m3));
+                }
+            float *sc = (float *)(out + 16 * 256), *mn = sc + 16 * 16;
+            for (int n = 0; n < 16; n++) {
+                const blk_q2_K *x = (const blk_q2_K *)(w + n * ws);
+                const float d = n < R ? ck_h2f(x->d) : 0, dmin = n < R ? ck_h2f(x->dmin) : 0;
+                for (int j = 0; j < 16; j++) {
+                    sc[16 * j + n] = d * (float)(x->scales[j] & 15);
+                    mn[16 * j + n] = dmin * (float)(x->scales[j] >> 4);
+                }
+            }
+        }
     } else if (type == CK_TYPE_Q6_K) {
         /* Value 32c + l (l < 32) of half h: the low (c < 2) or high nibble of ql[64h + 32(c % 2) +
          * l] and bits 2c..2c+1 of qh[32h + l], minus 32; sub-block (16 values) 8h + 2c + l / 16. */
@@ -347,7 +369,7 @@ TAMX static inline __attribute__((always_inline)) void tile_chunk(int S, int V, 
     for (int m = 0; m < rows; m++) _mm512_mask_storeu_ps(y + m * ldy, cols, acc[m]);
 }
 
-/* The five layouts, each compiled on its own. */
+/* The six layouts, each compiled on its own. */
 #define TILE_CHUNK(NAME, S, V, MINS)                                                                                 \
     TAMX static void NAME(int64_t nsub, const uint8_t *ap, const uint8_t *next, const uint8_t *bp, float *y, int64_t ldy, \
                           int rows, __mmask16 cols, int first) {                                                      \
@@ -358,13 +380,15 @@ TILE_CHUNK(tile_chunk_q32m, 1, 32, 1)
 TILE_CHUNK(tile_chunk_k32, 8, 32, 1)
 TILE_CHUNK(tile_chunk_k32n, 8, 32, 0)
 TILE_CHUNK(tile_chunk_k16, 16, 16, 0)
+TILE_CHUNK(tile_chunk_k16m, 16, 16, 1)
 
 /* Returns 0 (nothing written) when out of memory. */
 TAMX static int mm_amx(int type, int64_t n, const void *vw, size_t ws, int64_t r0, int64_t r1, const void *va, size_t as,
                        int64_t M, float *y, int64_t ldy) {
     const uint8_t *w = vw, *a = va;
-    const int kmins = type == CK_TYPE_Q4_K || type == CK_TYPE_Q5_K, v16 = type == CK_TYPE_Q6_K || type == CK_TYPE_Q3_K;
-    const int mins = kmins || type == CK_TYPE_Q4_1 || type == CK_TYPE_Q5_1;
+    const int kmins = type == CK_TYPE_Q4_K || type == CK_TYPE_Q5_K;
+    const int v16 = type == CK_TYPE_Q6_K || type == CK_TYPE_Q3_K || type == CK_TYPE_Q2_K;
+    const int mins = kmins || type == CK_TYPE_Q4_1 || type == CK_TYPE_Q5_1 || type == CK_TYPE_Q2_K;
     const int S = v16 ? 16 : kmins || type == CK_TYPE_IQ4_XS ? 8 : 1;
     const int V = v16 ? 16 : 32, kc = KC / (S * V), T = 16 * V;
     const size_t au = AUNIT(S, T, mins), bu = BUNIT(S, T, mins);
@@ -396,6 +420,7 @@ TAMX static int mm_amx(int type, int64_t n, const void *vw, size_t ws, int64_t r
                     else if (S == 1) tile_chunk_q32(nku, at, next, panel, yt, ldy, rows, cols, ku == 0);
                     else if (V == 32 && mins) tile_chunk_k32(nku * S, at, next, panel, yt, ldy, rows, cols, ku == 0);
                     else if (V == 32) tile_chunk_k32n(nku * S, at, next, panel, yt, ldy, rows, cols, ku == 0);
+                    else if (mins) tile_chunk_k16m(nku * S, at, next, panel, yt, ldy, rows, cols, ku == 0);
                     else tile_chunk_k16(nku * S, at, next, panel, yt, ldy, rows, cols, ku == 0);
                 }
             }
@@ -427,12 +452,12 @@ AMX_MATMUL(mm_q5_K, CK_TYPE_Q5_K)
 AMX_MATMUL(mm_q6_K, CK_TYPE_Q6_K)
 AMX_MATMUL(mm_iq4_xs, CK_TYPE_IQ4_XS)
 AMX_MATMUL(mm_q3_K, CK_TYPE_Q3_K)
+AMX_MATMUL(mm_q2_K, CK_TYPE_Q2_K)
 
-/* The other types keep the AVX-512 kernels (AVX2's where those leave them out): Q2_K (a min
- * per 16 values) and the float types. */
+/* The float types keep the AVX-512 kernels. */
 const ck_matmul_fn ck_matmul_amx[CK_NTYPES] = {
     [CK_TYPE_Q4_0] = mm_q4_0, [CK_TYPE_Q4_1] = mm_q4_1, [CK_TYPE_Q5_0] = mm_q5_0, [CK_TYPE_Q5_1] = mm_q5_1, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_IQ4_NL] = mm_iq4_nl,
     [CK_TYPE_Q4_K] = mm_q4_K, [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K, [CK_TYPE_IQ4_XS] = mm_iq4_xs,
-    [CK_TYPE_Q3_K] = mm_q3_K,
+    [CK_TYPE_Q3_K] = mm_q3_K, [CK_TYPE_Q2_K] = mm_q2_K,
 };
 #endif

@@ -265,7 +265,7 @@ final class NewQuantTypeTests: XCTestCase {
 
     /// ck_matmul (and ck_vec_dot) against the Double reference: row ranges, strides with
     /// padding, outputs outside the range untouched, at every ISA level; 5 activation rows, and
-    /// 20 (prefill's kernels: the AMX tiles of IQ4_NL, IQ4_XS and Q3_K).
+    /// 20 (prefill's kernels: the AMX tiles of Q2_K, Q3_K, IQ4_NL and IQ4_XS).
     func testMatmulMatchesReferenceAtEveryISALevel() {
         let rows = 13
         for t in Self.types {
