@@ -60,6 +60,10 @@ const uint S4 = 18u;            // shared row stride in f16vec4: 16 bytes of pad
 const uint AR = 16u * MT;       // activation rows a tile
 const uint AL = AR * 16u / 32u; // f16vec4 of the chunk's activations, a lane
 
+// coopMatLoad/Store read Ws, As and Cs as rows of 16-byte units. Laid out in declaration order,
+// they start 16-byte aligned, since Rs's size is a multiple of 128 bytes. Declare no shared
+// scalar before them: a 4-byte flag declared first is the suspected cause of a tried change's
+// non-finite results (bench/RESULTS.md, tenth session; not confirmed on a device).
 shared uint Rs[NSG * 32u * CW];          // [subgroup][weight row][word]: raw blocks
 shared f16vec4 Ws[NSG * 32u * S4];       // [subgroup][weight row][k / 4]
 shared f16vec4 As[NSG * AR * S4];        // [subgroup][activation row][k / 4]
