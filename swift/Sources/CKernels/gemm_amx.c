@@ -99,6 +99,13 @@ TAMX static void pack_acts(int S, int V, int mins, const uint8_t *a, size_t as, 
     }
 }
 
+/* Q5_0 / Q5_1: bits s..s+3 of each lane's qh dword, one to a byte, as 16 (the quants' fifth
+ * bits): x * 0x204081 moves bit t of a 4-bit x to bit 8t. */
+TAMX static inline __m512i fifth_bits(__m512i qh, int s) {
+    const __m512i x = _mm512_and_si512(_mm512_srli_epi32(qh, s), _mm512_set1_epi32(0xf));
+    return _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(x, _mm512_set1_epi32(0x00204081)), _mm512_set1_epi8(1)), 4);
+}
+
 /* Weight rows w (R <= 16 of them at stride ws), units [0, nu) -> packed units. Lanes of rows
  * past R are left out of the gathers: their scales are 0 and their columns are not stored. */
 TAMX static void pack_weights(int type, const uint8_t *w, size_t ws, int R, int64_t nu, uint8_t *out) {
@@ -123,19 +130,16 @@ TAMX static void pack_weights(int type, const uint8_t *w, size_t ws, int R, int6
         const int q5 = type == CK_TYPE_Q5_0;
         const size_t wb = q5 ? sizeof(blk_q5_0) : sizeof(blk_iq4_nl), qs = q5 ? offsetof(blk_q5_0, qs) : offsetof(blk_iq4_nl, qs);
         const __m512i levels = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ck_kvalues_iq4nl));
-        const __m512i sixteen = _mm512_set1_epi8(16), spread = _mm512_set1_epi32(0x00204081), ones = _mm512_set1_epi8(1);
+        const __m512i sixteen = _mm512_set1_epi8(16);
         for (int64_t u = 0; u < nu; u++, out += BUNIT(1, 512, 0), w += wb) {
             const __m512i h = q5 ? _mm512_mask_i32gather_epi32(z, k, idx, w + offsetof(blk_q5_0, qh), 1) : z;
             for (int j = 0; j < 4; j++) {
                 const __m512i q = _mm512_mask_i32gather_epi32(z, k, idx, w + qs + 4 * j, 1);
                 __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
                 if (q5) {
-                    /* bits 4j..4j+3 (16+4j.. for the high nibbles) of qh, one to a byte, times 16:
-                     * x * 0x204081 moves bit t of a 4-bit x to bit 8t */
-                    const __m512i bl = _mm512_and_si512(_mm512_srli_epi32(h, 4 * j), _mm512_set1_epi32(0xf));
-                    const __m512i bh = _mm512_and_si512(_mm512_srli_epi32(h, 16 + 4 * j), _mm512_set1_epi32(0xf));
-                    lo = _mm512_sub_epi8(_mm512_or_si512(lo, _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(bl, spread), ones), 4)), sixteen);
-                    hi = _mm512_sub_epi8(_mm512_or_si512(hi, _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(bh, spread), ones), 4)), sixteen);
+                    /* quants 4j.. take bits 4j.. of qh, the high nibbles' 16+4j.. */
+                    lo = _mm512_sub_epi8(_mm512_or_si512(lo, fifth_bits(h, 4 * j)), sixteen);
+                    hi = _mm512_sub_epi8(_mm512_or_si512(hi, fifth_bits(h, 16 + 4 * j)), sixteen);
                 } else {
                     lo = _mm512_shuffle_epi8(levels, lo);
                     hi = _mm512_shuffle_epi8(levels, hi);
@@ -151,18 +155,14 @@ TAMX static void pack_weights(int type, const uint8_t *w, size_t ws, int R, int6
          * the block's first dword; the min stored negated (scale_add subtracts mins) */
         const int q5 = type == CK_TYPE_Q5_1;
         const size_t wb = q5 ? sizeof(blk_q5_1) : sizeof(blk_q4_1), qs = q5 ? offsetof(blk_q5_1, qs) : offsetof(blk_q4_1, qs);
-        const __m512i spread = _mm512_set1_epi32(0x00204081), ones = _mm512_set1_epi8(1);
         for (int64_t u = 0; u < nu; u++, out += BUNIT(1, 512, 1), w += wb) {
             const __m512i h = q5 ? _mm512_mask_i32gather_epi32(z, k, idx, w + offsetof(blk_q5_1, qh), 1) : z;
             for (int j = 0; j < 4; j++) {
                 const __m512i q = _mm512_mask_i32gather_epi32(z, k, idx, w + qs + 4 * j, 1);
                 __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
                 if (q5) {
-                    /* as Q5_0: bits 4j.. (16+4j.. for the high nibbles) of qh, one to a byte, as 16 */
-                    const __m512i bl = _mm512_and_si512(_mm512_srli_epi32(h, 4 * j), _mm512_set1_epi32(0xf));
-                    const __m512i bh = _mm512_and_si512(_mm512_srli_epi32(h, 16 + 4 * j), _mm512_set1_epi32(0xf));
-                    lo = _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(bl, spread), ones), 4));
-                    hi = _mm512_or_si512(hi, _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(bh, spread), ones), 4));
+                    lo = _mm512_or_si512(lo, fifth_bits(h, 4 * j));
+                    hi = _mm512_or_si512(hi, fifth_bits(h, 16 + 4 * j));
                 }
                 _mm512_store_si512(out + 64 * j, lo);
                 _mm512_store_si512(out + 64 * (j + 4), hi);
