@@ -108,6 +108,10 @@ KV_VARIANTS := $(foreach k,$(KV_KERNELS),$(addprefix $(k)_,$(KV_PAIRS)))
 # decode attention that also writes its output as 8-bit blocks, merging up to 16 splits itself
 # (-DQ8), for every pair of cache types: attention_q8, attention_q8_<k>_<v>
 ATTN_Q8 := attention_q8 $(addprefix attention_q8_,$(KV_PAIRS)) attention_q8_staged_f16_f16
+# decode attention that also writes its output as to_f16's float16 rows, merging up to 16 splits
+# itself (-DF16OUT), for decode batches whose O product runs on tensor cores: attention_x16,
+# attention_x16_<k>_<v>, Vulkan only
+ATTN_X16 := attention_x16 $(addprefix attention_x16_,$(KV_PAIRS))
 # decode attention over long caches, f16 K and V: whole tiles' loads in flight at once (-DSTAGED)
 ATTN_STAGED := attention_staged_f16_f16
 # tensor-core products through VK_NV_cooperative_matrix2 (SPIR-V 1.6, so vulkan1.3), for the
@@ -118,12 +122,12 @@ CM2_VARIANTS := $(addprefix matmul_cm2_,$(CM2_TYPES)) $(addprefix matmul_cm2h_,$
 COOP_BATCH_TYPES := q4_0 q8_0
 COOP_BATCH_VARIANTS := $(addprefix matmul_coop_batch_,$(COOP_BATCH_TYPES))
 SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(DOT_VARIANTS) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) $(addsuffix _f16,$(F16_OUT_KERNELS)) \
-  attention_coop $(KV_VARIANTS) $(ATTN_Q8) $(ATTN_STAGED) $(ID_VARIANTS) $(CM2_VARIANTS) $(COOP_BATCH_VARIANTS)
+  attention_coop $(KV_VARIANTS) $(ATTN_Q8) $(ATTN_X16) $(ATTN_STAGED) $(ID_VARIANTS) $(CM2_VARIANTS) $(COOP_BATCH_VARIANTS)
 # Kernels Metal never runs, left out of the MSL and the metallib: cooperative matrices (no MSL
 # translation) and the 8-bit-activation decode path (GPUKernels.integerDot is Vulkan-only;
 # add_rms_norm_q8 is one of them).
 VULKAN_ONLY := add_rms_norm_q8 $(addprefix matmul_coop_,$(WTYPES)) $(CM2_VARIANTS) $(COOP_BATCH_VARIANTS) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(DOT_VARIANTS) \
-  $(addsuffix _q8,$(Q8_KERNELS)) $(addsuffix _f16,$(F16_OUT_KERNELS)) quantize_q8 $(ATTN_Q8)
+  $(addsuffix _q8,$(Q8_KERNELS)) $(addsuffix _f16,$(F16_OUT_KERNELS)) quantize_q8 $(ATTN_Q8) $(ATTN_X16)
 # Specialization constants that size shared arrays (matvec's NCOLS and ROWS, matmul's BM and BN)
 # are preprocessor macros in spirv-cross's MSL, not Metal function constants, so Metal gets one
 # function per shape the host uses, named <kernel>_s<constant 1>x<constant 2>
@@ -186,6 +190,8 @@ $(foreach k,$(KV_KERNELS),$(foreach pr,$(KV_PAIRS),\
 $(eval $(call shader_rules,attention_q8,shaders/attention.comp,-DQ8))
 $(foreach pr,$(KV_PAIRS),$(eval $(call shader_rules,attention_q8_$(pr),shaders/attention.comp,-DQ8 $(subst X,_,$(call kv_flags,$(pr))))))
 $(eval $(call shader_rules,attention_staged_f16_f16,shaders/attention.comp,-DSTAGED -DKT_F16 -DVT_F16))
+$(eval $(call shader_rules,attention_x16,shaders/attention.comp,-DF16OUT))
+$(foreach pr,$(KV_PAIRS),$(eval $(call shader_rules,attention_x16_$(pr),shaders/attention.comp,-DF16OUT $(subst X,_,$(call kv_flags,$(pr))))))
 $(eval $(call shader_rules,attention_q8_staged_f16_f16,shaders/attention.comp,-DQ8 -DSTAGED -DKT_F16 -DVT_F16))
 # $(1) name, $(2) source, $(3) glslc flags, $(4) constants 1, 2, ... baked into the MSL
 define msl_shape_rule

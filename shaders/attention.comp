@@ -35,6 +35,9 @@
 // constant 1, at most 8; the host gives the heads of a group where fewer).
 // Needs: a workgroup of 128 (constant 0), subgroups of at least 4 (consecutive invocations), headDim a multiple of 4, at
 // most 512. K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
+// Built with -DF16OUT (attention_x16*), the same merge writes the output also as to_f16's float16
+// rows (binding 7, x16Stride halves apart; counters at binding 8), for a decode batch whose O
+// product runs on tensor cores: no attention_combine and no to_f16 after it.
 // Built with -DQ8 (attention_q8*), the output is also written as quantize_q8's 8-bit blocks
 // (XQ, XD, bindings 7 and 8; rows of heads*headDim values; headDim a multiple of 32) for the
 // O product's matvec_dot, and with up to JMAX splits a token's splits are merged by the last of
@@ -55,21 +58,32 @@ layout(std430, binding = 2) writeonly buffer OutBuf { float outv[]; };
 layout(std430, binding = 3) readonly buffer PosBuf { int tokpos[]; };
 layout(std430, binding = 4) readonly buffer PtBuf { int tokpt[]; };
 layout(std430, binding = 5) readonly buffer PageBuf { int pagetab[]; };
-#ifdef Q8
+#if defined(Q8) || defined(F16OUT)
+#define JOIN
+#endif
+#ifdef JOIN
 // the partials are read back by the token's last split: coherent, so it sees the others' stores
 layout(std430, binding = 6) coherent writeonly buffer PartBuf { float part[]; };
 layout(std430, binding = 6) coherent readonly buffer PartBufR { float partR[]; };
-layout(std430, binding = 9) coherent buffer DoneBuf { uint done[]; }; // a counter a (token, KV head)
 const uint JMAX = 16u; // GPUKernels.attentionJoinMaxSplits
 shared float jw[8u * JMAX];  // [head][split] weights exp(m_s - M)
 shared float jl[8u];         // [head] sum_s w_s l_s
 shared bool lastSplit;
+#endif
+#if defined(Q8)
+layout(std430, binding = 9) coherent buffer DoneBuf { uint done[]; }; // a counter a (token, KV head)
 layout(std430, binding = 7) writeonly buffer Q8QBuf { uint XQ[]; };
 layout(std430, binding = 8) writeonly buffer Q8DBuf { vec2 XD[]; };
 shared float q8src[2048];  // a pass's outputs (QMAX floats), for q8_store
 #define Q8_STORE 128
 #include "q8.glsl"
 #define PARAMS_BINDING 10
+#elif defined(F16OUT)
+// the output also as to_f16's float16 rows (x16Stride halves apart, pairs packed as to_f16
+// packs them), for the O product on tensor cores
+layout(std430, binding = 7) writeonly buffer X16Buf { uint X16[]; };
+layout(std430, binding = 8) coherent buffer DoneBuf { uint done[]; }; // a counter a (token, KV head)
+#define PARAMS_BINDING 9
 #else
 layout(std430, binding = 6) writeonly buffer PartBuf { float part[]; };
 #define PARAMS_BINDING 7
@@ -80,6 +94,9 @@ layout(std140, binding = PARAMS_BINDING) uniform Params {
     uint chunk, splits, qStride;
     float softcap;
     uint window;
+#ifdef F16OUT
+    uint x16Stride;
+#endif
 } p;
 
 #include "attention_mask.glsl"
@@ -340,6 +357,10 @@ void main() {
                 outv[ob] = r.x; outv[ob + 1u] = r.y; outv[ob + 2u] = r.z; outv[ob + 3u] = r.w;
 #ifdef Q8
                 [[unroll]] for (uint i = 0u; i < 4u; i++) q8src[g * hd + 4u * cc + i] = r[i];
+#elif defined(F16OUT)
+                const uint xb = (t * p.x16Stride + h * hd + 4u * cc) / 2u;
+                X16[xb] = packHalf2x16(r.xy);
+                X16[xb + 1u] = packHalf2x16(r.zw);
 #endif
             } else {
                 const uint rb = ((t * p.heads + h) * p.splits + split) * (hd + 2u);
@@ -355,7 +376,7 @@ void main() {
 #endif
         barrier(); // Qs, red and Os are reused by the next pass
     }
-#ifdef Q8
+#ifdef JOIN
     if (p.splits > 1u && p.splits <= JMAX) {
         // count this split done; the token's last one merges the splits (every head of the group)
         const uint ns = min(p.splits, (nkeys + p.chunk - 1u) / p.chunk);
@@ -382,6 +403,7 @@ void main() {
                 jl[tid] = L;
             }
             barrier();
+#ifdef Q8
             for (uint e = tid; e < GC * hd; e += TK) {
                 const uint g = e / hd, d = e % hd, rb = (t * p.heads + h0 + g) * p.splits * stride + d;
                 float a = 0.0;
@@ -392,6 +414,21 @@ void main() {
             }
             barrier();
             q8_store(GC * hd, (t * p.heads + h0) * hd / 32u);
+#else
+            // two dimensions a thread (one packed pair of the float16 copy; hd is even)
+            for (uint e = 2u * tid; e < GC * hd; e += 2u * TK) {
+                const uint g = e / hd, d = e % hd, rb = (t * p.heads + h0 + g) * p.splits * stride + d;
+                vec2 a = vec2(0.0);
+                for (uint s = 0u; s < ns; s++) {
+                    a.x = fma(jw[g * JMAX + s], partR[rb + s * stride], a.x);
+                    a.y = fma(jw[g * JMAX + s], partR[rb + s * stride + 1u], a.y);
+                }
+                const vec2 o = a / jl[g];
+                outv[(t * p.heads + h0) * hd + e] = o.x;
+                outv[(t * p.heads + h0) * hd + e + 1u] = o.y;
+                X16[(t * p.x16Stride + h0 * hd + e) / 2u] = packHalf2x16(o);
+            }
+#endif
             barrier();
         }
     }

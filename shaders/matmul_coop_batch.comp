@@ -29,7 +29,9 @@
 // Constants: 0 workgroup size (32 NSG), 1 MT (16-row tiles of activations a workgroup;
 // workgroup y takes rows 16 MT y ..).
 // Shared memory, bytes: NSG (32 CW 4 + 32 144 + 16 MT 144) + 2048 MT
-// (GPUKernels.coopBatchShared). Dispatch (ceil(N / 32), ceil(M / (16 MT)), splits).
+// (GPUKernels.coopBatchShared). Dispatch (ceil(N / 32), ceil(M / (16 MT)), splits); with
+// splits > 1, Y holds the planes (row stride yStride, plane floats apart), the sums go to Out
+// (row stride outStride), and Done has a zero counter for each of the grid's tiles.
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_control_flow_attributes : require
@@ -42,10 +44,15 @@ layout(constant_id = 1) const uint MT = 1u;
 
 layout(std430, binding = 0) readonly buffer WBuf { uint W[]; };
 layout(std430, binding = 1) readonly buffer XBuf { f16vec4 X4[]; };
-layout(std430, binding = 2) writeonly buffer YBuf { float Y[]; };
-layout(std140, binding = 3) uniform Params {
+// Y: the result, or with splits > 1 the splits' planes (coherent: the tile's last split reads
+// the others' through YR); Out and Done serve split-K only
+layout(std430, binding = 2) coherent writeonly buffer YBuf { float Y[]; };
+layout(std430, binding = 2) coherent readonly buffer YBufR { float YR[]; };
+layout(std430, binding = 3) writeonly buffer OutBuf { float Out[]; };
+layout(std430, binding = 4) coherent buffer DoneBuf { uint done[]; }; // a counter a tile, zero between dispatches
+layout(std140, binding = 5) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride;
-    uint splitUnits, plane;
+    uint splitUnits, plane, outStride, splits;
 } p;
 
 #if defined(WTYPE_Q4_0)
@@ -192,5 +199,26 @@ void main() {
     for (uint e = gl_LocalInvocationID.x; e < MT * 512u; e += gl_WorkGroupSize.x) {
         const uint t = e / 256u, m = m0 + 16u * (t >> 1) + (e % 256u) / 16u, n = n0 + 16u * (t & 1u) + e % 16u;
         if (m < p.M && n < p.N) Y[yOff + m * p.yStride + n] = Cs[e];
+    }
+    if (p.splits <= 1u) return;
+    // split-K: each split counts itself done on its tile's counter, and the last one adds the
+    // tile's planes into Out (no sum_splits dispatch after this one; attention_q8's scheme)
+    memoryBarrierBuffer();
+    barrier();
+    const uint tile = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    // the flag in Rs[0] (free after the loop): a shared scalar of its own would sit before the
+    // arrays and could take them off the 16-byte alignment coopMatLoad needs
+    if (gl_LocalInvocationID.x == 0u) Rs[0] = atomicAdd(done[tile], 1u) == p.splits - 1u ? 1u : 0u;
+    barrier();
+    if (Rs[0] == 0u) return;
+    memoryBarrierBuffer();
+    if (gl_LocalInvocationID.x == 0u) done[tile] = 0u; // for the next dispatch
+    for (uint e = gl_LocalInvocationID.x; e < MT * 512u; e += gl_WorkGroupSize.x) {
+        const uint t = e / 256u, m = m0 + 16u * (t >> 1) + (e % 256u) / 16u, n = n0 + 16u * (t & 1u) + e % 16u;
+        if (m < p.M && n < p.N) {
+            float s = 0.0;
+            for (uint zz = 0u; zz < p.splits; zz++) s += YR[zz * p.plane + m * p.yStride + n];
+            Out[m * p.outStride + n] = s;
+        }
     }
 }

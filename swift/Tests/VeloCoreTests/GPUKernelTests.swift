@@ -1116,6 +1116,31 @@ final class GPUKernelTests: XCTestCase {
                         XCTAssertEqual(try readBytes(done, 4 * n * kvHeads), [UInt8](repeating: 0, count: 4 * n * kvHeads), "attention_q8 counters \(what)")
                     }
                 }
+                if splits <= 16 {
+                    // attention_x16: the same merge, and exactly to_f16's float16 rows of its
+                    // output (rows of a longer stride); twice, the counters back at zero
+                    let done = try upload([UInt8](repeating: 0, count: 4 * n * kvHeads))
+                    let width = heads * hd, x16Row = width + 4
+                    for round in 0..<2 {
+                        let outH = try upload([Float](repeating: .nan, count: n * width))
+                        let partH = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
+                        let x16 = try upload([UInt8](repeating: 0xAB, count: n * x16Row * 2))
+                        try run(GPUKernels.attentionX16, [qB, kv, outH, posB, ptB, tabB, partH, x16, done],
+                                [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
+                                 scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)] + mask + [UInt32(x16Row)],
+                                (n, kvHeads, splits))
+                        let got = try read(outH, n * width), ref = try read(out, n * width)
+                        assertClose(got, ref.map { Double($0) }, tolerance: ref.map { abs(Double($0)) * 1e-5 + 1e-6 }, "attention_x16 floats \(what) splits=\(splits) round \(round)")
+                        let want16 = try upload([UInt8](repeating: 0xAB, count: n * x16Row * 2))
+                        try run(GPUKernels.toF16, [outH, want16], [UInt32(width), UInt32(n), UInt32(width), UInt32(x16Row)], GPUKernels.toF16Groups(k: width, m: n))
+                        let a = try readBytes(x16, n * x16Row * 2), b = try readBytes(want16, n * x16Row * 2)
+                        for t in 0..<n {
+                            let r = (2 * t * x16Row)..<(2 * (t * x16Row + width))
+                            XCTAssertEqual(Array(a[r]), Array(b[r]), "attention_x16 float16 row \(t) \(what) splits=\(splits)")
+                        }
+                        XCTAssertEqual(try readBytes(done, 4 * n * kvHeads), [UInt8](repeating: 0, count: 4 * n * kvHeads), "attention_x16 counters \(what)")
+                    }
+                }
                 assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
                             "attention \(what) chunk=\(chunk) splits=\(splits)")
                 // specialised for the group's heads (the host's choice, GPUKernels.attentionGrouped)

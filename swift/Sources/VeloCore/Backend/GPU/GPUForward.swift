@@ -108,6 +108,8 @@ final class GPUForward: ForwardOps {
     /// rows it holds now (as q8Source; any dispatch but to_f16, matmul_coop_T and sum_splits
     /// clears it).
     private let x16: GPUBuffer?
+    /// matmul_coop_batch_T's split-K counters (GPUKernels.coopBatchCounters), with x16.
+    private let splitDone: GPUBuffer?
     private var x16Source: RowsKey?
     /// Where products round through float16: matmul_cm2h_T's sums, and the activations' copies
     /// (x16). Each is given up, in that order, when a pass that used it ends with a non-finite
@@ -124,7 +126,7 @@ final class GPUForward: ForwardOps {
     private let kvLayout: KVLayout
     private let kvPlaces: [GPUKVPages.Place]
     /// The K/V page kernels for the cache's types.
-    private let kvStoreKernel, ropeStoreKernel, attentionKernel, attentionQ8Kernel, attentionTiledKernel, attentionCoopKernel: GPUKernels.Kernel
+    private let kvStoreKernel, ropeStoreKernel, attentionKernel, attentionQ8Kernel, attentionX16Kernel, attentionTiledKernel, attentionCoopKernel: GPUKernels.Kernel
     /// Decode attention over long f16 caches (nil where the pages do not suit it), and whether
     /// this step takes it.
     private let attentionStagedKernels: (plain: GPUKernels.Kernel, q8: GPUKernels.Kernel)?
@@ -154,6 +156,7 @@ final class GPUForward: ForwardOps {
         let group = c.heads / max(c.kvHeads, 1)
         attentionKernel = GPUKernels.attentionGrouped(GPUKernels.kvVariant(GPUKernels.attention, k: tk, v: tv), groupHeads: group, device: device)
         attentionQ8Kernel = GPUKernels.attentionGrouped(GPUKernels.kvVariant(GPUKernels.attentionQ8, k: tk, v: tv), groupHeads: group, device: device)
+        attentionX16Kernel = GPUKernels.attentionGrouped(GPUKernels.kvVariant(GPUKernels.attentionX16, k: tk, v: tv), groupHeads: group, device: device)
         attentionStagedKernels = GPUKernels.attentionStagedFits(k: tk, v: tv, pageSize: kv.pageSize, kvDim: kvDim, headDim: c.headDim,
                                                                 places: kvPlaces.map { ($0.pageStride, $0.layerOff) })
             ? (GPUKernels.attentionGrouped(GPUKernels.attentionStaged, groupHeads: group, device: device),
@@ -289,8 +292,13 @@ final class GPUForward: ForwardOps {
         ropeFreqs = try c.ropes.map { try upload($0.freqs, label: "rope frequencies") }
         if maxTokens > matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
             x16 = try device.makeBuffer(bytes: GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts), memory: .device, label: "float16 activations")
+            let zeros = [UInt32](repeating: 0, count: GPUKernels.coopBatchCounters)
+            let done = try device.makeBuffer(bytes: zeros.count * 4, memory: .device, label: "split-K counters")
+            try zeros.withUnsafeBytes { try device.upload(done, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
+            splitDone = done
         } else {
             x16 = nil
+            splitDone = nil
         }
         let q8k = model.matrices.filter { GPUKernels.dotTypes.contains($0.type) }.map(\.cols).max()
         q8Width = q8k ?? 0
@@ -300,13 +308,14 @@ final class GPUForward: ForwardOps {
         if let b = Self.q8Bytes(device: device, model: model) {
             q8 = (try device.makeBuffer(bytes: b.values, memory: .device, label: "8-bit activations"),
                   try device.makeBuffer(bytes: b.scales, memory: .device, label: "8-bit activation scales"))
-            let zeros = [UInt32](repeating: 0, count: matvecMaxRows * c.kvHeads)
+            let zeros = [UInt32](repeating: 0, count: GPUKernels.attentionJoinRows * c.kvHeads)
             let done = try device.makeBuffer(bytes: zeros.count * 4, memory: .device, label: "attention counters")
             try zeros.withUnsafeBytes { try device.upload(done, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
             attnDone = done
             for k in [GPUKernels.quantizeQ8, GPUKernels.addRMSNormQ8, GPUKernels.attentionCombineQ8, attentionQ8Kernel] + [attentionStagedKernels?.q8].compactMap({ $0 }) {
                 want(k)
             }
+            if x16 != nil && matvecMaxRows < GPUKernels.attentionJoinRows { want(attentionX16Kernel) }
             for w in Self.distinctShapes(model.matrices) where GPUKernels.dotTypes.contains(w.type) {
                 for m in [1, 2, 4, 8, 16] {
                     for glu in [false, true] { want(GPUKernels.matvecDot(w.type, rows: m, n: w.rows, glu: glu)) }
@@ -385,7 +394,7 @@ final class GPUForward: ForwardOps {
         let matvecMaxRows = GPUKernels.matvecMaxRows(device: device, model: model)
         if maxTokens > matvecMaxRows, let rows = model.gatedPairs.map({ $0.0.rows }).max() { b += maxTokens * 2 * rows * 4 }
         if maxTokens > matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
-            b += GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts)
+            b += GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts) + GPUKernels.coopBatchCounters * 4
         }
         if let q = q8Bytes(device: device, model: model) { b += q.values + q.scales }
         return b + MoEBuffers.bytes(config: c, maxTokens: maxTokens)
@@ -600,7 +609,8 @@ final class GPUForward: ForwardOps {
             let cm2 = self.cm2.contains(w.type) && GPUKernels.useCM2(w.type, rows: rows)
             passUsed = (passUsed.sums || (cm2 && f16Sums.contains(w.type)), true)
             let kernel: GPUKernels.Kernel, g: (Int, Int, Int), splits: Int, splitUnits: Int
-            if !cm2 && GPUKernels.useCoopBatch(w.type, rows: rows, k: w.cols) {
+            let batchKernel = !cm2 && GPUKernels.useCoopBatch(w.type, rows: rows, k: w.cols)
+            if batchKernel {
                 let plan = GPUKernels.coopBatchPlan(n: w.rows, k: w.cols, rows: rows, type: w.type)
                 (kernel, g) = (GPUKernels.matmulCoopBatch(w.type, rows: rows), (plan.groups, plan.rowGroups, 1))
                 (splits, splitUnits) = (plan.splits, plan.splitUnits)
@@ -616,12 +626,20 @@ final class GPUForward: ForwardOps {
                 let plane = rows * w.rows
                 p16[5] = UInt32(w.rows)
                 p16[6] = UInt32(splitUnits)
-                dispatch(kernel, [wb, GPUBinding(x16), GPUBinding(scratch)], p16 + [UInt32(plane)], (g.0, g.1, splits), op)
-                dispatch(GPUKernels.sumSplits, [GPUBinding(scratch), y], [UInt32(w.rows), UInt32(rows), UInt32(yStride), UInt32(splits), UInt32(plane)],
-                         (min((plane + 255) / 256, 65535), 1, 1), op)
+                let planes = GPUBinding(scratch)
+                if batchKernel, GPUKernels.coopBatchSumsSplits, let done = splitDone, g.0 * g.1 <= GPUKernels.coopBatchCounters {
+                    // the last split of each tile adds the planes itself
+                    dispatch(kernel, [wb, GPUBinding(x16), planes, y, GPUBinding(done)], p16 + [UInt32(plane), UInt32(yStride), UInt32(splits)], (g.0, g.1, splits), op)
+                } else {
+                    let b = batchKernel ? [wb, GPUBinding(x16), planes, planes, GPUBinding(splitDone!)] : [wb, GPUBinding(x16), planes]
+                    dispatch(kernel, b, p16 + [UInt32(plane)] + (batchKernel ? [UInt32(w.rows), 1] : []), (g.0, g.1, splits), op)
+                    dispatch(GPUKernels.sumSplits, [planes, y], [UInt32(w.rows), UInt32(rows), UInt32(yStride), UInt32(splits), UInt32(plane)],
+                             (min((plane + 255) / 256, 65535), 1, 1), op)
+                }
             } else {
                 p16[6] = UInt32.max // one split: every unit
-                dispatch(kernel, [wb, GPUBinding(x16), y], p16 + [0], g, op)
+                let b = batchKernel ? [wb, GPUBinding(x16), y, y, GPUBinding(splitDone!)] : [wb, GPUBinding(x16), y]
+                dispatch(kernel, b, p16 + [0] + (batchKernel ? [UInt32(yStride), 1] : []), g, op)
             }
             if x16Source?.buffer == ObjectIdentifier(y.buffer) { x16Source = nil } // Y overwrote them
         } else {
@@ -691,25 +709,33 @@ final class GPUForward: ForwardOps {
         let q8Out = q8 != nil && n <= matvecMaxRows && c.headDim % 32 == 0
             && c.headDim <= GPUKernels.attentionCombineQ8MaxHeadDim && c.qDim <= q8Width
         var buffers = [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)]
+        var params = [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
+            [a.scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(stride(.q))] + mask
+        let kernels = stagedStep ? attentionStagedKernels! : (plain: attentionKernel, q8: attentionQ8Kernel)
+        var kernel = kernels.plain
+        let x16Row = GPUKernels.f16Row(c.qDim)
         if splits <= GPUKernels.attentionJoinMaxSplits, q8Out, let q8, let done = attnDone {
             buffers += [GPUBinding(q8.values), GPUBinding(q8.scales), GPUBinding(done)]
+            kernel = kernels.q8
+        } else if splits <= GPUKernels.attentionJoinMaxSplits, !GPUKernels.attentionX16Disabled, !stagedStep, n > matvecMaxRows, n <= GPUKernels.attentionJoinRows,
+                  f16Inputs, let x16, x16.size >= n * x16Row * 2, let done = attnDone {
+            // a decode batch whose O product runs on tensor cores: its float16 input written here
+            buffers += [GPUBinding(x16), GPUBinding(done)]
+            params.append(UInt32(x16Row))
+            kernel = attentionX16Kernel
         }
-        let kernels = stagedStep ? attentionStagedKernels! : (plain: attentionKernel, q8: attentionQ8Kernel)
-        dispatch(buffers.count > 7 ? kernels.q8 : kernels.plain, buffers,
-                 [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
-                 [a.scale.bitPattern,
-                  UInt32(chunk), UInt32(splits), UInt32(stride(.q))] + mask,
-                 (n, c.kvHeads, splits), .attention)
-        if buffers.count > 7 { q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
+        dispatch(kernel, buffers, params, (n, c.kvHeads, splits), .attention)
+        if buffers.count == 10 { q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
+        if buffers.count == 9 { x16Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
         guard splits > 1 && buffers.count == 7 else { return }
-        let params = [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)]
+        let combine = [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)]
         if let q8, q8Out {
             // the output also as 8-bit blocks, for the O product's matvec_dot
             dispatch(GPUKernels.attentionCombineQ8, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(q8.values), GPUBinding(q8.scales)],
-                     params, combineGroups, .attention)
+                     combine, combineGroups, .attention)
             q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim)
         } else {
-            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos], params, combineGroups, .attention)
+            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos], combine, combineGroups, .attention)
         }
     }
 

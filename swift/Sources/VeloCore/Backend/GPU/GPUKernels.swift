@@ -355,9 +355,17 @@ enum GPUKernels {
         return g
     }
     /// 16-row activation tiles a workgroup for `m` rows.
+    /// Tiles (workgroups along N and M) of a split matmul_coop_batch_T that its counters cover;
+    /// a split plan makes fewer than the shape's aim.
+    static let coopBatchCounters = 4096
+    /// VELO_GPU_SPLIT_SUM=dispatch: split-K sums by sum_splits again (A/B runs).
+    static let coopBatchSumsSplits = getenv("VELO_GPU_SPLIT_SUM").map { String(cString: $0) } != "dispatch"
     static func coopBatchTiles(rows m: Int) -> Int { min((m + 15) / 16, coopBatchShape?.tiles ?? 4) }
+    /// Buffers W, X (to_f16's), Y, Out, Done; params matmul_coop_T's and (outStride, splits):
+    /// with splits > 1 the tile's last split adds the planes in Y into Out, counting on Done
+    /// (coopBatchCounters zeros; the kernel leaves them zero).
     static func matmulCoopBatch(_ t: GGMLType, rows m: Int) -> Kernel {
-        Kernel(name: "matmul_coop_batch_" + suffix(t), buffers: 3,
+        Kernel(name: "matmul_coop_batch_" + suffix(t), buffers: 5,
                constants: [UInt32(32 * coopBatchSubgroups(t, rows: m)), UInt32(coopBatchTiles(rows: m))])
     }
     /// Workgroups along N (32 rows each), and the split-K that brings the grid to the shape's
@@ -508,6 +516,17 @@ enum GPUKernels {
     /// quantize_q8 (one split) or attention_combine_q8 (splits) after it (H100, 8B, a layer:
     /// 12.0 µs against 11.6 + 3.7 for one split; bench/RESULTS.md).
     static let attentionQ8 = Kernel(name: "attention_q8", buffers: 10, constants: [128])
+    /// attention that also writes its output as to_f16's float16 rows, merging up to
+    /// `attentionJoinMaxSplits` splits itself as attention_q8 does: buffers + X16 and the
+    /// counters; params attention's + the float16 rows' stride (halves). For decode batches
+    /// whose O product runs on tensor cores (9-32 rows of a Q4_0 or Q8_0 model): no
+    /// attention_combine and no to_f16 after it. Vulkan only.
+    static let attentionX16 = Kernel(name: "attention_x16", buffers: 9, constants: [128])
+    /// Decode rows attention_x16 (and attention_q8) keep counters for.
+    static let attentionJoinRows = 32
+    /// VELO_GPU_NO_X16_ATTN (any value): decode batches on tensor cores take attention and
+    /// attention_combine, then to_f16 (A/B runs).
+    static let attentionX16Disabled = getenv("VELO_GPU_NO_X16_ATTN") != nil
     /// Most splits attention_q8 merges itself (the shader's JMAX); 1 with fuseDisabled.
     static let attentionJoinMaxSplits = fuseDisabled ? 1 : 16
     /// Prefill attention in FlashAttention-2 tiles: (blocks, kvHeads, splits) workgroups of 128
