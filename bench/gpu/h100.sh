@@ -5,7 +5,7 @@
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | path MODEL | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | batchprof MODEL B [SWITCHES...] |
 #                     grammar MODELS... | depth MODEL DEPTHS... | depthab MODEL DEPTHS SWITCHES... | depthprof MODEL DEPTH pp|tg | splits tg|pp MODEL DEPTH N... | tune MODEL SHAPES... |
-#                     tgvariants MODELS ROUNDS SWITCHES... | variants MODEL SWITCHES... | batchvariants MODEL B SWITCHES... | llamacpp MODELS... | coopmat MODELS... | overflow GAINS... | spec | kv MODEL
+#                     tgvariants MODELS ROUNDS SWITCHES... | variants MODEL SWITCHES... | batchvariants MODEL B SWITCHES... | batchcheck MODEL B SETS... | llamacpp MODELS... | coopmat MODELS... | overflow GAINS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
 # for Llama (8b-q4_0), ARCH.SHAPE-TYPE for the others (qwen2.7b-q4_0, gemma2.9b-q4_0,
 # phi3.mini-q4_0; src/gguf/synth.ts lists the shapes). VELO_LIB and VELO_JS choose another build
@@ -192,6 +192,10 @@ for n,v in sorted(k.items(),key=lambda kv:-kv[1]['ms'])[:16]: print('  %-44s %8.
             # COOPMAT_ARGS: more of its options, e.g. "--cache-type-k q8_0 --page-size 12 --ctx 2048")
     fs=(); for m in "$@"; do fs+=("$(model "$m")"); done
     /tmp/bun "$C/coopmat-check.js" ${COOPMAT_TOKENS:+--tokens $COOPMAT_TOKENS} ${COOPMAT_ARGS:-} "${fs[@]}" ;;
+  batchcheck)  # batched greedy decode under each set of switches against the first (bench/gpu/batch-check.ts):
+              # h100.sh batchcheck MODEL B SETS... (identical tokens and max |Δlogit| a set)
+    f=$(model "$1"); b=$2; shift 2
+    /tmp/bun "$C/batch-check.js" --batch "$b" "$f" "$@" ;;
   overflow)  # float16 overflow (a product's sum or activation past 65504): 1.1B Q4_0 files whose
              # norm gains are each GAIN (synth --norm-gain), through coopmat-check with float32
              # K/V; the tensor-core modes print "overflowed" and re-run wider, so their logits

@@ -18,6 +18,7 @@ $B bench/gpu/golden.ts --outfile .carry/golden.js >/dev/null
 $B bench/speculative.ts --outfile .carry/speculative.js >/dev/null
 $B bench/grammar.ts --outfile .carry/grammar.js >/dev/null
 $B bench/gpu/coopmat-check.ts --outfile .carry/coopmat-check.js >/dev/null
+$B bench/gpu/batch-check.ts --outfile .carry/batch-check.js >/dev/null
 cp "$S/models/vocab/ggml-vocab-llama-spm.gguf" .carry/shared/models/vocab/
 xz -T2 -6 -c "$S/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf" > .carry/shared/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf.xz
 rm -f .carry/shared/models/*.gguf .carry/shared/models/golden/*
