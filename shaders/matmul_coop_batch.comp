@@ -27,7 +27,8 @@
 // result columns that are not stored.
 //
 // Constants: 0 workgroup size (32 NSG), 1 MT (16-row tiles of activations a workgroup;
-// workgroup y takes rows 16 MT y ..).
+// workgroup y takes rows 16 MT y ..), 2 PF (a subgroup's chunks of weights in flight, in
+// registers: PF CW words a lane).
 // Shared memory, bytes: NSG (32 CW 4 + 32 144 + 16 MT 144) + 2048 MT
 // (GPUKernels.coopBatchShared). Dispatch (ceil(N / 32), ceil(M / (16 MT)), splits); with
 // splits > 1, Y holds the planes (row stride yStride, plane floats apart), the sums go to Out
@@ -41,6 +42,7 @@
 
 layout(local_size_x = 128, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint MT = 1u;
+layout(constant_id = 2) const uint PF = 1u;
 
 layout(std430, binding = 0) readonly buffer WBuf { uint W[]; };
 layout(std430, binding = 1) readonly buffer XBuf { f16vec4 X4[]; };
@@ -76,12 +78,12 @@ shared f16vec4 Ws[NSG * 32u * S4];       // [subgroup][weight row][k / 4]
 shared f16vec4 As[NSG * AR * S4];        // [subgroup][activation row][k / 4]
 shared float Cs[MT * 2u * 256u];         // partial tiles, summed subgroup by subgroup
 
-uint raw[CW];
+uint raw[PF][CW]; // chunks in flight: slot s holds the subgroup's chunk s, s + PF, s + 2 PF ..
 
-void fetch(uint c, uint n0, uint rowWords, uint lane) {
+void fetch(uint s, uint c, uint n0, uint rowWords, uint lane) {
     [[unroll]] for (uint i = 0u; i < CW; i++) {
         const uint e = lane + 32u * i, row = min(n0 + e / CW, p.N - 1u);
-        raw[i] = W[row * rowWords + c * CW + e % CW];
+        raw[s][i] = W[row * rowWords + c * CW + e % CW];
     }
 }
 
@@ -137,11 +139,15 @@ void main() {
     [[unroll]] for (uint t = 0u; t < MT * 2u; t++)
         acc[t] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
 
-    uint c = c0 + sg;
-    if (c < c1) fetch(c, n0, rowWords, lane);
-    for (; c < c1; c += NSG) {
-        [[unroll]] for (uint i = 0u; i < CW; i++) Rs[rbase + lane + 32u * i] = raw[i];
-        if (c + NSG < c1) fetch(c + NSG, n0, rowWords, lane); // in flight until the next chunk
+    // the subgroup's chunks are c0 + sg, + NSG, ..: PF of them in flight, the loop unrolled by
+    // PF so that each slot of raw is a register
+    [[unroll]] for (uint s = 0u; s < PF; s++)
+        if (c0 + sg + s * NSG < c1) fetch(s, c0 + sg + s * NSG, n0, rowWords, lane);
+    for (uint cb = c0 + sg; cb < c1; cb += PF * NSG) [[unroll]] for (uint s = 0u; s < PF; s++) {
+        const uint c = cb + s * NSG;
+        if (c >= c1) break;
+        [[unroll]] for (uint i = 0u; i < CW; i++) Rs[rbase + lane + 32u * i] = raw[s][i];
+        if (c + PF * NSG < c1) fetch(s, c + PF * NSG, n0, rowWords, lane); // in flight for PF chunks
         // (activations fetched a chunk ahead too were no faster at 16 rows, slower at 32: the
         // registers cost more than their latency)
         f16vec4 xa[AL];

@@ -366,8 +366,19 @@ enum GPUKernels {
     /// (coopBatchCounters zeros; the kernel leaves them zero).
     static func matmulCoopBatch(_ t: GGMLType, rows m: Int) -> Kernel {
         Kernel(name: "matmul_coop_batch_" + suffix(t), buffers: 5,
-               constants: [UInt32(32 * coopBatchSubgroups(t, rows: m)), UInt32(coopBatchTiles(rows: m))])
+               constants: [UInt32(32 * coopBatchSubgroups(t, rows: m)), UInt32(coopBatchTiles(rows: m)), UInt32(coopBatchPrefetch(t))])
     }
+    /// Chunks of weights a subgroup of matmul_coop_batch_T keeps in flight (its PF): two for
+    /// Q4_0 (H200, 8B: 16 sequences +3.6 %, 32 +4 %; three no better), one for Q8_0, whose
+    /// chunk is twice the registers (1.1B: two were 2 % slower at 16 sequences; bench/RESULTS.md).
+    /// VELO_GPU_COOP_BATCH_PREFETCH=1…4 overrides (A/B runs on a device).
+    static func coopBatchPrefetch(_ t: GGMLType) -> Int { coopBatchPrefetchOverride ?? (t == .q4_0 ? 2 : 1) }
+    private static let coopBatchPrefetchOverride: Int? = {
+        guard let e = getenv("VELO_GPU_COOP_BATCH_PREFETCH") else { return nil }
+        if let v = Int(String(cString: e)), (1...4).contains(v) { return v }
+        fputs("velo: ignoring VELO_GPU_COOP_BATCH_PREFETCH=\(String(cString: e)) (expected 1-4)\n", stderr)
+        return nil
+    }()
     /// Workgroups along N (32 rows each), and the split-K that brings the grid to the shape's
     /// aim while each subgroup keeps at least two chunks of 64 values a split; units (16
     /// values) a split.
