@@ -23,6 +23,7 @@ async function child(file: string): Promise<Seq[]> {
   const m = Model.open(file);
   const e = Engine.create(m, { backend: values.backend as "vulkan", ctxSize: 512, maxBatchSize: B });
   try {
+    e.waitForKernels();
     let s = 12345;
     const vocab = Math.min(m.info().tokenizer?.vocab_size ?? 30000, 30000);
     const runs = Array.from({ length: B }, async () => {

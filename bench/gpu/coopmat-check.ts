@@ -41,6 +41,7 @@ async function child(file: string): Promise<Run> {
     pageSize: values["page-size"] ? Number(values["page-size"]) : undefined,
   });
   try {
+    e.waitForKernels(); // each mode's own kernels, not those standing in while they build
     // a fixed pseudo-random prompt (ids 100 .. 30099: inside every vocabulary here)
     let s = 12345;
     const prompt = Array.from({ length: PROMPT }, () => ((s = (s * 1103515245 + 12345) >>> 0) % 30000) + 100);

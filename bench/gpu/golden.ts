@@ -16,6 +16,7 @@ async function greedy(file: string, opts: EngineOptions, prompt: number[], n: nu
   const m = Model.open(join(models, file));
   const e = Engine.create(m, { ctxSize: 256, ...opts });
   try {
+    e.waitForKernels();
     const r = await e.submit({ promptTokens: prompt, maxTokens: n, temperature: 0, ignoreEos: true }).collect();
     return { tokens: r.tokens, device: String((e.stats() as unknown as { device: string }).device) };
   } finally {

@@ -125,6 +125,9 @@ export async function runBench(engine: Engine, vocab: number, bos: number | null
   // not timed). Those tokens are computed once and then come from the prefix cache.
   const prefix = depth > 0 ? benchTokens(depth, vocab, bos) : [];
   const at = depth > 0 ? ` @ d${depth}` : "";
+  // nothing is timed on a kernel that stands in while another is still being built
+  report("waiting for GPU kernels to build");
+  engine.waitForKernels();
   if (depth > 0) {
     report(`depth: ${depth} tokens of context`);
     await timeRun(engine, prefix, 1);
@@ -234,6 +237,8 @@ async function batchBench(modelPath: string, flags: BenchFlags) {
     const step = stepReporter();
     const results: BatchResult[] = [];
     try {
+      step.report("waiting for GPU kernels to build");
+      engine.waitForKernels();
       step.report("warm-up");
       await warmUp(() => runBatchBench(engine, vocab, bos, 1, Math.min(pp, 32), 4));
       const sizes: number[] = [];

@@ -316,6 +316,15 @@ export class Engine {
     return JSON.parse(decoder.decode(buf.subarray(0, Number(out[0]))));
   }
 
+  /**
+   * Waits until the kernels the engine builds in the background after its load are in use (a
+   * GPU driver's first build of some takes seconds; requests meanwhile run on others).
+   * Benchmarks call it before timing anything.
+   */
+  waitForKernels(): void {
+    check(lib().velo_engine_wait_kernels(this.handle));
+  }
+
   /** Clears stats().profile_ms, kernel_ms and the grammar's overhead percentiles (after a benchmark's warm-up). */
   resetProfile(): void {
     check(lib().velo_engine_reset_profile(this.handle));

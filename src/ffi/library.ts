@@ -24,6 +24,7 @@ const symbols = {
   velo_engine_wait: { args: [ptr, i32], returns: i32 },
   velo_engine_stats: { args: [ptr, ptr, i64, ptr], returns: i32 },
   velo_engine_reset_profile: { args: [ptr], returns: i32 },
+  velo_engine_wait_kernels: { args: [ptr], returns: i32 },
   velo_engine_save_prefix: { args: [ptr, ptr, i64, cstring, ptr], returns: i32 },
   velo_engine_load_prefix: { args: [ptr, cstring, ptr], returns: i32 },
   velo_engine_option_keys: { args: [ptr, i64, ptr], returns: i32 },

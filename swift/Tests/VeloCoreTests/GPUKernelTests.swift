@@ -811,6 +811,38 @@ final class GPUKernelTests: XCTestCase {
         }
     }
 
+    /// Pipelines built off the calling thread (matmul_cm2_T's after a load): `adopt` is nil
+    /// until every build has ended, then gives each one's error; a built one is the cached
+    /// pipeline from then on, and runs; a kernel that does not exist is an error, not a crash.
+    func testPipelinesBuiltInBackground() throws {
+        let d = try device()
+        // constants no other test uses, so the pipeline is not cached yet
+        let k = GPUKernels.Kernel(name: GPUKernels.toF16.name, buffers: 2, constants: [64])
+        let keys = [PipelineKey(name: k.name, buffers: 2, constants: [64]), PipelineKey(name: "no_such_kernel", buffers: 1, constants: [])]
+        let pending = d.prepareInBackground(keys)
+        var errors: [Error?]?
+        for _ in 0..<60_000 where errors == nil {
+            errors = d.adopt(pending)
+            if errors == nil { usleep(1000) }
+        }
+        let e = try XCTUnwrap(errors, "background build never ended")
+        XCTAssertNil(e[0])
+        XCTAssertNotNil(e[1])
+        guard case .success(let built) = pending.results?[0] else { return XCTFail("toF16 not built") }
+        XCTAssertTrue(try d.pipeline(k.name, buffers: 2, constants: [64]) === built)
+        let x: [Float] = [1.5, -2, 3.25, 65504, 0.5]
+        let y = try upload([UInt8](repeating: 0xFF, count: 8 * 2))
+        try run(k, [try upload(x), y], [5, 1, 5, 8], GPUKernels.toF16Groups(k: 5, m: 1))
+        let got = try readBytes(y, 16).withUnsafeBytes { raw in
+            (0..<8).map { i -> Float in
+                var h = raw.load(fromByteOffset: 2 * i, as: UInt16.self), f: Float = 0
+                ck_f16_to_f32(&h, &f, 1)
+                return f
+            }
+        }
+        XCTAssertEqual(got, x + [0, 0, 0])
+    }
+
     /// argmax_rows against the host's choice (ck_argmax_f32) on rows built to catch each rule:
     /// the largest value wins wherever it is (first and last index, past the threads' first
     /// stride), ties go to the first index, NaNs are never picked, a row of -inf gives its first

@@ -1,4 +1,9 @@
 import CRuntime
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Swift face of the C worker pool: `run { ith, nth in … }` executes the body on every
 /// thread (the caller included) and returns when all are done.
@@ -43,3 +48,35 @@ public final class ThreadPool: @unchecked Sendable {
 
 public func nowNanos() -> UInt64 { vr_now_ns() }
 public func cpuCount() -> Int { Int(vr_cpu_count()) }
+
+/// Runs `body` on a new detached thread; false (and nothing run) if none could be started.
+func detachThread(_ body: @escaping () -> Void) -> Bool {
+    let box = Unmanaged.passRetained(DetachedBody(body))
+    // pthread_t is an integer on Linux and a pointer on Darwin; the start routine's argument is
+    // optional on one and not the other: both go through detachedThreadMain
+    #if canImport(Darwin)
+    var t: pthread_t?
+    #else
+    var t = pthread_t()
+    #endif
+    guard pthread_create(&t, nil, { detachedThreadMain($0) }, box.toOpaque()) == 0 else {
+        box.release()
+        return false
+    }
+    #if canImport(Darwin)
+    pthread_detach(t!)
+    #else
+    pthread_detach(t)
+    #endif
+    return true
+}
+
+private final class DetachedBody {
+    let body: () -> Void
+    init(_ body: @escaping () -> Void) { self.body = body }
+}
+
+private func detachedThreadMain(_ arg: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
+    Unmanaged<DetachedBody>.fromOpaque(arg!).takeRetainedValue().body()
+    return nil
+}

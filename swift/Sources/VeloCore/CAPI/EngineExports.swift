@@ -268,6 +268,13 @@ public func velo_engine_reset_profile(_ h: UnsafeMutableRawPointer?) -> Int32 {
     CABI.call { try CABI.lookup(h, as: Engine.self).resetProfile() }
 }
 
+/// Waits until the kernels the engine builds in the background after its load are in use:
+/// benchmarks call it before timing.
+@_cdecl("velo_engine_wait_kernels")
+public func velo_engine_wait_kernels(_ h: UnsafeMutableRawPointer?) -> Int32 {
+    CABI.call { try CABI.lookup(h, as: Engine.self).waitForKernels() }
+}
+
 /// Saves the cached KV pages of the longest cached prefix of `tokens` to `path`.
 @_cdecl("velo_engine_save_prefix")
 public func velo_engine_save_prefix(_ h: UnsafeMutableRawPointer?, _ tokens: UnsafePointer<Int32>?, _ n: Int64,

@@ -267,6 +267,15 @@ public final class Engine: @unchecked Sendable {
         locked { stats = snapshot }
     }
 
+    /// Waits until kernels built in the background since the load are in use (matmul_cm2_T's,
+    /// when the driver has not cached them): benchmarks call it before timing anything.
+    public func waitForKernels() throws {
+        try onEngineThread { scheduler in
+            scheduler.forwardOps.settleKernels(wait: true)
+            scheduler.draft?.ops.settleKernels(wait: true)
+        }
+    }
+
     /// Loads a prefix file into the cache; returns how many tokens it added.
     public func loadPrefix(from path: String) throws -> Int {
         let tag = try PrefixFile.modelTag(file.gguf)

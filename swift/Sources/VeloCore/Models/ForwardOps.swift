@@ -63,6 +63,9 @@ protocol ForwardOps: AnyObject {
     /// overflowed (the backend has given that path up). A pass may be re-run: it rewrites the
     /// K/V of its own positions before reading them.
     func widen() -> Bool
+    /// Takes kernels a background thread was building since the load once they are built;
+    /// with `wait`, waits for them first (benchmarks, before they time anything).
+    func settleKernels(wait: Bool)
 }
 
 extension ForwardOps {
@@ -70,6 +73,9 @@ extension ForwardOps {
     func widen() -> Bool { false }
 
     var argmaxes: UnsafePointer<Int32>? { nil }
+
+    /// Backends that build every kernel at load have none pending.
+    func settleKernels(wait: Bool) {}
 
     /// What a backend without fused kernels runs instead.
     func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope r: Int) {

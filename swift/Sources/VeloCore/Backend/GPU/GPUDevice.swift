@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// What the GPU forward pass needs of a GPU API. Vulkan (Linux, Windows) and Metal (Apple
 /// Silicon) implement it the same way: buffers, pipelines made from the kernels in `shaders/`,
 /// and one command buffer per step in which every dispatch binds its buffers and a small
@@ -38,6 +44,12 @@ protocol GPUDevice: AnyObject {
     /// Builds these pipelines into the cache ahead of `pipeline`, on several threads where the
     /// device can; each one's error, or nil, in order.
     func prepare(_ pipelines: [PipelineKey]) -> [Error?]
+    /// Starts building these pipelines off the calling thread, for kernels whose first build is
+    /// slow (no driver cache yet) and which have a fallback meanwhile; `adopt` takes them.
+    func prepareInBackground(_ pipelines: [PipelineKey]) -> PendingPipelines
+    /// Once every build of `pending` has ended: puts the built pipelines in the cache and gives
+    /// each one's error, or nil, in order. Before that, nil. Call it where `pipeline` is called.
+    func adopt(_ pending: PendingPipelines) -> [Error?]?
 
     /// Starts recording a step.
     func begin() throws
@@ -72,6 +84,40 @@ struct PipelineKey: Hashable {
     let name: String
     let buffers: Int
     let constants: [UInt32]
+}
+
+/// Pipelines a background thread builds (`GPUDevice.prepareInBackground`).
+final class PendingPipelines {
+    let keys: [PipelineKey]
+    private let lock = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private var built: [Result<GPUPipeline, Error>]?
+    /// The device they are built on, released after them (a pipeline never adopted is
+    /// destroyed through its device).
+    private let owner: AnyObject
+
+    init(_ keys: [PipelineKey], owner: AnyObject) {
+        self.keys = keys
+        self.owner = owner
+        pthread_mutex_init(lock, nil)
+    }
+    deinit {
+        built = nil
+        pthread_mutex_destroy(lock)
+        lock.deallocate()
+    }
+
+    func finish(_ results: [Result<GPUPipeline, Error>]) {
+        pthread_mutex_lock(lock)
+        built = results
+        pthread_mutex_unlock(lock)
+    }
+    /// Every build's result once all have ended; nil before.
+    var results: [Result<GPUPipeline, Error>]? {
+        pthread_mutex_lock(lock)
+        defer { pthread_mutex_unlock(lock) }
+        return built
+    }
+    var isDone: Bool { results != nil }
 }
 
 /// A byte range of a buffer bound to one kernel binding.
@@ -129,6 +175,20 @@ extension GPUDevice {
     func prepare(_ pipelines: [PipelineKey]) -> [Error?] {
         pipelines.map { k in
             do { _ = try pipeline(k.name, buffers: k.buffers, constants: k.constants); return nil } catch { return error }
+        }
+    }
+
+    /// Built now, into the cache (Metal: its library is compiled ahead, so no build is slow).
+    func prepareInBackground(_ pipelines: [PipelineKey]) -> PendingPipelines {
+        let p = PendingPipelines(pipelines, owner: self)
+        p.finish(pipelines.map { k in Result { try pipeline(k.name, buffers: k.buffers, constants: k.constants) } })
+        return p
+    }
+
+    func adopt(_ pending: PendingPipelines) -> [Error?]? {
+        pending.results?.map { r in
+            if case .failure(let e) = r { return e }
+            return nil
         }
     }
 }

@@ -50,6 +50,10 @@ final class GPUForward: ForwardOps {
     private let dotBatch: Bool
     /// The weight types whose prefill products take matmul_cm2_T (its pipeline built).
     private var cm2: Set<GGMLType>
+    /// matmul_cm2_T's pipelines while a background thread builds them, and their types: a
+    /// driver without them cached takes ~18 s for one (H200, matmul_cm2h_q4_0), so the load
+    /// does not wait; prefill takes matmul_coop_T until `settleKernels` adopts them.
+    private var cm2Pending: (pipelines: PendingPipelines, types: [GGMLType])?
     /// A decode token's Q|K|V product waits in `pendingQKV` for rope_store, which it then does
     /// itself (matvec_dot_rope_T: one dispatch a layer fewer); any other op dispatches it as it
     /// was. `ropeJoin`: the cache type those kernels are built for, nil where they do not apply.
@@ -366,17 +370,13 @@ final class GPUForward: ForwardOps {
             }
         }
         for k in [GPUKernels.rmsNorm, GPUKernels.addRMSNorm, ropeStoreKernel, GPUKernels.rope, kvStoreKernel, attentionKernel, attentionTiledKernel, GPUKernels.attentionCombine, GPUKernels.swiglu, GPUKernels.swigluPairs, GPUKernels.add, GPUKernels.addBias, GPUKernels.softcap, GPUKernels.argmaxRows] + [attentionStagedKernels?.plain].compactMap({ $0 }) { want(k) }
-        // compiled now (on several threads where the device can), not in the first request
-        let all = wanted + wantedCM2.map(\.kernel)
-        let errors = device.prepare(all.map { PipelineKey(name: $0.name, buffers: $0.buffers, constants: $0.constants) })
-        for (i, e) in errors.enumerated() {
-            guard let e else { continue }
-            guard i >= wanted.count else { throw e }
-            // a driver that cannot build matmul_cm2_T (its tile needs 47 KiB of shared memory)
-            // leaves that type's prefill on matmul_coop_T rather than failing the load
-            let t = wantedCM2[i - wanted.count].type
-            fputs("velo: matmul_cm2_T for \(t.name) unavailable (\(e)); its prefill uses matmul_coop_T\n", stderr)
-            cm2.remove(t)
+        // compiled now (on several threads where the device can), not in the first request;
+        // matmul_cm2_T's in the background (`cm2Pending`)
+        if let e = device.prepare(wanted.map(Self.key)).compactMap({ $0 }).first { throw e }
+        if !wantedCM2.isEmpty {
+            cm2.subtract(wantedCM2.map(\.type))
+            cm2Pending = (device.prepareInBackground(wantedCM2.map { Self.key($0.kernel) }), wantedCM2.map(\.type))
+            if GPUKernels.cm2AtLoad { settleKernels(wait: true) }
         }
     }
 
@@ -430,6 +430,25 @@ final class GPUForward: ForwardOps {
         }
     }
 
+    private static func key(_ k: GPUKernels.Kernel) -> PipelineKey { PipelineKey(name: k.name, buffers: k.buffers, constants: k.constants) }
+
+    /// Takes matmul_cm2_T's pipelines once their background build has ended (waiting for it
+    /// with `wait`); a type whose pipeline the driver cannot build (its tile needs 47 KiB of
+    /// shared memory) keeps matmul_coop_T rather than failing.
+    func settleKernels(wait: Bool) {
+        guard let (pending, types) = cm2Pending else { return }
+        while wait && !pending.isDone { usleep(2000) }
+        guard let errors = device.adopt(pending) else { return }
+        cm2Pending = nil
+        for (t, e) in zip(types, errors) {
+            if let e {
+                fputs("velo: matmul_cm2_T for \(t.name) unavailable (\(e)); its prefill uses matmul_coop_T\n", stderr)
+            } else {
+                cm2.insert(t)
+            }
+        }
+    }
+
     private func pipeline(_ k: GPUKernels.Kernel) throws -> GPUPipeline {
         try device.pipeline(k.name, buffers: k.buffers, constants: k.constants)
     }
@@ -465,6 +484,7 @@ final class GPUForward: ForwardOps {
         if !batch.hiddenRows.isEmpty && hiddenBuffer == nil {
             hiddenBuffer = try device.makeBuffer(bytes: maxTokens * config.dim * 4, memory: .readback, label: "hidden states")
         }
+        settleKernels(wait: false)
         self.batch = batch
         n = batch.count
         passUsed = (false, false)

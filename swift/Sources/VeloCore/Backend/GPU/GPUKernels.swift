@@ -272,6 +272,9 @@ enum GPUKernels {
     }()
     static let cm2Wanted = getenv("VELO_GPU_CM2").map { String(cString: $0) != "off" } ?? true
     static let cm2MinRows = getenv("VELO_GPU_CM2_MIN_ROWS").flatMap { Int(String(cString: $0)) } ?? 64
+    /// VELO_GPU_CM2_AT_LOAD (any value): the load waits for matmul_cm2_T's pipelines instead of
+    /// building them in the background (A/B runs of first-load time).
+    static let cm2AtLoad = getenv("VELO_GPU_CM2_AT_LOAD") != nil
     static func useCM2(_ t: GGMLType, rows: Int) -> Bool { cm2Types.contains(t) && rows >= cm2MinRows }
     /// Whether the device enabled the extension (asked once, by GPUForward at set-up).
     static func hasCM2(_ device: GPUDevice) -> Bool {

@@ -616,6 +616,45 @@ final class VulkanDevice: GPUDevice {
     func prepare(_ keys: [PipelineKey]) -> [Error?] {
         var todo: [PipelineKey] = [], seen = Set<PipelineKey>()
         for k in keys where pipelines[k] == nil && seen.insert(k).inserted { todo.append(k) }
+        var failed: [PipelineKey: Error] = [:]
+        for (k, r) in zip(todo, buildAll(todo)) {
+            switch r {
+            case .success(let p): pipelines[k] = p
+            case .failure(let e): failed[k] = e
+            }
+        }
+        return keys.map { failed[$0] }
+    }
+
+    /// Builds on a thread of its own (which holds the device until it ends; on the caller's
+    /// if none starts). The cache is read here and written only by `adopt`, on the caller's
+    /// thread.
+    func prepareInBackground(_ keys: [PipelineKey]) -> PendingPipelines {
+        let pending = PendingPipelines(keys, owner: self)
+        let have = keys.map { pipelines[$0] }
+        var seen = Set<PipelineKey>()
+        let todo = zip(keys, have).filter { $0.1 == nil && seen.insert($0.0).inserted }.map(\.0)
+        let work = {
+            let built = Dictionary(uniqueKeysWithValues: zip(todo, self.buildAll(todo)))
+            pending.finish(zip(keys, have).map { k, p in p.map { .success($0) } ?? built[k]!.map { $0 as GPUPipeline } })
+        }
+        if !detachThread(work) { work() }
+        return pending
+    }
+
+    func adopt(_ pending: PendingPipelines) -> [Error?]? {
+        guard let results = pending.results else { return nil }
+        return zip(pending.keys, results).map { k, r in
+            switch r {
+            case .success(let p):
+                if pipelines[k] == nil { pipelines[k] = (p as! VulkanPipeline) }
+                return nil
+            case .failure(let e): return e
+            }
+        }
+    }
+
+    private func buildAll(_ todo: [PipelineKey]) -> [Result<VulkanPipeline, Error>] {
         var built = [Result<VulkanPipeline, Error>?](repeating: nil, count: todo.count)
         if !todo.isEmpty {
             let pool = ThreadPool(threads: min(todo.count, cpuCount(), 8))
@@ -628,14 +667,7 @@ final class VulkanDevice: GPUDevice {
                 }
             }
         }
-        var failed: [PipelineKey: Error] = [:]
-        for (k, r) in zip(todo, built) {
-            switch r! {
-            case .success(let p): pipelines[k] = p
-            case .failure(let e): failed[k] = e
-            }
-        }
-        return keys.map { failed[$0] }
+        return built.map { $0! }
     }
 
     // MARK: recording a step
