@@ -5,7 +5,7 @@
 # the vocabularies and golden models, and Debian's Vulkan loader and GLVND packages.
 #   bench/gpu/h100.sh golden | path MODEL | bench MODELS... | kernels MODELS... | batched MODELS... | rows MODEL ROWS... | batchprof MODEL B [SWITCHES...] |
 #                     grammar MODELS... | depth MODEL DEPTHS... | depthab MODEL DEPTHS SWITCHES... | depthprof MODEL DEPTH pp|tg | splits tg|pp MODEL DEPTH N... | tune MODEL SHAPES... |
-#                     tgvariants MODELS ROUNDS SWITCHES... | variants MODEL SWITCHES... | batchvariants MODEL B SWITCHES... | batchcheck MODEL B SETS... | llamacpp MODELS... | coopmat MODELS... | overflow GAINS... | spec | kv MODEL
+#                     tgvariants MODELS ROUNDS SWITCHES... | variants MODEL SWITCHES... | batchvariants MODEL B SWITCHES... | batchcheck MODEL B SETS... | firstload MODEL ROUNDS | llamacpp MODELS... | coopmat MODELS... | overflow GAINS... | spec | kv MODEL
 # Models are synthesized there (random weights, real shapes) by Velo's own writer: SHAPE-TYPE
 # for Llama (8b-q4_0), ARCH.SHAPE-TYPE for the others (qwen2.7b-q4_0, gemma2.9b-q4_0,
 # phi3.mini-q4_0; src/gguf/synth.ts lists the shapes). VELO_LIB and VELO_JS choose another build
@@ -192,6 +192,18 @@ for n,v in sorted(k.items(),key=lambda kv:-kv[1]['ms'])[:16]: print('  %-44s %8.
             # COOPMAT_ARGS: more of its options, e.g. "--cache-type-k q8_0 --page-size 12 --ctx 2048")
     fs=(); for m in "$@"; do fs+=("$(model "$m")"); done
     /tmp/bun "$C/coopmat-check.js" ${COOPMAT_TOKENS:+--tokens $COOPMAT_TOKENS} ${COOPMAT_ARGS:-} "${fs[@]}" ;;
+  firstload)  # first load with no driver cache (__GL_SHADER_DISK_CACHE=0): wall time of `velo generate`
+              # (a ~300-token prompt, 16 tokens) with matmul_cm2_T built in the background and at
+              # load (VELO_GPU_CM2_AT_LOAD=1), alternating: h100.sh firstload MODEL ROUNDS
+    f=$(model "$1")
+    P=$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog']*30))")
+    for r in $(seq "$2"); do for v in background atload; do
+      e=(__GL_SHADER_DISK_CACHE=0); [ $v = atload ] && e+=(VELO_GPU_CM2_AT_LOAD=1)
+      s=$(date +%s.%N)
+      env "${e[@]}" /tmp/bun "$VELO_JS" generate "$f" "$P" --backend vulkan --temp 0 -n 16 --ignore-eos --json > /dev/null 2> /tmp/firstload.err
+      t=$(date +%s.%N)
+      echo "$v: $(python3 -c "print(round($t - $s, 2))") s; $(grep -o 'loaded.*' /tmp/firstload.err)"
+    done; done ;;
   batchcheck)  # batched greedy decode under each set of switches against the first (bench/gpu/batch-check.ts):
               # h100.sh batchcheck MODEL B SETS... (identical tokens and max |Δlogit| a set)
     f=$(model "$1"); b=$2; shift 2
