@@ -1,5 +1,6 @@
-// Every weight type of the K-quant and IQ4 families, and F16, against llama.cpp and against a
-// float64 reference, on the CPU and on the GPU backend (lavapipe under `make test`).
+// Every weight type of the K-quant and IQ4 families, F16, and the 32-value types Q4_1, Q5_0 and
+// Q5_1 (Q4_0 and Q8_0: tests/architectures.test.ts), against llama.cpp and against a float64
+// reference, on the CPU and on the GPU backend (lavapipe under `make test`).
 //
 // The models: src/gguf/synth.ts's llama `test256` shape (256 wide, FFN 512, 3 layers, 4 heads of
 // 64, 2 KV heads, the llama-spm vocabulary) with --pure, so that every 2-D weight (token_embd,
@@ -43,7 +44,8 @@
 // signs flipped) fails 1, 3 and 4 for each, and still fails all three when only blk.1.attn_v's
 // 128 Q4_K blocks are touched; every Q4_K block's f16 scale one ulp up (0.1 %) fails 3 (0.053
 // against 5e-4) and 1 (10/72 steps compared) but passes 4; the reference's own Q4_K high-nibble
-// scale or IQ4_XS scale offset wrong fails 2 and 3; the non---pure mixes fail the type test.
+// scale or IQ4_XS scale offset wrong fails 2 and 3; the non---pure mixes fail the type test. The
+// reference's Q4_1 min left off half of each block, or Q5_1's fifth bit flipped, fails 2 and 3.
 import { describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, readFileSync, renameSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -62,6 +64,7 @@ import { repoRoot } from "./helpers/paths";
 const TYPES: [string, GGMLTypeName][] = [
   ["q2_k", "Q2_K"], ["q3_k", "Q3_K"], ["iq4_nl", "IQ4_NL"], ["iq4_xs", "IQ4_XS"],
   ["q4_k", "Q4_K"], ["q5_k", "Q5_K"], ["q6_k", "Q6_K"], ["f16", "F16"],
+  ["q4_1", "Q4_1"], ["q5_0", "Q5_0"], ["q5_1", "Q5_1"],
 ];
 const SHAPE = "test256";
 
@@ -134,7 +137,7 @@ const veloFloat = (type: string, backend: "vulkan" | "metal") =>
 // Weight types whose decode products take 8-bit activations on the GPU (GPUKernels.dotTypes, on
 // devices with integer dot products): test 3 runs them with those products off; test 4 and the
 // kernel tests (GPUKernelTests) cover the 8-bit path.
-const GPU_DOT_TYPES = new Set(["q4_k", "q5_k", "q6_k"]);
+const GPU_DOT_TYPES = new Set(["q4_k", "q5_k", "q6_k", "q4_1", "q5_0", "q5_1"]);
 
 function expectAgree(label: string, ref: PromptRun[], got: PromptRun[], tol: Tolerance, minShare: number) {
   const cmp = compareRuns(ref, got, tol);

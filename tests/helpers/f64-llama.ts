@@ -35,6 +35,38 @@ function scaleMinK4(b: Uint8Array, s: number, j: number): [number, number] {
 
 /** One block of `type` at b[o..], dequantized into y[at..] (ggml's dequantize_row_*, float32). */
 const BLOCK: Partial<Record<GGMLTypeName, (b: Uint8Array, o: number, y: Float32Array, at: number) => void>> = {
+  // the 32-value types: value j < 16 from byte j's low nibble, j + 16 from its high one; Q5's
+  // fifth bit j from a 32-bit mask; the _1 types add a min m instead of an offset
+  Q4_0: (b, o, y, at) => {
+    const d = h(b, o);
+    for (let j = 0; j < 16; j++) {
+      y[at + j] = f32(((b[o + 2 + j]! & 0xf) - 8) * d);
+      y[at + j + 16] = f32(((b[o + 2 + j]! >> 4) - 8) * d);
+    }
+  },
+  Q4_1: (b, o, y, at) => {
+    const d = h(b, o), m = h(b, o + 2);
+    for (let j = 0; j < 16; j++) {
+      y[at + j] = f32(f32((b[o + 4 + j]! & 0xf) * d) + m);
+      y[at + j + 16] = f32(f32((b[o + 4 + j]! >> 4) * d) + m);
+    }
+  },
+  Q5_0: (b, o, y, at) => {
+    const d = h(b, o), qh = (b[o + 2]! | (b[o + 3]! << 8) | (b[o + 4]! << 16) | (b[o + 5]! << 24)) >>> 0;
+    for (let j = 0; j < 16; j++) {
+      const lo = (b[o + 6 + j]! & 0xf) | (((qh >>> j) & 1) << 4), hi = (b[o + 6 + j]! >> 4) | (((qh >>> (j + 16)) & 1) << 4);
+      y[at + j] = f32((lo - 16) * d);
+      y[at + j + 16] = f32((hi - 16) * d);
+    }
+  },
+  Q5_1: (b, o, y, at) => {
+    const d = h(b, o), m = h(b, o + 2), qh = (b[o + 4]! | (b[o + 5]! << 8) | (b[o + 6]! << 16) | (b[o + 7]! << 24)) >>> 0;
+    for (let j = 0; j < 16; j++) {
+      const lo = (b[o + 8 + j]! & 0xf) | (((qh >>> j) & 1) << 4), hi = (b[o + 8 + j]! >> 4) | (((qh >>> (j + 16)) & 1) << 4);
+      y[at + j] = f32(f32(lo * d) + m);
+      y[at + j + 16] = f32(f32(hi * d) + m);
+    }
+  },
   Q8_0: (b, o, y, at) => {
     const d = h(b, o);
     for (let j = 0; j < 32; j++) y[at + j] = f32(((b[o + 2 + j]! << 24) >> 24) * d);
@@ -203,6 +235,9 @@ function ggmlActivations(type: GGMLTypeName, x: Float64Array): Float64Array {
     case "F32": case "F16": return x;
     case "Q2_K": case "Q3_K": case "Q4_K": case "Q5_K": case "Q6_K": case "IQ4_XS": return q8K(x);
     case "Q4_0": case "Q5_0": case "Q8_0": case "IQ4_NL": return q80(x);
+    // Q8_1 (quantize_row_q8_1): Q8_0's values, and s = d·Σq for the weight's min, which llama.cpp
+    // rounds to float16 where this sums the values (a relative 2^-11 of the min's term)
+    case "Q4_1": case "Q5_1": return q80(x);
     default: throw new Error(`f64-llama: llama.cpp's activation type for ${type} is not emulated`);
   }
 }
