@@ -965,9 +965,11 @@ final class GPUKernelTests: XCTestCase {
         XCTAssertFalse(GPUKernels.useCoopBatch(.q4_K, rows: 32, k: 4096))
         XCTAssertTrue(GPUKernels.useCoopBatch(.q8_0, rows: 17, k: 2048))
         if ProcessInfo.processInfo.environment["VELO_GPU_COOP_BATCH_PREFETCH"] == nil && ProcessInfo.processInfo.environment["VELO_GPU_COOP_BATCH"] == nil {
-            // chunks in flight a subgroup (the last constant): two of Q4_0's, one of Q8_0's
-            XCTAssertEqual(GPUKernels.matmulCoopBatch(.q4_0, rows: 16).constants, [64, 1, 2])
-            XCTAssertEqual(GPUKernels.matmulCoopBatch(.q8_0, rows: 16).constants, [64, 1, 1])
+            // chunks in flight a subgroup (the last constant): two of Q4_0's; of Q8_0's, two for
+            // products at least 4096 by 4096
+            XCTAssertEqual(GPUKernels.matmulCoopBatch(.q4_0, rows: 16, n: 2048, k: 2048).constants, [64, 1, 2])
+            XCTAssertEqual(GPUKernels.matmulCoopBatch(.q8_0, rows: 16, n: 2048, k: 5632).constants, [64, 1, 1])
+            XCTAssertEqual(GPUKernels.matmulCoopBatch(.q8_0, rows: 16, n: 4096, k: 14336).constants, [64, 1, 2])
         }
         // the decode kernels' crossover: batches past 8 rows take the tensor-core batch kernel
         // where every layer product has it; otherwise matvec keeps up to 16 rows

@@ -343,7 +343,10 @@ final class GPUForward: ForwardOps {
                 if GPUKernels.coopBatchShape != nil && GPUKernels.coopBatchTypes.contains(w.type) {
                     // each tile height some batch past matvec's rows takes
                     for m in Swift.stride(from: 16, through: GPUKernels.coopBatchRows, by: 16) where m > matvecMaxRows && m - 15 <= maxTokens {
-                        want(GPUKernels.matmulCoopBatch(w.type, rows: m))
+                        // (its prefetch depth follows the product's shape: each shape of the type,
+                        // the gate/up pairs' as one product)
+                        let shapes = model.matrices.map { ($0.type, $0.rows, $0.cols) } + model.gatedPairs.map { ($0.0.type, 2 * $0.0.rows, $0.0.cols) }
+                        for s in shapes where s.0 == w.type { want(GPUKernels.matmulCoopBatch(w.type, rows: m, n: s.1, k: s.2)) }
                     }
                 }
             }
@@ -632,7 +635,7 @@ final class GPUForward: ForwardOps {
             let batchKernel = !cm2 && GPUKernels.useCoopBatch(w.type, rows: rows, k: w.cols)
             if batchKernel {
                 let plan = GPUKernels.coopBatchPlan(n: w.rows, k: w.cols, rows: rows, type: w.type)
-                (kernel, g) = (GPUKernels.matmulCoopBatch(w.type, rows: rows), (plan.groups, plan.rowGroups, 1))
+                (kernel, g) = (GPUKernels.matmulCoopBatch(w.type, rows: rows, n: w.rows, k: w.cols), (plan.groups, plan.rowGroups, 1))
                 (splits, splitUnits) = (plan.splits, plan.splitUnits)
             } else {
                 kernel = cm2 ? GPUKernels.matmulCM2(w.type, f16Sums: f16Sums.contains(w.type)) : GPUKernels.matmulCoop(w.type, rows: rows)

@@ -367,15 +367,19 @@ enum GPUKernels {
     /// Buffers W, X (to_f16's), Y, Out, Done; params matmul_coop_T's and (outStride, splits):
     /// with splits > 1 the tile's last split adds the planes in Y into Out, counting on Done
     /// (coopBatchCounters zeros; the kernel leaves them zero).
-    static func matmulCoopBatch(_ t: GGMLType, rows m: Int) -> Kernel {
+    static func matmulCoopBatch(_ t: GGMLType, rows m: Int, n: Int, k: Int) -> Kernel {
         Kernel(name: "matmul_coop_batch_" + suffix(t), buffers: 5,
-               constants: [UInt32(32 * coopBatchSubgroups(t, rows: m)), UInt32(coopBatchTiles(rows: m)), UInt32(coopBatchPrefetch(t))])
+               constants: [UInt32(32 * coopBatchSubgroups(t, rows: m)), UInt32(coopBatchTiles(rows: m)), UInt32(coopBatchPrefetch(t, n: n, k: k))])
     }
-    /// Chunks of weights a subgroup of matmul_coop_batch_T keeps in flight (its PF): two for
-    /// Q4_0 (H200, 8B: 16 sequences +3.6 %, 32 +4 %; three no better), one for Q8_0, whose
-    /// chunk is twice the registers (1.1B: two were 2 % slower at 16 sequences; bench/RESULTS.md).
-    /// VELO_GPU_COOP_BATCH_PREFETCH=1…4 overrides (A/B runs on a device).
-    static func coopBatchPrefetch(_ t: GGMLType) -> Int { coopBatchPrefetchOverride ?? (t == .q4_0 ? 2 : 1) }
+    /// Chunks of weights a subgroup of matmul_coop_batch_T keeps in flight (its PF) for an
+    /// N x K product: two for Q4_0 (H200, 8B: 16 sequences +3.6 %, 32 +4 %; three no better).
+    /// Q8_0's chunk takes twice the registers: two paid on the 8B, whose products are all at
+    /// least 4096 by 4096 (+3 %), and cost the 1.1B 2-3 % at 16 sequences (none is; two for its
+    /// down product alone, 5632 wide, cost as much), so Q8_0 takes two only there
+    /// (bench/RESULTS.md). VELO_GPU_COOP_BATCH_PREFETCH=1…4 overrides (A/B runs on a device).
+    static func coopBatchPrefetch(_ t: GGMLType, n: Int, k: Int) -> Int {
+        coopBatchPrefetchOverride ?? (t == .q4_0 || (n >= 4096 && k >= 4096) ? 2 : 1)
+    }
     private static let coopBatchPrefetchOverride: Int? = {
         guard let e = getenv("VELO_GPU_COOP_BATCH_PREFETCH") else { return nil }
         if let v = Int(String(cString: e)), (1...4).contains(v) { return v }
