@@ -1,0 +1,94 @@
+/// GPUForward's attention: RoPE, the K/V pages' stores, and attention over the pages (the
+/// tiled prefill kernels, or decode's split-K kernels and what merges their splits).
+extension GPUForward {
+    func rope(_ a: Activation, heads: Int, rope r: Int) {
+        let c = config
+        dispatch(GPUKernels.rope, [act(a), tokpos, GPUBinding(ropeFreqs[r])],
+                 [UInt32(n), UInt32(heads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
+                  c.ropes[r].magnitude.bitPattern, UInt32(stride(a))],
+                 (n, heads, 1), .rope)
+    }
+
+    /// The buffer holding a layer's K/V, and the (pageStride, layerOff) parameters that find
+    /// its planes in it (32-bit words).
+    private func kvBinding(_ layer: Int) -> GPUBinding { GPUBinding(kvPlaces[layer].buffer) }
+    private func kvParams(_ layer: Int) -> [UInt32] { [UInt32(kvPlaces[layer].pageStride), UInt32(kvPlaces[layer].layerOff)] }
+
+    func storeKV(layer: Int) {
+        let ps = kv.pageSize
+        dispatch(kvStoreKernel, [act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab],
+                 [UInt32(n), UInt32(kvDim), UInt32(ps)] + kvParams(layer) + [UInt32(stride(.k))],
+                 (n, (kvDim + 63) / 64, 1), .attention)
+    }
+
+    /// Split-K attention: keys in splits of `chunk` (from the longest context of the batch),
+    /// one workgroup per (token, KV head, split), then the combine kernel merges the splits
+    /// (a single split writes the output directly).
+    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope r: Int) {
+        let c = config, ps = kv.pageSize
+        if let p = pendingQKV, let kvType = ropeJoin, heads == c.heads, kvHeads == c.kvHeads, p.w.rows == c.qDim + 2 * kvDim {
+            pendingQKV = nil
+            dispatch(GPUKernels.matvecDotRope(p.w.type, kv: kvType), p.buffers + [kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
+                     p.params + [UInt32(c.qDim), UInt32(kvDim), UInt32(c.headDim), UInt32(c.ropeDim), c.ropes[r].magnitude.bitPattern, UInt32(ps)]
+                        + kvParams(layer), p.groups, .matmul)
+            return
+        }
+        dispatch(ropeStoreKernel, [act(.q), act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
+                 [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
+                  c.ropes[r].magnitude.bitPattern, UInt32(kvDim), UInt32(ps)] + kvParams(layer) + [
+                  UInt32(stride(.q)), UInt32(stride(.k))],
+                 (n, heads + kvHeads, 1), .rope)
+    }
+
+    func attention(layer: Int, _ a: AttentionParams) {
+        let c = config, ps = kv.pageSize
+        let mask = [a.softcap.bitPattern, UInt32(a.window)]
+        let (chunk, splits) = attentionPlan
+        let combineGroups = GPUKernels.attentionCombineGroups(n: n, heads: c.heads, headDim: c.headDim)
+        if tiledBlocks > 0 {
+            dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel,
+                     [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens), GPUBinding(attnScratch)],
+                     [UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
+                     [a.scale.bitPattern, UInt32(stride(.q))] + mask + [UInt32(chunk), UInt32(splits)],
+                     (tiledBlocks, c.kvHeads, splits), .attention)
+            if splits > 1 {
+                dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos],
+                         [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)], combineGroups, .attention)
+            }
+            return
+        }
+        // the output as 8-bit blocks too, for the O product's matvec_dot: by the attention
+        // kernel itself (a single split, or the last of a few), else by the combine
+        let q8Out = q8 != nil && n <= matvecMaxRows && c.headDim % 32 == 0
+            && c.headDim <= GPUKernels.attentionCombineQ8MaxHeadDim && c.qDim <= q8Width
+        var buffers = [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)]
+        var params = [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
+            [a.scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(stride(.q))] + mask
+        let kernels = stagedStep ? attentionStagedKernels! : (plain: attentionKernel, q8: attentionQ8Kernel)
+        var kernel = kernels.plain
+        let x16Row = GPUKernels.f16Row(c.qDim)
+        if splits <= GPUKernels.attentionJoinMaxSplits, q8Out, let q8, let done = attnDone {
+            buffers += [GPUBinding(q8.values), GPUBinding(q8.scales), GPUBinding(done)]
+            kernel = kernels.q8
+        } else if splits <= GPUKernels.attentionJoinMaxSplits, !GPUKernels.attentionX16Disabled, !stagedStep, n > matvecMaxRows, n <= GPUKernels.attentionJoinRows,
+                  f16Inputs, let x16, x16.size >= n * x16Row * 2, let done = attnDone {
+            // a decode batch whose O product runs on tensor cores: its float16 input written here
+            buffers += [GPUBinding(x16), GPUBinding(done)]
+            params.append(UInt32(x16Row))
+            kernel = attentionX16Kernel
+        }
+        dispatch(kernel, buffers, params, (n, c.kvHeads, splits), .attention)
+        if buffers.count == 10 { q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
+        if buffers.count == 9 { x16Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
+        guard splits > 1 && buffers.count == 7 else { return }
+        let combine = [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)]
+        if let q8, q8Out {
+            // the output also as 8-bit blocks, for the O product's matvec_dot
+            dispatch(GPUKernels.attentionCombineQ8, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(q8.values), GPUBinding(q8.scales)],
+                     combine, combineGroups, .attention)
+            q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim)
+        } else {
+            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos], combine, combineGroups, .attention)
+        }
+    }
+}

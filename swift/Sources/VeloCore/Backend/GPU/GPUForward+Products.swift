@@ -1,0 +1,272 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// GPUForward's products: the matmuls (matvec, the 8-bit decode kernels, the tensor-core tiles
+/// and split-K), the gated FFN, the experts and the logits.
+extension GPUForward {
+    func matmul(_ src: Activation, _ pairs: [(WeightMatrix, Activation)]) {
+        if pairs.count == 3, pairs[0].1 == .q, pairs[1].1 == .k, pairs[2].1 == .v, let m = qkvWeights[pairs[0].0.data],
+           m.k == pairs[1].0.data, m.v == pairs[2].0.data {
+            // the concatenated weight: its rows land as Q|K|V rows, the three views
+            let q = pairs[0].0, rows = config.qDim + 2 * config.kvDim
+            let w = WeightMatrix(name: q.name, type: q.type, data: q.data, rows: rows, cols: q.cols, rowBytes: q.rowBytes)
+            multiply(w, act(src), rows: n, xStride: stride(src), into: act(.q), yStride: stride(.q), op: .matmul, weight: GPUBinding(m.buffer),
+                     ropeNext: true)
+            return
+        }
+        for (w, dst) in pairs {
+            multiply(w, act(src), rows: n, xStride: stride(src), into: act(dst), yStride: stride(dst), op: .matmul)
+        }
+    }
+
+    /// x16, when this pass's rows of `width` values (whole f16vec4s, so to_f16's rows are the
+    /// values themselves) go to tensor-core products and a kernel may write their float16 copy.
+    func f16Copy(width: Int) -> GPUBuffer? {
+        guard GPUKernels.f16OutFused, f16Inputs, n > matvecMaxRows, width % 4 == 0, let x16, x16.size >= n * width * 2 else { return nil }
+        return x16
+    }
+
+    /// quantize_q8 of `rows` rows of X into q8, unless it holds them already.
+    private func quantizeQ8(_ x: GPUBinding, _ q8: (values: GPUBuffer, scales: GPUBuffer), rows: Int, xStride: Int, k: Int, op: Profiler.Op) {
+        let key = rowsKey(x, rows: rows, xStride: xStride, k: k)
+        if q8Source.map({ $0 != key }) ?? true {
+            dispatch(GPUKernels.quantizeQ8, [x, GPUBinding(q8.values), GPUBinding(q8.scales)],
+                     [UInt32(k), UInt32(rows), UInt32(xStride)], GPUKernels.quantizeQ8Groups(k: k, m: rows), op)
+            q8Source = key
+        }
+    }
+
+    /// Y = W · X over `rows` activation rows: the matrix×vector kernel for decode-sized batches
+    /// (each weight read once for all rows), the tiled one for prefill.
+    /// `glu` (decode only, an interleaved pair's weight as `weight`): Y = silu(gate·X) * (up·X),
+    /// w.rows counting the interleaved rows.
+    private func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op,
+                          weight: GPUBinding? = nil, glu: ModelConfig.FFNActivation? = nil, ropeNext: Bool = false) {
+        precondition(glu == nil || rows <= matvecMaxRows)
+        let params = [UInt32(w.cols), UInt32(w.rows), UInt32(rows), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0)]
+        let wb = weight ?? GPUBinding(weights[w.data]!)
+        if rows <= matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
+            // activations to 8 bits once per input (the Q, K and V products share it), then
+            // integer dot products with the weight blocks
+            quantizeQ8(x, q8, rows: rows, xStride: xStride, k: w.cols, op: op)
+            let buffers = [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y]
+            if ropeNext && rows == 1 && ropeJoin != nil && GPUKernels.matvecRows(n: w.rows, dot: true) == 2 {
+                flushQKV()
+                pendingQKV = (w, buffers, params, GPUKernels.matvecGroups(n: w.rows, m: 1, dot: true)) // for ropeAndStoreKV
+            } else if dotBatch && GPUKernels.dotBatchTakes(rows: rows) {
+                dispatch(GPUKernels.matvecDotBatch(w.type, rows: rows), buffers, params, GPUKernels.matvecDotBatchGroups(n: w.rows, m: rows), op)
+            } else {
+                dispatch(GPUKernels.matvecDot(w.type, rows: rows, n: w.rows, glu: glu != nil), buffers, params,
+                         GPUKernels.matvecGroups(n: w.rows, m: rows, dot: true, glu: glu != nil), op)
+            }
+            if q8Source?.buffer == ObjectIdentifier(y.buffer) { q8Source = nil } // Y overwrote them
+        } else if rows <= matvecMaxRows || w.rows <= GPUKernels.matvecAnyRows {
+            let k = GPUKernels.matvec(w.type, rows: rows, n: w.rows, glu: glu != nil)
+            dispatch(k, [wb, x, y], params, GPUKernels.matvecGroups(n: w.rows, m: rows, glu: glu != nil), op)
+        } else if GPUKernels.useCoop(device, w.type), f16Inputs, let x16 {
+            // activations to float16 once per input (Q|K|V, gate/up, O and down each have one)
+            let kp = GPUKernels.f16Row(w.cols)
+            let key = rowsKey(x, rows: rows, xStride: xStride, k: w.cols)
+            if x16Source.map({ $0 != key }) ?? true {
+                dispatch(GPUKernels.toF16, [x, GPUBinding(x16)], [UInt32(w.cols), UInt32(rows), UInt32(xStride), UInt32(kp)],
+                         GPUKernels.toF16Groups(k: w.cols, m: rows), op)
+                x16Source = key
+            }
+            var p16 = params
+            p16[4] = UInt32(kp)
+            // the kernel, its grid along N and M, its splits of K and the units (16 values) of each
+            let cm2 = self.cm2.contains(w.type) && GPUKernels.useCM2(w.type, rows: rows)
+            passUsed = (passUsed.sums || (cm2 && f16Sums.contains(w.type)), true)
+            let kernel: GPUKernels.Kernel, g: (Int, Int, Int), splits: Int, splitUnits: Int
+            let batchKernel = !cm2 && GPUKernels.useCoopBatch(w.type, rows: rows, k: w.cols)
+            if batchKernel {
+                let plan = GPUKernels.coopBatchPlan(n: w.rows, k: w.cols, rows: rows, type: w.type)
+                (kernel, g) = (GPUKernels.matmulCoopBatch(w.type, rows: rows, n: w.rows, k: w.cols), (plan.groups, plan.rowGroups, 1))
+                (splits, splitUnits) = (plan.splits, plan.splitUnits)
+            } else {
+                kernel = cm2 ? GPUKernels.matmulCM2(w.type, f16Sums: f16Sums.contains(w.type)) : GPUKernels.matmulCoop(w.type, rows: rows)
+                g = cm2 ? GPUKernels.matmulCM2Groups(n: w.rows, m: rows) : GPUKernels.matmulCoopGroups(n: w.rows, m: rows)
+                splits = GPUKernels.coopSplits(n: w.rows, m: rows, k: w.cols, type: w.type,
+                                           tile: cm2 ? (GPUKernels.cm2Shape.tw, GPUKernels.cm2Shape.tx) : nil)
+                splitUnits = GPUKernels.coopSplitUnits(k: w.cols, splits: splits, multiple: cm2 ? max(4, w.type.blockSize / 16) : 4)
+            }
+            if splits > 1, let scratch = gluScratch, y.buffer !== scratch, splits * rows * w.rows * 4 <= scratch.size {
+                // split-K: each split's plane of the scratch, then their sum into Y
+                let plane = rows * w.rows
+                p16[5] = UInt32(w.rows)
+                p16[6] = UInt32(splitUnits)
+                let planes = GPUBinding(scratch)
+                if batchKernel, GPUKernels.coopBatchSumsSplits, let done = splitDone, g.0 * g.1 <= GPUKernels.coopBatchCounters {
+                    // the last split of each tile adds the planes itself
+                    dispatch(kernel, [wb, GPUBinding(x16), planes, y, GPUBinding(done)], p16 + [UInt32(plane), UInt32(yStride), UInt32(splits)], (g.0, g.1, splits), op)
+                } else {
+                    let b = batchKernel ? [wb, GPUBinding(x16), planes, planes, GPUBinding(splitDone!)] : [wb, GPUBinding(x16), planes]
+                    dispatch(kernel, b, p16 + [UInt32(plane)] + (batchKernel ? [UInt32(w.rows), 1] : []), (g.0, g.1, splits), op)
+                    dispatch(GPUKernels.sumSplits, [planes, y], [UInt32(w.rows), UInt32(rows), UInt32(yStride), UInt32(splits), UInt32(plane)],
+                             (min((plane + 255) / 256, 65535), 1, 1), op)
+                }
+            } else {
+                p16[6] = UInt32.max // one split: every unit
+                let b = batchKernel ? [wb, GPUBinding(x16), y, y, GPUBinding(splitDone!)] : [wb, GPUBinding(x16), y]
+                dispatch(kernel, b, p16 + [0] + (batchKernel ? [UInt32(yStride), 1] : []), g, op)
+            }
+            if x16Source?.buffer == ObjectIdentifier(y.buffer) { x16Source = nil } // Y overwrote them
+        } else {
+            let k = GPUKernels.matmul(w.type)
+            dispatch(k, [wb, x, y], params, GPUKernels.matmulGroups(n: w.rows, m: rows), op)
+        }
+    }
+
+    func glu(_ a: ModelConfig.FFNActivation) {
+        let count = n * config.ffnDim
+        dispatch(GPUKernels.swiglu, [act(.gate), act(.up)], [UInt32(count), UInt32(a.rawValue)], ((count + 255) / 256, 1, 1), .mlpActivation)
+    }
+
+    /// One matvec in GLU mode for decode; for prefill the interleaved product into gluScratch,
+    /// then swiglu_pairs. Pairs not uploaded interleaved take the two products and swiglu.
+    func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix, _ a: ModelConfig.FFNActivation) {
+        guard let wb = gatedWeights[gate.data] else {
+            matmul(src, [(gate, .gate), (up, .up)])
+            glu(a)
+            return
+        }
+        let ffn = gate.rows
+        precondition(ffn == Self.width(.gate, config))
+        let pair = WeightMatrix(name: gate.name, type: gate.type, data: gate.data, rows: 2 * ffn, cols: gate.cols, rowBytes: gate.rowBytes)
+        let x = act(src), xStride = stride(src)
+        if n <= matvecMaxRows {
+            multiply(pair, x, rows: n, xStride: xStride, into: act(.gate), yStride: ffn, op: .matmul, weight: GPUBinding(wb), glu: a)
+        } else {
+            let s = GPUBinding(gluScratch!)
+            multiply(pair, x, rows: n, xStride: xStride, into: s, yStride: 2 * ffn, op: .matmul, weight: GPUBinding(wb))
+            let count = n * ffn
+            if let x16 = f16Copy(width: ffn) {
+                // with to_f16's copy for the down product
+                dispatch(GPUKernels.swigluPairsF16, [s, act(.gate), GPUBinding(x16)], [UInt32(count), UInt32(a.rawValue)],
+                         (min((count / 2 + 255) / 256, 65535), 1, 1), .mlpActivation)
+                x16Source = rowsKey(act(.gate), rows: n, xStride: ffn, k: ffn)
+            } else {
+                dispatch(GPUKernels.swigluPairs, [s, act(.gate)], [UInt32(count), UInt32(a.rawValue)], (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
+            }
+        }
+    }
+
+    /// The router's product, then moe_route (each token's experts and weights, the pairs grouped
+    /// by expert, all on the device: no wait), one expert-indexed product per stacked tensor
+    /// (gate and up read each pair's token row from the layer's input, down the pairs' hidden
+    /// rows), SwiGLU over all the pairs, and moe_combine's weighted sum into dst.
+    func experts(_ src: Activation, _ l: ExpertLayer, into dst: Activation) {
+        let c = config, e = c.experts!, m = moe!, d = c.dim, h = e.ffnDim
+        let x = act(src), xs = stride(src)
+        multiply(l.router, x, rows: n, xStride: xs, into: GPUBinding(m.router), yStride: e.count, op: .matmul)
+        dispatch(GPUKernels.moeRoute, [GPUBinding(m.router), GPUBinding(m.routing)],
+                 [UInt32(n), UInt32(e.count), UInt32(e.used), e.normalizeWeights ? 1 : 0, UInt32(m.cap)], (1, 1, 1), .other)
+        let pairs = n * e.used, gate = expertStacks[l.gate[0].data]!
+        if gate.expert.rows == h {
+            // gate and up apart
+            expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.gate), yStride: h)
+            expertProduct(expertStacks[l.up[0].data]!, x, xStride: xs, gather: true, into: GPUBinding(m.up), yStride: h)
+            swiglu(GPUBinding(m.gate), GPUBinding(m.up), count: pairs * h)
+        } else if n <= matvecMaxRows {
+            // interleaved: SwiGLU in the product's GLU mode
+            expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.gate), yStride: h, glu: .silu)
+        } else {
+            // interleaved products (2·ffn a pair, in `up`), then swiglu_pairs
+            expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.up), yStride: 2 * h)
+            let count = pairs * h
+            dispatch(GPUKernels.swigluPairs, [GPUBinding(m.up), GPUBinding(m.gate)], [UInt32(count), UInt32(ModelConfig.FFNActivation.silu.rawValue)],
+                     (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
+        }
+        expertProduct(expertStacks[l.down[0].data]!, GPUBinding(m.gate), xStride: h, gather: false, into: GPUBinding(m.output), yStride: d)
+        var shared = (out: GPUBinding(m.output), gate: GPUBinding(m.output))
+        if let sh = l.shared, let out = m.shared {
+            let w = e.sharedFFNDim
+            multiply(sh.gate, x, rows: n, xStride: xs, into: act(.gate), yStride: w, op: .matmul)
+            multiply(sh.up, x, rows: n, xStride: xs, into: act(.up), yStride: w, op: .matmul)
+            swiglu(act(.gate), act(.up), count: n * w)
+            multiply(sh.down, act(.gate), rows: n, xStride: w, into: GPUBinding(out), yStride: d, op: .matmul)
+            shared = (GPUBinding(out), GPUBinding(vectors[sh.gateInput.name]!))
+        }
+        dispatch(GPUKernels.moeCombine,
+                 [act(dst), GPUBinding(m.output), m.section(.slot), m.section(.weight), shared.out, shared.gate],
+                 [UInt32(d), UInt32(e.used), l.shared == nil ? 0 : 1, UInt32(stride(dst)), UInt32(n)],
+                 GPUKernels.moeCombineGroups(tokens: n, width: d, shared: l.shared != nil), .other)
+    }
+
+    /// Y = each routed pair's expert times its activation row, over all the pairs of the step
+    /// in one dispatch: matvec_id_T for decode-sized batches (a workgroup per pair and few
+    /// rows, reading only the chosen experts' weights; matvec_dot_id_T on 8-bit activations
+    /// where the device and the type have integer dot products), matmul_id_T's tiles per
+    /// expert above.
+    /// `gather`: row i of X is pair i's token's row (else X has a row per pair). `glu` (decode,
+    /// an interleaved gate/up stack): Y = act(gate·X) * (up·X), as matvec_T's GLU mode.
+    private func expertProduct(_ s: ExpertStack, _ x: GPUBinding, xStride: Int, gather: Bool, into y: GPUBinding, yStride: Int,
+                               glu: ModelConfig.FFNActivation? = nil) {
+        let w = s.expert, e = config.experts!, m = moe!
+        precondition(glu == nil || n <= matvecMaxRows)
+        let params = [UInt32(w.cols), UInt32(w.rows), UInt32(n * e.used), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0),
+                      UInt32(s.expertBytes / 2), gather ? 1 : 0] + m.offsets.map { UInt32($0) }
+        let buffers = [GPUBinding(s.buffer), x, y, GPUBinding(m.routing)]
+        if n <= matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
+            // 8-bit activations (the layer's input rows, or the pairs' hidden rows) and integer
+            // dot products, as matvec_dot_T
+            quantizeQ8(x, q8, rows: gather ? n : n * e.used, xStride: xStride, k: w.cols, op: .matmul)
+            dispatch(GPUKernels.matvecDotID(w.type, k: w.cols), [GPUBinding(s.buffer), GPUBinding(q8.values), GPUBinding(q8.scales), y, GPUBinding(m.routing)],
+                     params, GPUKernels.matvecDotIDGroups(n: w.rows, k: w.cols, pairs: n * e.used), .matmul)
+            if q8Source?.buffer == ObjectIdentifier(y.buffer) { q8Source = nil } // Y overwrote them
+        } else if n <= matvecMaxRows {
+            dispatch(GPUKernels.matvecID(w.type), buffers, params, GPUKernels.matvecIDGroups(n: w.rows, pairs: n * e.used), .matmul)
+        } else if GPUKernels.useCoop(device, w.type), f16Inputs, let x16 {
+            passUsed.inputs = true
+            // tensor cores: the input rows (tokens, or pairs for down) to float16 once, then
+            // tiles as tall as an expert's rows on average
+            let xRows = gather ? n : n * e.used, kp = GPUKernels.f16Row(w.cols)
+            let key = rowsKey(x, rows: xRows, xStride: xStride, k: w.cols)
+            if x16Source.map({ $0 != key }) ?? true {
+                dispatch(GPUKernels.toF16, [x, GPUBinding(x16)], [UInt32(w.cols), UInt32(xRows), UInt32(xStride), UInt32(kp)],
+                         GPUKernels.toF16Groups(k: w.cols, m: xRows), .matmul)
+                x16Source = key
+            }
+            let perExpert = (n * e.used + e.count - 1) / e.count
+            let p = [UInt32(w.cols), UInt32(w.rows), UInt32(n), UInt32(w.rowBytes), UInt32(kp), UInt32(yStride), UInt32.max, 0,
+                     UInt32(s.expertBytes / 2), gather ? 1 : 0] + m.offsets.map { UInt32($0) }
+            dispatch(GPUKernels.matmulCoopID(w.type, rows: perExpert), [GPUBinding(s.buffer), GPUBinding(x16), y, GPUBinding(m.routing)], p,
+                     GPUKernels.matmulCoopIDGroups(n: w.rows, rows: perExpert, tokens: n, experts: e.count), .matmul)
+            if x16Source?.buffer == ObjectIdentifier(y.buffer) { x16Source = nil } // Y overwrote them
+        } else {
+            var p = params
+            p[2] = UInt32(n) // the most rows one expert can have
+            dispatch(GPUKernels.matmulID(w.type), buffers, p, GPUKernels.matmulIDGroups(n: w.rows, tokens: n, experts: e.count), .matmul)
+        }
+    }
+
+    private func swiglu(_ gate: GPUBinding, _ up: GPUBinding, count: Int) {
+        dispatch(GPUKernels.swiglu, [gate, up], [UInt32(count), UInt32(ModelConfig.FFNActivation.silu.rawValue)],
+                 (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
+    }
+
+    func logits(norm w: WeightVector, output: WeightMatrix, softcap: Float) {
+        let rows = batch.logitRows.count
+        guard rows > 0 else { return }
+        norm(.x, w, rows: rows, selection: input(sections.rowsel, maxLogitRows), into: act(.xn))
+        // On a discrete card the logits are made in device memory when the tiled matmul writes
+        // them (its 16 x 16 tile stores would cross the bus in 64-byte pieces: 8B, 64 rows, 11 ms
+        // a step on an H100; one copy moves the rows at the bus's speed) or when only their
+        // argmaxes are read; matvec otherwise writes whole rows straight to host memory.
+        let staged = rows > matvecMaxRows || batch.argmaxes ? logitsStaging : nil
+        let target = GPUBinding(staged ?? logitsBuffer)
+        multiply(output, act(.xn), rows: rows, xStride: config.dim, into: target, yStride: config.vocabSize, op: .output)
+        let count = rows * config.vocabSize
+        if softcap > 0 {
+            dispatch(GPUKernels.softcap, [target], [UInt32(count), softcap.bitPattern], (min((count + 255) / 256, 65535), 1, 1), .output)
+        }
+        if batch.argmaxes {
+            dispatch(GPUKernels.argmaxRows, [target, GPUBinding(argmaxBuffer)], [UInt32(config.vocabSize), UInt32(config.vocabSize)], (rows, 1, 1), .output)
+            argmaxesMade = true
+        }
+        if let staged, batch.hostLogits { device.copy(staged, to: logitsBuffer, bytes: count * 4, op: .output) }
+    }
+}
