@@ -150,7 +150,7 @@ final class VulkanDevice: GPUDevice {
             pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT.rawValue
             pci.queueFamilyIndex = family
             var pool: VkCommandPool?
-            try check(vkCreateCommandPool(device, &pci, nil, &pool), "vkCreateCommandPool")
+            try vkCheck(vkCreateCommandPool(device, &pci, nil, &pool), "vkCreateCommandPool")
             let commandPool = pool!
             self.commandPool = commandPool
             var cai = VkCommandBufferAllocateInfo()
@@ -159,7 +159,7 @@ final class VulkanDevice: GPUDevice {
             cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY
             cai.commandBufferCount = UInt32(Self.commandBufferCount)
             var cbs = [VkCommandBuffer?](repeating: nil, count: Self.commandBufferCount)
-            try check(vkAllocateCommandBuffers(device, &cai, &cbs), "vkAllocateCommandBuffers")
+            try vkCheck(vkAllocateCommandBuffers(device, &cai, &cbs), "vkAllocateCommandBuffers")
             commandBuffers = cbs.map { $0! }
             submittedValue = [UInt64](repeating: 0, count: Self.commandBufferCount)
             var typeInfo = VkSemaphoreTypeCreateInfo()
@@ -171,7 +171,7 @@ final class VulkanDevice: GPUDevice {
                 var sci = VkSemaphoreCreateInfo()
                 sci.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO
                 sci.pNext = UnsafeRawPointer(ti)
-                try check(vkCreateSemaphore(device, &sci, nil, &sem), "vkCreateSemaphore")
+                try vkCheck(vkCreateSemaphore(device, &sci, nil, &sem), "vkCreateSemaphore")
             }
             timeline = sem!
             let memory = VulkanMemory(device: device, physical: physical)
@@ -236,9 +236,9 @@ final class VulkanDevice: GPUDevice {
 
     private static func physicalDevices(_ inst: VkInstance) throws -> [VkPhysicalDevice] {
         var n: UInt32 = 0
-        try check(vkEnumeratePhysicalDevices(inst, &n, nil), "vkEnumeratePhysicalDevices")
+        try vkCheck(vkEnumeratePhysicalDevices(inst, &n, nil), "vkEnumeratePhysicalDevices")
         var list = [VkPhysicalDevice?](repeating: nil, count: Int(n))
-        try check(vkEnumeratePhysicalDevices(inst, &n, &list), "vkEnumeratePhysicalDevices")
+        try vkCheck(vkEnumeratePhysicalDevices(inst, &n, &list), "vkEnumeratePhysicalDevices")
         return list.prefix(Int(n)).compactMap { $0 }.filter { computeFamily($0) != nil }
     }
 
@@ -790,15 +790,15 @@ final class VulkanDevice: GPUDevice {
     private func beginCommandBuffer() throws {
         // a command buffer is reused only once its last submission is done
         try wait(submittedValue[current])
-        try check(vkResetCommandBuffer(commandBuffer, 0), "vkResetCommandBuffer")
+        try vkCheck(vkResetCommandBuffer(commandBuffer, 0), "vkResetCommandBuffer")
         var bi = VkCommandBufferBeginInfo()
         bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
         bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT.rawValue
-        try check(vkBeginCommandBuffer(commandBuffer, &bi), "vkBeginCommandBuffer")
+        try vkCheck(vkBeginCommandBuffer(commandBuffer, &bi), "vkBeginCommandBuffer")
     }
 
     private func submit() throws {
-        try check(vkEndCommandBuffer(commandBuffer), "vkEndCommandBuffer")
+        try vkCheck(vkEndCommandBuffer(commandBuffer), "vkEndCommandBuffer")
         timelineValue += 1
         submittedValue[current] = timelineValue
         var signal = timelineValue
@@ -824,7 +824,7 @@ final class VulkanDevice: GPUDevice {
                 }
             }
         }
-        try check(r, "vkQueueSubmit")
+        try vkCheck(r, "vkQueueSubmit")
     }
 
     /// How long a wait polls the step's timeline semaphore before it sleeps in the driver. A
@@ -841,7 +841,7 @@ final class VulkanDevice: GPUDevice {
             let start = nowNanos()
             var done: UInt64 = 0
             repeat {
-                try check(vkGetSemaphoreCounterValue(device, timeline, &done), "vkGetSemaphoreCounterValue")
+                try vkCheck(vkGetSemaphoreCounterValue(device, timeline, &done), "vkGetSemaphoreCounterValue")
                 if done >= value { return }
             } while nowNanos() - start < Self.pollNanos
         }
@@ -859,253 +859,12 @@ final class VulkanDevice: GPUDevice {
             }
         }
         if w == VK_TIMEOUT { throw VeloError(.internalError, "\(name): a GPU step did not finish in 5 minutes") }
-        try check(w, "vkWaitSemaphores")
-    }
-}
-
-/// A storage (or uniform) buffer bound into a block of the sub-allocator.
-final class VulkanBuffer: GPUBuffer {
-    let buffer: VkBuffer
-    let size: Int
-    let contents: UnsafeMutableRawPointer?
-    init(buffer: VkBuffer, size: Int, contents: UnsafeMutableRawPointer?) {
-        self.buffer = buffer
-        self.size = size
-        self.contents = contents
-    }
-}
-
-/// The memory sub-allocator: large blocks per memory type, carved into buffers in order.
-/// Buffers live as long as the device (weights, activations, K/V are allocated once).
-final class VulkanMemory {
-    private let device: VkDevice
-    private let props: VkPhysicalDeviceMemoryProperties
-    private var blocks: [(memory: VkDeviceMemory, type: UInt32, size: Int, used: Int, mapped: UnsafeMutableRawPointer?)] = []
-    private var buffers: [VkBuffer] = []
-    static let blockBytes = 256 << 20
-    /// Bytes of all blocks (device and host memory alike).
-    var allocatedBytes: Int { blocks.reduce(0) { $0 + $1.size } }
-
-    init(device: VkDevice, physical: VkPhysicalDevice) {
-        self.device = device
-        var p = VkPhysicalDeviceMemoryProperties()
-        vkGetPhysicalDeviceMemoryProperties(physical, &p)
-        props = p
-    }
-
-    func buffer(bytes: Int, memory kind: GPUMemory, usage: UInt32) throws -> VulkanBuffer {
-        let size = max(bytes, 16)
-        var bci = VkBufferCreateInfo()
-        bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO
-        bci.size = VkDeviceSize(size)
-        bci.usage = usage
-        bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE
-        var buf: VkBuffer?
-        try check(vkCreateBuffer(device, &bci, nil, &buf), "vkCreateBuffer")
-        var req = VkMemoryRequirements()
-        vkGetBufferMemoryRequirements(device, buf, &req)
-        // the best memory type first; a smaller heap that is full (GPU memory the host can map)
-        // falls back to the next
-        var lastError: Error = VeloError(.unsupported, "no suitable memory type")
-        for type in memoryTypes(bits: req.memoryTypeBits, kind: kind) {
-            do {
-                let (memory, offset, mapped) = try place(bytes: Int(req.size), alignment: Int(req.alignment), type: type,
-                                                         map: kind != .device, blockBytes: kind == .device ? Self.blockBytes : 16 << 20)
-                try check(vkBindBufferMemory(device, buf, memory, VkDeviceSize(offset)), "vkBindBufferMemory")
-                buffers.append(buf!)
-                return VulkanBuffer(buffer: buf!, size: size, contents: mapped.map { $0 + offset })
-            } catch {
-                lastError = error
-            }
-        }
-        vkDestroyBuffer(device, buf, nil)
-        throw lastError
-    }
-
-    /// Memory types for a kind of buffer, best first: (flags wanted, flags unwanted).
-    private func memoryTypes(bits: UInt32, kind: GPUMemory) -> [UInt32] {
-        let local = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT.rawValue, visible = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT.rawValue
-        let coherent = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT.rawValue, cached = VK_MEMORY_PROPERTY_HOST_CACHED_BIT.rawValue
-        let ranks: [(want: UInt32, avoid: UInt32)]
-        switch kind {
-        // weights and activations: GPU memory the host cannot map (keep mappable GPU memory free)
-        case .device: ranks = [(local, visible), (local, 0), (0, 0)]
-        // step inputs and parameters: GPU memory the host writes into (read by every dispatch,
-        // so not across the bus), else host memory
-        case .upload: ranks = [(local | visible | coherent, 0), (visible | coherent, 0)]
-        // logits: cached host memory (uncached reads of 0.5 MiB cost milliseconds)
-        case .readback: ranks = [(visible | coherent | cached, 0), (visible | coherent, 0)]
-        }
-        let types = withUnsafeBytes(of: props.memoryTypes) { Array($0.bindMemory(to: VkMemoryType.self)) }
-        var out: [UInt32] = []
-        for r in ranks {
-            for i in 0..<Int(props.memoryTypeCount) where bits & (1 << UInt32(i)) != 0
-                && types[i].propertyFlags & r.want == r.want && types[i].propertyFlags & r.avoid == 0 && !out.contains(UInt32(i)) {
-                out.append(UInt32(i))
-            }
-        }
-        return out
-    }
-
-    private func place(bytes: Int, alignment: Int, type: UInt32, map: Bool, blockBytes: Int) throws -> (VkDeviceMemory, Int, UnsafeMutableRawPointer?) {
-        // a block serves one kind: mapped (host-visible) or not, even where both share a type
-        for i in blocks.indices where blocks[i].type == type && (blocks[i].mapped != nil) == map {
-            let start = (blocks[i].used + alignment - 1) / alignment * alignment
-            if start + bytes <= blocks[i].size {
-                blocks[i].used = start + bytes
-                return (blocks[i].memory, start, blocks[i].mapped)
-            }
-        }
-        let size = max(bytes, blockBytes)
-        var ai = VkMemoryAllocateInfo()
-        ai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO
-        ai.allocationSize = VkDeviceSize(size)
-        ai.memoryTypeIndex = type
-        var mem: VkDeviceMemory?
-        let r = vkAllocateMemory(device, &ai, nil, &mem)
-        guard r == VK_SUCCESS, let mem else {
-            throw VeloError(.outOfMemory, r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "out of GPU memory" : "vkAllocateMemory failed (\(r.rawValue))")
-        }
-        var mapped: UnsafeMutableRawPointer?
-        if map { try check(vkMapMemory(device, mem, 0, VkDeviceSize(size), 0, &mapped), "vkMapMemory") }
-        blocks.append((mem, type, size, bytes, mapped))
-        return (mem, 0, mapped)
-    }
-
-    func destroy() {
-        for b in buffers { vkDestroyBuffer(device, b, nil) }
-        for b in blocks {
-            if b.mapped != nil { vkUnmapMemory(device, b.memory) }
-            vkFreeMemory(device, b.memory, nil)
-        }
-        buffers.removeAll()
-        blocks.removeAll()
-    }
-}
-
-/// A compute pipeline and its push-descriptor layout: `buffers` storage buffers, then the
-/// parameter uniform block.
-final class VulkanPipeline: GPUPipeline {
-    let pipeline: VkPipeline
-    let layout: VkPipelineLayout
-    let setLayout: VkDescriptorSetLayout
-    let buffers: Int
-    let name: String
-
-    init(device: VkDevice, spirv: UnsafePointer<UInt32>, words: Int, buffers: Int, constants: [UInt32], name: String,
-         captureStats: Bool = false) throws {
-        self.buffers = buffers
-        self.name = name
-        var bindings = (0...buffers).map { i in
-            var b = VkDescriptorSetLayoutBinding()
-            b.binding = UInt32(i)
-            b.descriptorType = i == buffers ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
-            b.descriptorCount = 1
-            b.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT.rawValue
-            return b
-        }
-        var dsl = VkDescriptorSetLayoutCreateInfo()
-        dsl.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO
-        dsl.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR.rawValue
-        dsl.bindingCount = UInt32(bindings.count)
-        var sl: VkDescriptorSetLayout?
-        try bindings.withUnsafeMutableBufferPointer { bp in
-            dsl.pBindings = UnsafePointer(bp.baseAddress)
-            try check(vkCreateDescriptorSetLayout(device, &dsl, nil, &sl), "vkCreateDescriptorSetLayout")
-        }
-        setLayout = sl!
-        var pli = VkPipelineLayoutCreateInfo()
-        pli.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO
-        pli.setLayoutCount = 1
-        var pl: VkPipelineLayout?
-        try withUnsafePointer(to: &sl) { psl in
-            pli.pSetLayouts = psl
-            try check(vkCreatePipelineLayout(device, &pli, nil, &pl), "vkCreatePipelineLayout")
-        }
-        let layout = pl!
-        self.layout = layout
-        var smci = VkShaderModuleCreateInfo()
-        smci.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO
-        smci.codeSize = words * 4
-        smci.pCode = spirv
-        var module: VkShaderModule?
-        try check(vkCreateShaderModule(device, &smci, nil, &module), "vkCreateShaderModule(\(name))")
-        defer { vkDestroyShaderModule(device, module, nil) }
-        var entries = constants.indices.map { i in
-            VkSpecializationMapEntry(constantID: UInt32(i), offset: UInt32(i * 4), size: 4)
-        }
-        var values = constants
-        var pipe: VkPipeline?
-        let r: VkResult = entries.withUnsafeMutableBufferPointer { ep in
-            values.withUnsafeMutableBytes { vp in
-                var spec = VkSpecializationInfo(mapEntryCount: UInt32(ep.count), pMapEntries: UnsafePointer(ep.baseAddress),
-                                                dataSize: vp.count, pData: UnsafeRawPointer(vp.baseAddress))
-                return "main".withCString { entry in
-                    withUnsafePointer(to: &spec) { ps in
-                        var stage = VkPipelineShaderStageCreateInfo()
-                        stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO
-                        stage.stage = VK_SHADER_STAGE_COMPUTE_BIT
-                        stage.module = module
-                        stage.pName = entry
-                        stage.pSpecializationInfo = constants.isEmpty ? nil : ps
-                        var ci = VkComputePipelineCreateInfo()
-                        ci.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO
-                        if captureStats { ci.flags = VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR.rawValue }
-                        ci.stage = stage
-                        ci.layout = layout
-                        return vkCreateComputePipelines(device, nil, 1, &ci, nil, &pipe)
-                    }
-                }
-            }
-        }
-        try check(r, "vkCreateComputePipelines(\(name))")
-        pipeline = pipe!
-        if captureStats { Self.printStatistics(device: device, pipeline: pipe!, name: name, constants: constants) }
-    }
-
-    /// The driver's statistics of each executable of a pipeline (registers, shared memory…),
-    /// one line on stderr.
-    private static func printStatistics(device: VkDevice, pipeline: VkPipeline, name: String, constants: [UInt32]) {
-        guard let getExecs = vkGetPipelineExecutablePropertiesKHR, let getStats = vkGetPipelineExecutableStatisticsKHR else { return }
-        var info = VkPipelineInfoKHR()
-        info.sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR
-        info.pipeline = pipeline
-        var n: UInt32 = 0
-        guard getExecs(device, &info, &n, nil) == VK_SUCCESS else { return }
-        for i in 0..<n {
-            var ei = VkPipelineExecutableInfoKHR()
-            ei.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR
-            ei.pipeline = pipeline
-            ei.executableIndex = i
-            var count: UInt32 = 0
-            guard getStats(device, &ei, &count, nil) == VK_SUCCESS else { continue }
-            var proto = VkPipelineExecutableStatisticKHR()
-            proto.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR
-            var list = [VkPipelineExecutableStatisticKHR](repeating: proto, count: Int(count))
-            guard getStats(device, &ei, &count, &list) == VK_SUCCESS else { continue }
-            let fields = list.prefix(Int(count)).map { st -> String in
-                let v: String
-                switch st.format {
-                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: v = st.value.b32 != 0 ? "true" : "false"
-                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: v = String(st.value.i64)
-                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: v = String(st.value.u64)
-                default: v = String(st.value.f64)
-                }
-                return "\(cString(st.name))=\(v)"
-            }
-            fputs("pipeline \(name) \(constants): \(fields.joined(separator: ", "))\n", stderr)
-        }
-    }
-
-    func destroy(_ device: VkDevice) {
-        vkDestroyPipeline(device, pipeline, nil)
-        vkDestroyPipelineLayout(device, layout, nil)
-        vkDestroyDescriptorSetLayout(device, setLayout, nil)
+        try vkCheck(w, "vkWaitSemaphores")
     }
 }
 
 @inline(__always)
-private func check(_ r: VkResult, _ what: String) throws {
+func vkCheck(_ r: VkResult, _ what: String) throws {
     if r != VK_SUCCESS {
         throw VeloError(r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? .outOfMemory : .internalError,
                         "Vulkan: \(what) failed (VkResult \(r.rawValue))")
@@ -1113,7 +872,7 @@ private func check(_ r: VkResult, _ what: String) throws {
 }
 
 /// A fixed C char array (imported as a tuple) as a String.
-private func cString<T>(_ t: T) -> String {
+func cString<T>(_ t: T) -> String {
     withUnsafeBytes(of: t) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
 }
 #endif
