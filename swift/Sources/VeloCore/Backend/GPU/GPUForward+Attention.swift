@@ -66,21 +66,25 @@ extension GPUForward {
             [a.scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(stride(.q))] + mask
         let kernels = stagedStep ? attentionStagedKernels! : (plain: attentionKernel, q8: attentionQ8Kernel)
         var kernel = kernels.plain
+        // which copy of the output the kernel also writes, merging its splits itself
+        var joined: (q8: Bool, x16: Bool) = (false, false)
         let x16Row = GPUKernels.f16Row(c.qDim)
         if splits <= GPUKernels.attentionJoinMaxSplits, q8Out, let q8, let done = attnDone {
             buffers += [GPUBinding(q8.values), GPUBinding(q8.scales), GPUBinding(done)]
             kernel = kernels.q8
+            joined.q8 = true
         } else if splits <= GPUKernels.attentionJoinMaxSplits, !GPUKernels.attentionX16Disabled, !stagedStep, n > matvecMaxRows, n <= GPUKernels.attentionJoinRows,
                   f16Inputs, let x16, x16.size >= n * x16Row * 2, let done = attnDone {
             // a decode batch whose O product runs on tensor cores: its float16 input written here
             buffers += [GPUBinding(x16), GPUBinding(done)]
             params.append(UInt32(x16Row))
             kernel = attentionX16Kernel
+            joined.x16 = true
         }
         dispatch(kernel, buffers, params, (n, c.kvHeads, splits), .attention)
-        if buffers.count == 10 { q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
-        if buffers.count == 9 { x16Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
-        guard splits > 1 && buffers.count == 7 else { return }
+        if joined.q8 { q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
+        if joined.x16 { x16Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
+        guard splits > 1 && !joined.q8 && !joined.x16 else { return }
         let combine = [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)]
         if let q8, q8Out {
             // the output also as 8-bit blocks, for the O product's matvec_dot

@@ -296,10 +296,7 @@ final class GPUForward: ForwardOps {
         ropeFreqs = try c.ropes.map { try upload($0.freqs, label: "rope frequencies") }
         if maxTokens > matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
             x16 = try device.makeBuffer(bytes: GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts), memory: .device, label: "float16 activations")
-            let zeros = [UInt32](repeating: 0, count: GPUKernels.coopBatchCounters)
-            let done = try device.makeBuffer(bytes: zeros.count * 4, memory: .device, label: "split-K counters")
-            try zeros.withUnsafeBytes { try device.upload(done, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
-            splitDone = done
+            splitDone = try Self.counters(device, GPUKernels.coopBatchCounters, label: "split-K counters")
         } else {
             x16 = nil
             splitDone = nil
@@ -312,10 +309,7 @@ final class GPUForward: ForwardOps {
         if let b = Self.q8Bytes(device: device, model: model) {
             q8 = (try device.makeBuffer(bytes: b.values, memory: .device, label: "8-bit activations"),
                   try device.makeBuffer(bytes: b.scales, memory: .device, label: "8-bit activation scales"))
-            let zeros = [UInt32](repeating: 0, count: GPUKernels.attentionJoinRows * c.kvHeads)
-            let done = try device.makeBuffer(bytes: zeros.count * 4, memory: .device, label: "attention counters")
-            try zeros.withUnsafeBytes { try device.upload(done, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
-            attnDone = done
+            attnDone = try Self.counters(device, GPUKernels.attentionJoinRows * c.kvHeads, label: "attention counters")
             for k in [GPUKernels.quantizeQ8, GPUKernels.addRMSNormQ8, GPUKernels.attentionCombineQ8, attentionQ8Kernel] + [attentionStagedKernels?.q8].compactMap({ $0 }) {
                 want(k)
             }
@@ -330,6 +324,8 @@ final class GPUForward: ForwardOps {
             q8 = nil
             attnDone = nil
         }
+        // every product's (type, N, K), the gate/up pairs' as one product
+        let products = model.matrices.map { ($0.type, $0.rows, $0.cols) } + model.gatedPairs.map { ($0.0.type, 2 * $0.0.rows, $0.0.cols) }
         for w in Self.distinctShapes(model.matrices) {
             for m in [1, 2, 4, 8, 16] {
                 for glu in [false, true] { want(GPUKernels.matvec(w.type, rows: m, n: w.rows, glu: glu)) }
@@ -343,10 +339,13 @@ final class GPUForward: ForwardOps {
                 if GPUKernels.coopBatchShape != nil && GPUKernels.coopBatchTypes.contains(w.type) {
                     // each tile height some batch past matvec's rows takes
                     for m in Swift.stride(from: 16, through: GPUKernels.coopBatchRows, by: 16) where m > matvecMaxRows && m - 15 <= maxTokens {
-                        // (its prefetch depth follows the product's shape: each shape of the type,
-                        // the gate/up pairs' as one product)
-                        let shapes = model.matrices.map { ($0.type, $0.rows, $0.cols) } + model.gatedPairs.map { ($0.0.type, 2 * $0.0.rows, $0.0.cols) }
-                        for s in shapes where s.0 == w.type { want(GPUKernels.matmulCoopBatch(w.type, rows: m, n: s.1, k: s.2)) }
+                        // (its prefetch depth follows the product's shape: each depth the type's
+                        // products take)
+                        var seen = Set<[UInt32]>()
+                        for p in products where p.0 == w.type {
+                            let k = GPUKernels.matmulCoopBatch(w.type, rows: m, n: p.1, k: p.2)
+                            if seen.insert(k.constants).inserted { want(k) }
+                        }
                     }
                 }
             }
@@ -431,6 +430,15 @@ final class GPUForward: ForwardOps {
         case .k, .v: return c.kvDim
         case .gate, .up: return c.hiddenWidth
         }
+    }
+
+    /// A buffer of `count` zeroed 32-bit counters (kernels that count their workgroups done
+    /// leave them zero again).
+    private static func counters(_ device: GPUDevice, _ count: Int, label: String) throws -> GPUBuffer {
+        let zeros = [UInt32](repeating: 0, count: count)
+        let b = try device.makeBuffer(bytes: count * 4, memory: .device, label: label)
+        try zeros.withUnsafeBytes { try device.upload(b, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
+        return b
     }
 
     private static func key(_ k: GPUKernels.Kernel) -> PipelineKey { PipelineKey(name: k.name, buffers: k.buffers, constants: k.constants) }
