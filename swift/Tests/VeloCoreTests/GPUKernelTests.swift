@@ -5,18 +5,7 @@ import XCTest
 /// Every GPU kernel (shaders/) against a plain CPU reference, on small and odd shapes, on the
 /// machine's GPU backend: Vulkan (lavapipe in CI, VK_DRIVER_FILES picks it) or Metal on macOS.
 final class GPUKernelTests: XCTestCase {
-    nonisolated(unsafe) static var shared: GPUDevice?
-
-    func device() throws -> GPUDevice {
-        if let d = Self.shared { return d }
-        #if canImport(Metal)
-        let d = try openGPUDevice(.metal, index: nil)!
-        #else
-        let d = try openGPUDevice(.vulkan, index: nil)!
-        #endif
-        Self.shared = d
-        return d
-    }
+    func device() throws -> GPUDevice { try TestGPU.device() }
 
     // MARK: helpers
 

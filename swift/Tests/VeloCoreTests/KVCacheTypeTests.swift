@@ -132,17 +132,7 @@ final class KVCacheTypeTests: XCTestCase {
 
     // MARK: GPU
 
-    nonisolated(unsafe) static var shared: GPUDevice?
-    func device() throws -> GPUDevice {
-        if let d = Self.shared { return d }
-        #if canImport(Metal)
-        let d = try openGPUDevice(.metal, index: nil)!
-        #else
-        let d = try openGPUDevice(.vulkan, index: nil)!
-        #endif
-        Self.shared = d
-        return d
-    }
+    func device() throws -> GPUDevice { try TestGPU.device() }
     func upload(_ bytes: UnsafeRawBufferPointer) throws -> GPUBuffer {
         let d = try device()
         let b = try d.makeBuffer(bytes: max(bytes.count, 16), memory: .device, label: "test")

@@ -21,7 +21,7 @@ final class MemoryPlanTests: XCTestCase {
         let memory: (free: Int, total: Int)
         init(free: Int) { memory = (free, free) }
         func makeBuffer(bytes: Int, memory: GPUMemory, label: String) throws -> GPUBuffer { throw VeloError(.unsupported, "fake") }
-        func upload(_ dst: GPUBuffer, offset: Int, from src: UnsafeRawPointer, bytes: Int) throws {}
+        func upload(_ dst: GPUBuffer, offset: Int, bytes: Int, fill: (UnsafeMutableRawPointer, Int, Int) throws -> Void) throws {}
         func download(_ src: GPUBuffer, offset: Int, into dst: UnsafeMutableRawPointer, bytes: Int) throws {}
         func pipeline(_ name: String, buffers: Int, constants: [UInt32]) throws -> GPUPipeline { throw VeloError(.unsupported, "fake") }
         func begin() throws {}

@@ -328,17 +328,7 @@ final class NewQuantTypeTests: XCTestCase {
 
     // MARK: GPU (Vulkan on lavapipe here, Metal on macOS)
 
-    func device() throws -> GPUDevice {
-        if let d = GPUKernelTests.shared { return d }
-        #if canImport(Metal)
-        let opened = try openGPUDevice(.metal, index: nil)
-        #else
-        let opened = try openGPUDevice(.vulkan, index: nil)
-        #endif
-        guard let d = opened else { throw XCTSkip("no GPU device") }
-        GPUKernelTests.shared = d
-        return d
-    }
+    func device() throws -> GPUDevice { try TestGPU.device() }
 
     func upload(_ bytes: UnsafeRawBufferPointer) throws -> GPUBuffer {
         let d = try device()

@@ -34,8 +34,11 @@ protocol GPUDevice: AnyObject {
     var memory: (free: Int, total: Int) { get }
 
     func makeBuffer(bytes: Int, memory: GPUMemory, label: String) throws -> GPUBuffer
-    /// Copies host memory into a buffer (through a staging buffer where it is not mapped); waits.
-    func upload(_ dst: GPUBuffer, offset: Int, from src: UnsafeRawPointer, bytes: Int) throws
+    /// Writes `bytes` bytes into a buffer from `offset`, made by `fill(p, at, count)`: it writes
+    /// bytes `at ..< at + count` of them at `p` (straight into the buffer where it is mapped,
+    /// else into a staging buffer a chunk at a time, so no copy of the whole is ever made on the
+    /// host); waits.
+    func upload(_ dst: GPUBuffer, offset: Int, bytes: Int, fill: (UnsafeMutableRawPointer, Int, Int) throws -> Void) throws
     /// Copies a buffer's bytes to host memory; waits.
     func download(_ src: GPUBuffer, offset: Int, into dst: UnsafeMutableRawPointer, bytes: Int) throws
     /// The compute pipeline of kernel `name` (see shaders/README.md) with `buffers` storage
@@ -171,6 +174,11 @@ func openGPUDevice(_ choice: BackendChoice, index: Int?) throws -> GPUDevice? {
 
 extension GPUDevice {
     var specializes: Bool { true }
+
+    /// Copies host memory into a buffer; waits.
+    func upload(_ dst: GPUBuffer, offset: Int, from src: UnsafeRawPointer, bytes: Int) throws {
+        try upload(dst, offset: offset, bytes: bytes) { p, at, count in p.copyMemory(from: src + at, byteCount: count) }
+    }
 
     func prepare(_ pipelines: [PipelineKey]) -> [Error?] {
         pipelines.map { k in

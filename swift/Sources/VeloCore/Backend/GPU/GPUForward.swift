@@ -212,13 +212,8 @@ final class GPUForward: ForwardOps {
                 throw VeloError(.unsupported, "\(g.name) with its up weight (\(bytes >> 20) MiB) is larger than one GPU buffer binding may be on \(device.name)")
             }
             let b = try device.makeBuffer(bytes: bytes, memory: .device, label: g.name)
-            let staging = UnsafeMutableRawPointer.allocate(byteCount: bytes, alignment: 16)
-            defer { staging.deallocate() }
-            for r in 0..<g.rows {
-                (staging + 2 * r * rb).copyMemory(from: g.data + r * rb, byteCount: rb)
-                (staging + (2 * r + 1) * rb).copyMemory(from: u.data + r * rb, byteCount: rb)
-            }
-            try device.upload(b, offset: 0, from: staging, bytes: bytes)
+            let rows = InterleavedRows(blocks: [[g.data, u.data]], rows: g.rows, rowBytes: rb)
+            try device.upload(b, offset: 0, bytes: bytes) { rows.write(into: $0, at: $1, count: $2) }
             gatedWeights[g.data] = b
             paired.formUnion([g.data, u.data])
         }
@@ -252,21 +247,9 @@ final class GPUForward: ForwardOps {
                 }
                 let b = try device.makeBuffer(bytes: bytes * stack.count, memory: .device, label: w.name)
                 if pair {
-                    // staged a few experts at a time (each upload waits): up to 64 MiB, or one
-                    let rb = w.rowBytes, per = max(1, (64 << 20) / bytes)
-                    let staging = UnsafeMutableRawPointer.allocate(byteCount: per * bytes, alignment: 16)
-                    defer { staging.deallocate() }
-                    for first in Swift.stride(from: 0, to: stack.count, by: per) {
-                        let count = min(per, stack.count - first)
-                        for j in 0..<count {
-                            let (ge, ue, at) = (l.gate[first + j], l.up[first + j], staging + j * bytes)
-                            for r in 0..<w.rows {
-                                (at + 2 * r * rb).copyMemory(from: ge.data + r * rb, byteCount: rb)
-                                (at + (2 * r + 1) * rb).copyMemory(from: ue.data + r * rb, byteCount: rb)
-                            }
-                        }
-                        try device.upload(b, offset: first * bytes, from: staging, bytes: count * bytes)
-                    }
+                    // each expert's gate and up rows interleaved, expert after expert
+                    let rows = InterleavedRows(blocks: zip(l.gate, l.up).map { [$0.data, $1.data] }, rows: w.rows, rowBytes: w.rowBytes)
+                    try device.upload(b, offset: 0, bytes: rows.bytes) { rows.write(into: $0, at: $1, count: $2) }
                     paired.formUnion(l.up.map(\.data))
                 } else {
                     try device.upload(b, offset: 0, from: w.data, bytes: bytes * stack.count)

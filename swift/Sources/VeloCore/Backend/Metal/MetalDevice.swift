@@ -76,8 +76,8 @@ final class MetalDevice: GPUDevice {
         return MetalBuffer(b)
     }
 
-    func upload(_ dst: GPUBuffer, offset: Int, from src: UnsafeRawPointer, bytes: Int) throws {
-        (dst.contents! + offset).copyMemory(from: src, byteCount: bytes)
+    func upload(_ dst: GPUBuffer, offset: Int, bytes: Int, fill: (UnsafeMutableRawPointer, Int, Int) throws -> Void) throws {
+        try fill(dst.contents! + offset, 0, bytes)
     }
 
     func download(_ src: GPUBuffer, offset: Int, into dst: UnsafeMutableRawPointer, bytes: Int) throws {

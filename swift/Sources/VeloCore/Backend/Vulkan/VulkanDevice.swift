@@ -528,16 +528,32 @@ final class VulkanDevice: GPUDevice {
         }
     }
 
-    func upload(_ dst: GPUBuffer, offset: Int, from src: UnsafeRawPointer, bytes: Int) throws {
+    /// Unmapped buffers fill the staging buffer's halves in turn: the copy of one half runs
+    /// while the host fills the other, and a half is refilled once its copy is done.
+    func upload(_ dst: GPUBuffer, offset: Int, bytes: Int, fill: (UnsafeMutableRawPointer, Int, Int) throws -> Void) throws {
         let dst = dst as! VulkanBuffer
         if let p = dst.contents {
-            (p + offset).copyMemory(from: src, byteCount: bytes)
+            try fill(p + offset, 0, bytes)
             return
         }
-        try copyThroughStaging(bytes: bytes) { stage, done, n in
-            stage.copyMemory(from: src + done, byteCount: n)
-            return (self.staging!.buffer, 0, dst.buffer, VkDeviceSize(offset + done))
+        precondition(!recording, "upload while a step is being recorded")
+        let stage = try stagingBuffer(), half = stage.size / 2
+        var copied: [UInt64] = [0, 0] // timeline value of each half's last copy
+        var done = 0, h = 0
+        while done < bytes {
+            let n = min(half, bytes - done)
+            try wait(copied[h])
+            try fill(stage.contents! + h * half, done, n)
+            current = (current + 1) % commandBuffers.count
+            try beginCommandBuffer()
+            var region = VkBufferCopy(srcOffset: VkDeviceSize(h * half), dstOffset: VkDeviceSize(offset + done), size: VkDeviceSize(n))
+            vkCmdCopyBuffer(commandBuffer, stage.buffer, dst.buffer, 1, &region)
+            try submit()
+            copied[h] = timelineValue
+            done += n
+            h ^= 1
         }
+        try wait(timelineValue)
     }
 
     func download(_ src: GPUBuffer, offset: Int, into dst: UnsafeMutableRawPointer, bytes: Int) throws {
@@ -565,20 +581,6 @@ final class VulkanDevice: GPUDevice {
                                   usage: VK_BUFFER_USAGE_TRANSFER_SRC_BIT.rawValue | VK_BUFFER_USAGE_TRANSFER_DST_BIT.rawValue)
         staging = b
         return b
-    }
-
-    private func copyThroughStaging(bytes: Int, fill: (UnsafeMutableRawPointer, Int, Int) -> (VkBuffer, VkDeviceSize, VkBuffer, VkDeviceSize)) throws {
-        let stage = try stagingBuffer()
-        var done = 0
-        while done < bytes {
-            let n = min(stage.size, bytes - done)
-            let (s, so, d, dOff) = fill(stage.contents!, done, n)
-            try oneShot { cb in
-                var region = VkBufferCopy(srcOffset: so, dstOffset: dOff, size: VkDeviceSize(n))
-                vkCmdCopyBuffer(cb, s, d, 1, &region)
-            }
-            done += n
-        }
     }
 
     /// Records, submits and waits for a command buffer outside the step.
