@@ -72,7 +72,7 @@ export function serveCommand(): Command {
         throw new CliError(`cannot listen on ${f.host}:${f.port}: ${(e as Error).message}`);
       }
       // a progress bar while the file is read (the server already answers /health: loading)
-      await preread(draftPath ? [modelPath, draftPath] : [modelPath], process.stderr.isTTY === true);
+      preread(draftPath ? [modelPath, draftPath] : [modelPath], process.stderr.isTTY === true);
       const spin = spinner(`loading ${modelPath}`).start();
       try {
         server.load();
