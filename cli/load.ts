@@ -74,9 +74,13 @@ export function preread(files: string[], tty: boolean): void {
   const label = `reading ${basename(files[0]!)}${files.length > 1 ? " and its draft" : ""}`;
   const bar = tty ? new ProgressBar({ label, total, tty }) : undefined;
   let before = 0;
-  for (const f of files) {
-    touchPages(f, (bytes) => bar?.update(before + bytes));
-    before += statSync(f).size;
+  try {
+    for (const f of files) {
+      touchPages(f, (bytes) => bar?.update(before + bytes));
+      before += statSync(f).size;
+    }
+  } catch {
+    // a file that cannot be mapped: opening it reports why, as a clear error
   }
   bar?.stop();
 }

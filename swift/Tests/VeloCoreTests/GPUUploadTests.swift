@@ -72,4 +72,21 @@ final class GPUUploadTests: XCTestCase {
         for i in 0..<bytes where back[offset + i] != value(i) { mismatches += 1 }
         XCTAssertEqual(mismatches, 0)
     }
+
+    /// A fill that fails part-way: the upload throws that error, and the device still uploads
+    /// correctly afterwards.
+    func testUploadFillErrorPropagates() throws {
+        let d = try device()
+        let bytes = 70 << 20
+        let b = try d.makeBuffer(bytes: bytes, memory: .device, label: "upload test")
+        struct Refused: Error {}
+        XCTAssertThrowsError(try d.upload(b, offset: 0, bytes: bytes) { _, at, _ in if at > 0 { throw Refused() } }) {
+            XCTAssert($0 is Refused, "\($0)")
+        }
+        let values = (0..<1000).map { Float($0) * 0.5 }
+        try values.withUnsafeBytes { try d.upload(b, offset: 0, from: $0.baseAddress!, bytes: $0.count) }
+        var back = [Float](repeating: 0, count: values.count)
+        try back.withUnsafeMutableBytes { try d.download(b, offset: 0, into: $0.baseAddress!, bytes: $0.count) }
+        XCTAssertEqual(back, values)
+    }
 }

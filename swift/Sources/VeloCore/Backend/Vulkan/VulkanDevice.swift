@@ -540,18 +540,24 @@ final class VulkanDevice: GPUDevice {
         let stage = try stagingBuffer(), half = stage.size / 2
         var copied: [UInt64] = [0, 0] // timeline value of each half's last copy
         var done = 0, h = 0
-        while done < bytes {
-            let n = min(half, bytes - done)
-            try wait(copied[h])
-            try fill(stage.contents! + h * half, done, n)
-            current = (current + 1) % commandBuffers.count
-            try beginCommandBuffer()
-            var region = VkBufferCopy(srcOffset: VkDeviceSize(h * half), dstOffset: VkDeviceSize(offset + done), size: VkDeviceSize(n))
-            vkCmdCopyBuffer(commandBuffer, stage.buffer, dst.buffer, 1, &region)
-            try submit()
-            copied[h] = timelineValue
-            done += n
-            h ^= 1
+        do {
+            while done < bytes {
+                let n = min(half, bytes - done)
+                try wait(copied[h])
+                try fill(stage.contents! + h * half, done, n)
+                current = (current + 1) % commandBuffers.count
+                try beginCommandBuffer()
+                var region = VkBufferCopy(srcOffset: VkDeviceSize(h * half), dstOffset: VkDeviceSize(offset + done), size: VkDeviceSize(n))
+                vkCmdCopyBuffer(commandBuffer, stage.buffer, dst.buffer, 1, &region)
+                try submit()
+                copied[h] = timelineValue
+                done += n
+                h ^= 1
+            }
+        } catch {
+            // no copy of this upload may still read the staging buffer when the next one fills it
+            try? wait(timelineValue)
+            throw error
         }
         try wait(timelineValue)
     }
