@@ -37,6 +37,8 @@ export const LOAD_REPORT_BYTES = 64 * 2 ** 20;
 const TOUCH_PIECE = 2 ** 30;
 /** Bytes between touched bytes: the smallest page size (Apple Silicon's are 16 KiB). */
 const TOUCH_STEP = 4096;
+/** Bytes between progress reports. */
+const TOUCH_REPORT = 64 * 2 ** 20;
 
 /**
  * Brings a file's pages into the page cache without copying them: maps it a piece at a time
@@ -51,8 +53,8 @@ export function touchPages(file: string, progress?: (bytes: number) => void, pie
   let sum = 0;
   for (let offset = 0; offset < size; offset += piece) {
     const m = Bun.mmap(file, { shared: false, offset, size: Math.min(piece, size - offset) });
-    for (let at = 0; at < m.length; at += 64 * 2 ** 20) {
-      const end = Math.min(at + 64 * 2 ** 20, m.length);
+    for (let at = 0; at < m.length; at += TOUCH_REPORT) {
+      const end = Math.min(at + TOUCH_REPORT, m.length);
       for (let i = at; i < end; i += TOUCH_STEP) sum += m[i]!;
       progress?.(offset + end);
     }
@@ -69,16 +71,17 @@ export function touchPages(file: string, progress?: (bytes: number) => void, pie
  * themselves) and for small ones.
  */
 export function preread(files: string[], tty: boolean): void {
-  const total = files.reduce((a, f) => a + statSync(f).size, 0);
+  const sizes = files.map((f) => statSync(f).size);
+  const total = sizes.reduce((a, b) => a + b, 0);
   if (total < LOAD_REPORT_BYTES || total > totalmem() / 2) return;
   const label = `reading ${basename(files[0]!)}${files.length > 1 ? " and its draft" : ""}`;
   const bar = tty ? new ProgressBar({ label, total, tty }) : undefined;
   let before = 0;
   try {
-    for (const f of files) {
+    files.forEach((f, i) => {
       touchPages(f, (bytes) => bar?.update(before + bytes));
-      before += statSync(f).size;
-    }
+      before += sizes[i]!;
+    });
   } catch {
     // a file that cannot be mapped: opening it reports why, as a clear error
   }
