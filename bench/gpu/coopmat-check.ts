@@ -11,7 +11,11 @@
 // layer; on a 1.1B Q8_0 model the CPU sits 6.4e-2 of the range from a float64 numpy pass while
 // the GPU's float32 path sits 1.2e-5 from it (bench/gpu/numpy-check.ts).
 // attention_coop is also compared alone, against attention_tiled under the same products.
-//   bun bench/gpu/coopmat-check.ts [--tokens N] [--ctx N] [--cache-type-k T] [--cache-type-v T] [--page-size N] MODEL.gguf...
+// With --llama PATH (bench/gpu/llama-logits.cpp, packed by pack-llamacpp.sh), llama.cpp's own
+// GPU logits for the same prompt are one more row: the reference's rounding beside Velo's.
+//   bun bench/gpu/coopmat-check.ts [--tokens N] [--ctx N] [--cache-type-k T] [--cache-type-v T] [--page-size N] [--llama PATH] MODEL.gguf...
+import { unlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { parseArgs } from "node:util";
 import { Engine, type KVCacheType } from "../../src/engine/engine";
 import { Model } from "../../src/engine/model";
@@ -23,6 +27,7 @@ const { values, positionals } = parseArgs({
     // the KV cache every mode runs with (attention_coop reads each type; page sizes that are not
     // multiples of 8 take its general loads)
     "cache-type-k": { type: "string" }, "cache-type-v": { type: "string" }, "page-size": { type: "string" }, ctx: { type: "string", default: "512" },
+    llama: { type: "string" },
   },
 });
 const CACHE = ["--cache-type-k", "--cache-type-v", "--page-size"].flatMap((o) => {
@@ -66,7 +71,7 @@ if (values.child) {
   process.exit(0);
 }
 
-function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "tiledattn" | "cm2" | "cm2f32" | "cpu"): Run {
+function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "coopfloat" | "tiledattn" | "cm2" | "cm2f32" | "cpu"): Run {
   const env = { ...process.env } as Record<string, string>;
   delete env.VELO_GPU_NO_COOPMAT;
   delete env.VELO_GPU_NO_DOT;
@@ -79,11 +84,26 @@ function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "tiledattn
   if (mode === "cm2f32") env.VELO_GPU_CM2_ACC = "f32"; // cm2's float32 sums (its default sums in float16)
   if (mode === "exact") Object.assign(env, { VELO_GPU_NO_COOPMAT: "1", VELO_GPU_NO_DOT: "1" });
   if (mode === "portable") env.VELO_GPU_NO_COOPMAT = "1";
+  // the tensor-core path with float activations in the matvec products (the logits row's
+  // output product; decode's): what the 8-bit activations alone add
+  if (mode === "coopfloat") env.VELO_GPU_NO_DOT = "1";
   const args = ["--child", "--tokens", String(PROMPT), "--gen", String(GEN), "--ctx", values.ctx!, ...CACHE, ...(mode === "cpu" ? ["--cpu"] : []), file];
   const r = Bun.spawnSync([process.execPath, process.argv[1]!, ...args], { env, stderr: "inherit" });
   if (r.exitCode !== 0) throw new Error(`child failed (${r.exitCode})`);
   const lines = r.stdout.toString().trim().split("\n");
   return JSON.parse(lines[lines.length - 1]!) as Run;
+}
+
+/** llama.cpp's top logits after the same prompt (llama-logits), or why there are none. */
+function llamaRun(file: string, prompt: number[]): { top: [number, number][]; devices: string } | string {
+  const ids = `${tmpdir()}/coopmat-check-ids-${process.pid}.txt`;
+  writeFileSync(ids, prompt.join(" "));
+  const r = Bun.spawnSync([values.llama!, file, ids, String(TOP)], { stderr: "pipe" });
+  unlinkSync(ids);
+  const err = r.stderr.toString();
+  if (r.exitCode !== 0) return `llama-logits failed (${r.exitCode}): ${err.trim().split("\n").slice(-3).join(" | ")}`;
+  const devices = [...err.matchAll(/llama-logits: device (.*)/g)].map((m) => m[1]).join(", ");
+  return { top: (JSON.parse(r.stdout.toString()) as { top: [number, number][] }).top, devices };
 }
 
 /** How far `run`'s top logits and greedy tokens are from the reference's. */
@@ -109,6 +129,7 @@ let failures = 0;
 for (const file of positionals) {
   const exact = spawn(file, "exact"), cpu = spawn(file, "cpu"), portable = spawn(file, "portable");
   const coop = spawn(file, "coopmat"), cm2 = spawn(file, "cm2"), cm2f32 = spawn(file, "cm2f32"), tiledAttn = spawn(file, "tiledattn");
+  const coopFloat = spawn(file, "coopfloat");
   const c = compare(exact, coop), p = compare(exact, portable), cp = compare(portable, coop), cc = compare(exact, cpu);
   // matmul_cm2_T for every product (prefill's default from 64 rows; float16 sums unless cm2f32) where the device has VK_NV_cooperative_matrix2;
   // elsewhere it is the coopmat path again
@@ -121,16 +142,24 @@ for (const file of positionals) {
   const good = (r: ReturnType<typeof compare>) => r.agree > 0 && r.rel < 0.02 && r.shared >= TOP * 0.9;
   const ok = good(c) && good(k) && good(k32) && !cp.bitwise && a.agree > 0 && a.rel < 5e-3 && !a.bitwise;
   if (!ok) failures++;
-  const show = (r: ReturnType<typeof compare>) =>
-    `max |Δlogit| ${r.maxDiff.toExponential(3)} (relative ${r.rel.toExponential(3)}; ${r.shared} ids in both top lists), greedy ${r.same ? "identical" : `DIFFERS after ${r.agree}`}`;
+  const logitsOnly = (r: ReturnType<typeof compare>) =>
+    `max |Δlogit| ${r.maxDiff.toExponential(3)} (relative ${r.rel.toExponential(3)}; ${r.shared} ids in both top lists)`;
+  const show = (r: ReturnType<typeof compare>) => `${logitsOnly(r)}, greedy ${r.same ? "identical" : `DIFFERS after ${r.agree}`}`;
+  // llama.cpp's logits are shown, not judged: they say how far the reference's own rounding goes
+  const ll = values.llama ? llamaRun(file, exact.prompt) : undefined;
+  const llLine = ll === undefined ? ""
+    : typeof ll === "string" ? `  llama.cpp: ${ll}\n`
+    : `  llama.cpp (flash attention on; ${ll.devices}): ${logitsOnly(compare(exact, { ...exact, tokens: [], top: ll.top }))}\n`;
   console.log(
     `${file.split("/").pop()} on ${coop.device}, against the GPU's float32 path (top-${TOP} range ${c.range.toFixed(3)}, ${exact.tokens.length} tokens):\n` +
       `  coopmat:  ${show(c)}${cp.bitwise ? "; BITWISE EQUAL to portable: coopmat path not taken?" : ""}\n` +
       `  attention_coop against attention_tiled (both with tensor-core products): ${show(a)}${a.bitwise ? "; BITWISE EQUAL: attention_coop not taken?" : ""}\n` +
       `  cm2:      ${show(k)}${ck.bitwise ? " (bitwise equal to coopmat: no VK_NV_cooperative_matrix2 here)" : ""}\n` +
       `  cm2, float32 sums: ${show(k32)}\n` +
+      `  coopmat, float activations in the matvec products (VELO_GPU_NO_DOT): ${show(compare(exact, coopFloat))}\n` +
       `  portable: ${show(p)}\n` +
       `  cpu:      ${show(cc)}\n` +
+      llLine +
       `  prefill ${portable.promptMs.toFixed(1)} ms portable, ${coop.promptMs.toFixed(1)} ms coopmat, ${tiledAttn.promptMs.toFixed(1)} ms coopmat with attention_tiled, ${cm2.promptMs.toFixed(1)} ms cm2 (first request of a process): ${ok ? "OK" : "FAIL"}`,
   );
 }

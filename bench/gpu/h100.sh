@@ -189,9 +189,13 @@ for n,v in sorted(k.items(),key=lambda kv:-kv[1]['ms'])[:16]: print('  %-44s %8.
     done ;;
   coopmat)  # tensor-core prefill (matmul_coop, attention_coop) and the portable kernels against the
             # GPU's float32 path (bench/gpu/coopmat-check.ts; COOPMAT_TOKENS: prompt length, 100;
-            # COOPMAT_ARGS: more of its options, e.g. "--cache-type-k q8_0 --page-size 12 --ctx 2048")
+            # COOPMAT_ARGS: more of its options, e.g. "--cache-type-k q8_0 --page-size 12 --ctx 2048";
+            # with .llama packed, llama.cpp's own GPU logits are one more row)
     fs=(); for m in "$@"; do fs+=("$(model "$m")"); done
-    /tmp/bun "$C/coopmat-check.js" ${COOPMAT_TOKENS:+--tokens $COOPMAT_TOKENS} ${COOPMAT_ARGS:-} "${fs[@]}" ;;
+    L=/tmp/llama
+    [ -x $L/llama-logits ] || { [ -f .llama/llama.tar.xz ] && mkdir -p $L && xz -dc .llama/llama.tar.xz | tar -C $L -xf -; } || true
+    ll=(); [ -x $L/llama-logits ] && ll=(--llama $L/llama-logits)
+    /tmp/bun "$C/coopmat-check.js" ${COOPMAT_TOKENS:+--tokens $COOPMAT_TOKENS} ${COOPMAT_ARGS:-} "${ll[@]}" "${fs[@]}" ;;
   firstload)  # first load with no driver cache (__GL_SHADER_DISK_CACHE=0): wall time of `velo generate`
               # (a ~300-token prompt, 16 tokens) with matmul_cm2_T built in the background and at
               # load (VELO_GPU_CM2_AT_LOAD=1), alternating: h100.sh firstload MODEL ROUNDS

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs llama.cpp's own llama-bench and llama-batched-bench, with its Vulkan backend, into
+# Packs llama.cpp's own llama-bench and llama-batched-bench (and bench/gpu/llama-logits.cpp), with its Vulkan backend, into
 # .llama/llama.tar.xz (git-ignored, ~7 MB) for `bench/gpu/h100.sh llamacpp`: llama.cpp side by
 # side with Velo on the H100, in the same session.
 #
@@ -26,6 +26,9 @@ for t in llama-bench batched-bench; do
     -L"$B" -l:libllama-common.so -l:libllama.vulkan.v0.5.0.so -l:libggml.vulkan.v0.5.0.so -l:libggml-base.so \
     -Wl,-rpath,'$ORIGIN' -pthread
 done
+# llama.cpp's logits for coopmat-check.ts (bench/gpu/llama-logits.cpp)
+g++ -O2 -DNDEBUG -std=c++17 -I"$W/src/include" -I"$W/src/ggml/include" bench/gpu/llama-logits.cpp -o "$W/out/llama-logits" \
+  -L"$B" -l:libllama.vulkan.v0.5.0.so -l:libggml.vulkan.v0.5.0.so -l:libggml-base.so -Wl,-rpath,'$ORIGIN'
 # the libraries they load: ggml's registry loads the Vulkan and CPU backends from next to the binary
 cp "$B"/{libggml-base.so,libggml-cpu-x64.so,libggml-vulkan.so,libggml.vulkan.v0.5.0.so,libllama.vulkan.v0.5.0.so,libllama-common.so} "$W/out/"
 (cd "$W/src" && git log -1 --format='llama.cpp %h %cd' --date=short) > "$W/out/VERSION"
