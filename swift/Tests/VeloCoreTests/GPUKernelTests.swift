@@ -992,8 +992,8 @@ final class GPUKernelTests: XCTestCase {
         XCTAssertFalse(GPUKernels.useCM2(.q6_K, rows: 63))
         XCTAssertTrue(GPUKernels.useCM2(.q5_K, rows: 512))
         XCTAssertFalse(GPUKernels.useCM2(.q2_K, rows: 512))
-        // float16 sums for Q4_0 and Q8_0 only (K-quants lost accuracy with them)
-        XCTAssertEqual(GPUKernels.cm2F16Sums, [.q4_0, .q8_0])
+        // float16 sums for every type on matmul_cm2_T (llama.cpp's default precision)
+        XCTAssertEqual(GPUKernels.cm2F16Sums, [.q4_0, .q8_0, .q4_K, .q5_K, .q6_K])
         XCTAssertEqual(GPUKernels.matmulCM2(.q4_K, f16Sums: false).name, "matmul_cm2_q4_k")
     }
 

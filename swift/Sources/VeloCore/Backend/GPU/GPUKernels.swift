@@ -296,14 +296,16 @@ enum GPUKernels {
         return best
     }()
     /// The weight types whose products sum in float16 (matmul_cm2h_T, llama.cpp's choice for
-    /// default-precision products): Q4_0 and Q8_0. On an H200, 8B Q4_0 pp512 11700 against 9964,
-    /// max |Δlogit| 1.04e-2 against 9.2e-3. K-quants keep float32 sums: float16 ones made the
-    /// 8B Q4_K_M-like file 9 % faster (10366 against 9544) but its logits 4x further from the
-    /// float32 path's (1.9e-1 against 4.7e-2; bench/RESULTS.md). A sum past 65504 overflows; the
-    /// norms after it see the inf or NaN and GPUForward re-runs the pass with float32 sums
-    /// (`GPUForward.widen`). VELO_GPU_CM2_ACC=f16 (every type), f32 (none) or TYPE,... (those).
+    /// default-precision products): every type matmul_cm2_T takes. On an H200, 8B Q4_0 pp512
+    /// 11700 against 9964 with float32 sums, max |Δlogit| 1.04e-2 against 9.2e-3 from the
+    /// float32 path; the 8B Q4_K_M-like file 10656 against 9560, 1.86e-1 against 4.7e-2, where
+    /// llama.cpp's own GPU logits for the same prompt sit 2.29e-1 from that path
+    /// (bench/RESULTS.md): float16 sums stay within the reference's rounding. A sum past 65504
+    /// overflows; the norms after it see the inf or NaN and GPUForward re-runs the pass with
+    /// float32 sums (`GPUForward.widen`). VELO_GPU_CM2_ACC=f16 (every type), f32 (none) or
+    /// TYPE,... (those).
     static let cm2F16Sums: Set<GGMLType> = {
-        let standard = cm2Types.intersection([.q4_0, .q8_0])
+        let standard = cm2Types
         guard let e = getenv("VELO_GPU_CM2_ACC").map({ String(cString: $0) }) else { return standard }
         if e == "f16" { return cm2Types }
         if e == "f32" { return [] }
