@@ -13,14 +13,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include "timing.h"
 
 typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tile_config;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static int32_t sums[2][256] __attribute__((aligned(64)));
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <immintrin.h>
+#include "timing.h"
 
 typedef struct { const __m256i *p; size_t n; long long sink; } job;
 
@@ -25,14 +26,6 @@ static void *reader(void *arg) {
     j->sink = _mm256_extract_epi64(x, 0);
     return NULL;
 }
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 
 int main(int argc, char **argv) {
     size_t mib = argc > 1 ? strtoull(argv[1], 0, 10) : 2048;

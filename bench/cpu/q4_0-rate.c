@@ -12,12 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include "ckernels.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "timing.h"
 
 int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: q4_0-rate ROWS REPS\n"); return 2; }

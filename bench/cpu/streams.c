@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <immintrin.h>
+#include "timing.h"
 
 typedef struct { const uint8_t *p; size_t bytes, row; int r; long long sink; } job;
 
@@ -33,14 +34,6 @@ static void *reader(void *arg) {
     j->sink = _mm_cvtsi128_si64(_mm512_castsi512_si128(_mm512_xor_si512(a, b)));
     return NULL;
 }
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 
 int main(int argc, char **argv) {
     if (argc < 6) { fprintf(stderr, "usage: streams SIZE_MIB THREADS ROUNDS ROW R...\n"); return 2; }
