@@ -59,8 +59,10 @@ test-swift: shaders
 # pass alone fail on a busy machine. Tests that need more give their own limit.
 # The llama.cpp reference (node-llama-cpp) is installed on the host first: npm and the registry
 # are there, not in the build root where the tests run.
+# the TypeScript type-checked first (tsconfig.json: src, cli, tests, bench; no output), then bun test
 test-bun:
 	bench/setup-llamacpp.sh
+	$(IN_ROOT) $(BUN) node_modules/typescript/bin/tsc -p .
 	$(IN_ROOT) $(BUN) test --timeout 120000
 
 # libFuzzer on the C ABI (fuzz/run.sh): a few seconds of each harness and every saved crash

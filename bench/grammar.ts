@@ -55,12 +55,8 @@ async function run(seed: number, grammar?: string) {
 
 await run(0);
 await run(0, GRAMMAR); // builds the vocabulary trie once
-interface GrammarStats {
-  tokens: number; fast_path: number; masks_computed: number; mask_ms: number; choice_ms: number;
-  overhead_us_p50: number; overhead_us_p90: number; overhead_us_p99: number; overhead_us_mean: number;
-}
 engine.resetProfile(); // the overhead percentiles count from here
-const before = engine.stats().grammar as GrammarStats;
+const before = engine.stats().grammar!;
 const plain: number[] = [], constrained: number[] = [];
 let sample = "";
 for (let i = 1; i <= reps; i++) {
@@ -69,7 +65,7 @@ for (let i = 1; i <= reps; i++) {
   constrained.push(c.tps);
   sample ||= c.text;
 }
-const after = engine.stats().grammar as typeof before;
+const after = engine.stats().grammar!;
 const tokens = after.tokens - before.tokens, masks = after.masks_computed - before.masks_computed;
 const result = {
   model: path, backend: engine.stats().backend, n_gen: n, repetitions: reps,

@@ -105,7 +105,7 @@ beforeAll(() => {
         });
         return new Response(stream, { status: range ? 206 : 200, headers });
       }
-      return new Response(body, { status: range ? 206 : 200, headers });
+      return new Response(body as Uint8Array<ArrayBuffer>, { status: range ? 206 : 200, headers }); // (the files' bytes: never a SharedArrayBuffer)
     },
   });
   hub = Bun.serve({

@@ -101,7 +101,16 @@ export interface MemoryPlan {
   /** "weights 4.2 GiB + KV 2.0 GiB (f16, 8 × 4096) + scratch 0.3 GiB on <device>" */
   summary: string;
 }
-export type EngineStats = Record<string, number> & { memory?: MemoryPlan; profile_ms?: Record<string, number> | null; kernel_ms?: KernelTimes | null; speculation?: SpeculationStats | null };
+/** Constrained decoding's counters (stats().grammar): tokens chosen under a grammar, those the
+ * fast path took, masks computed, their time, and the per-token overhead's percentiles. */
+export interface GrammarStats {
+  tokens: number; fast_path: number; masks_computed: number; mask_ms: number; choice_ms: number;
+  overhead_us_p50: number; overhead_us_p90: number; overhead_us_p99: number; overhead_us_mean: number;
+}
+export type EngineStats = Record<string, number> & {
+  memory?: MemoryPlan; profile_ms?: Record<string, number> | null; kernel_ms?: KernelTimes | null;
+  speculation?: SpeculationStats | null; grammar?: GrammarStats;
+};
 
 export interface SamplingOptions {
   temperature?: number;

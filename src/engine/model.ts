@@ -138,7 +138,3 @@ export class Model {
     return fillBuffer((n) => new Uint8Array(n), 64, (b, cap, len) => lib().velo_token_piece(this.handle, id, b, cap, len));
   }
 }
-
-export function engineVersion(): string {
-  return lib().velo_version().toString();
-}

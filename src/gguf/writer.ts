@@ -8,9 +8,10 @@ export const ValueType = {
 } as const;
 export type ScalarTypeName = Exclude<keyof typeof ValueType, "array">;
 
+export type ScalarValue = number | bigint | boolean | string | Uint8Array;
 export type MetaValue =
-  | { type: ScalarTypeName; value: number | bigint | boolean | string | Uint8Array }
-  | { type: "array"; elementType: ScalarTypeName | "array"; values: MetaValue["value"][] | MetaValue[] }
+  | { type: ScalarTypeName; value: ScalarValue }
+  | { type: "array"; elementType: ScalarTypeName | "array"; values: ScalarValue[] | MetaValue[] }
   /** Already-encoded bytes of a value (type id + payload), e.g. copied from another file. */
   | { type: "raw"; bytes: Uint8Array };
 
