@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Packs llama.cpp's own llama-bench and llama-batched-bench (and bench/gpu/llama-logits.cpp), with its Vulkan backend, into
-# .llama/llama.tar.xz (git-ignored, ~7 MB) for `bench/gpu/h100.sh llamacpp`: llama.cpp side by
-# side with Velo on the H100, in the same session.
+# Packs llama.cpp's own llama-bench and llama-batched-bench, and bench/gpu/llama-logits.cpp,
+# with its Vulkan backend, into .llama/llama.tar.xz (git-ignored, ~7 MB) for `bench/gpu/h100.sh
+# llamacpp` and `coopmat`: llama.cpp side by side with Velo on the H100, in the same session.
 #
 # No llama.cpp build fits what travels to the H100, and nothing can be built there, so this
 # uses what the npm registry has: node-llama-cpp 3.22.1 (bench/llamacpp, ../setup-llamacpp.sh)
