@@ -120,15 +120,17 @@ ATTN_STAGED := attention_staged_f16_f16
 # weight types it decodes
 CM2_TYPES := q4_0 q8_0 q4_k q5_k q6_k
 CM2_VARIANTS := $(addprefix matmul_cm2_,$(CM2_TYPES)) $(addprefix matmul_cm2h_,$(CM2_TYPES))
+# long-context prefill attention on the same extension, over kv_gather's contiguous K/V copy
+CM2_ATTN := attention_cm2 kv_gather
 # tensor-core products for decode batches (9 or 17 to 32 rows: GPUKernels.matvecMaxRows(device:model:)), Q4_0 and Q8_0
 COOP_BATCH_TYPES := q4_0 q8_0
 COOP_BATCH_VARIANTS := $(addprefix matmul_coop_batch_,$(COOP_BATCH_TYPES))
 SHADERS := $(foreach k,$(WEIGHT_KERNELS),$(addprefix $(k)_,$(WTYPES))) $(DOT_VARIANTS) $(PLAIN_KERNELS) $(addsuffix _q8,$(Q8_KERNELS)) $(addsuffix _f16,$(F16_OUT_KERNELS)) \
-  attention_coop $(KV_VARIANTS) $(ATTN_Q8) $(ATTN_X16) $(ATTN_STAGED) $(ID_VARIANTS) $(CM2_VARIANTS) $(COOP_BATCH_VARIANTS)
+  attention_coop $(KV_VARIANTS) $(ATTN_Q8) $(ATTN_X16) $(ATTN_STAGED) $(ID_VARIANTS) $(CM2_VARIANTS) $(CM2_ATTN) $(COOP_BATCH_VARIANTS)
 # Kernels Metal never runs, left out of the MSL and the metallib: cooperative matrices (no MSL
 # translation) and the 8-bit-activation decode path (GPUKernels.integerDot is Vulkan-only;
 # add_rms_norm_q8 is one of them).
-VULKAN_ONLY := add_rms_norm_q8 $(addprefix matmul_coop_,$(WTYPES)) $(CM2_VARIANTS) $(COOP_BATCH_VARIANTS) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(DOT_VARIANTS) \
+VULKAN_ONLY := add_rms_norm_q8 $(addprefix matmul_coop_,$(WTYPES)) $(CM2_VARIANTS) $(CM2_ATTN) $(COOP_BATCH_VARIANTS) attention_coop $(addprefix attention_coop_,$(KV_PAIRS)) $(DOT_VARIANTS) \
   $(addsuffix _q8,$(Q8_KERNELS)) $(addsuffix _f16,$(F16_OUT_KERNELS)) quantize_q8 $(ATTN_Q8) $(ATTN_X16)
 # Specialization constants that size shared arrays (matvec's NCOLS and ROWS, matmul's BM and BN)
 # are preprocessor macros in spirv-cross's MSL, not Metal function constants, so Metal gets one
@@ -182,6 +184,8 @@ $(foreach t,$(COOP_BATCH_TYPES),$(eval $(call shader_rules,matmul_coop_batch_$(t
 $(foreach k,$(ID_KERNELS),$(foreach t,$(WTYPES),\
   $(eval $(call shader_rules,$(k)_id_$(t),shaders/$(k).comp,-DEXPERTS -DWTYPE_$(call upper,$(t))))))
 $(eval $(call shader_rules,attention_coop,shaders/attention_coop.comp,))
+$(foreach k,$(CM2_ATTN),$(eval $(SHADER_C)/$(k).c: shaders/$(k).comp shaders/build.sh ; \
+  $(IN_ROOT) env $(SHADER_ENV) SPV_ENV=vulkan1.3 sh shaders/build.sh spirv $(k) shaders/$(k).comp))
 $(foreach k,$(PLAIN_KERNELS),$(eval $(call shader_rules,$(k),shaders/$(k).comp,)))
 $(foreach k,$(Q8_KERNELS),$(eval $(call shader_rules,$(k)_q8,shaders/$(k).comp,-DQ8)))
 $(foreach k,$(F16_OUT_KERNELS),$(eval $(call shader_rules,$(k)_f16,shaders/$(k).comp,-DF16_OUT)))

@@ -10,7 +10,9 @@
 // (as llama.cpp's CPU backend does), and random-weight models amplify that rounding layer by
 // layer; on a 1.1B Q8_0 model the CPU sits 6.4e-2 of the range from a float64 numpy pass while
 // the GPU's float32 path sits 1.2e-5 from it (bench/gpu/numpy-check.ts).
-// attention_coop is also compared alone, against attention_tiled under the same products.
+// attention_coop is also compared alone, against attention_tiled under the same products; and
+// attention_cm2 (the cm2 mode's prefill attention, one sequence) against attention_coop under
+// the cm2 products.
 // With --llama PATH (bench/gpu/llama-logits.cpp, packed by pack-llamacpp.sh), llama.cpp's own
 // GPU logits for the same prompt are one more row: the reference's rounding beside Velo's.
 //   bun bench/gpu/coopmat-check.ts [--tokens N] [--ctx N] [--cache-type-k T] [--cache-type-v T] [--page-size N] [--llama PATH] MODEL.gguf...
@@ -71,16 +73,22 @@ if (values.child) {
   process.exit(0);
 }
 
-function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "coopfloat" | "tiledattn" | "cm2" | "cm2f32" | "cpu"): Run {
+function spawn(file: string, mode: "exact" | "portable" | "coopmat" | "coopfloat" | "tiledattn" | "cm2" | "cm2f32" | "cm2coopattn" | "cpu"): Run {
   const env = { ...process.env } as Record<string, string>;
   delete env.VELO_GPU_NO_COOPMAT;
   delete env.VELO_GPU_NO_DOT;
   delete env.VELO_GPU_NO_COOP_ATTN;
+  delete env.VELO_GPU_NO_CM2_ATTN;
   // matmul_coop_T unless this is the cm2 mode, which takes matmul_cm2_T for every product
   env.VELO_GPU_CM2 = "off";
   if (mode === "tiledattn") env.VELO_GPU_NO_COOP_ATTN = "1";
   const shape = process.env.VELO_GPU_CM2; // a tile shape to check, if one is set
-  if (mode === "cm2" || mode === "cm2f32") Object.assign(env, { VELO_GPU_CM2: shape && shape !== "off" ? shape : "on", VELO_GPU_CM2_MIN_ROWS: "1" });
+  // the cm2 modes take attention_cm2 (one sequence's prefill); cm2coopattn is cm2 with
+  // attention_coop instead
+  if (mode === "cm2" || mode === "cm2f32" || mode === "cm2coopattn") {
+    Object.assign(env, { VELO_GPU_CM2: shape && shape !== "off" ? shape : "on", VELO_GPU_CM2_MIN_ROWS: "1" });
+  }
+  if (mode === "cm2coopattn") env.VELO_GPU_NO_CM2_ATTN = "1";
   if (mode === "cm2f32") env.VELO_GPU_CM2_ACC = "f32"; // cm2's float32 sums (its default sums in float16)
   if (mode === "exact") Object.assign(env, { VELO_GPU_NO_COOPMAT: "1", VELO_GPU_NO_DOT: "1" });
   if (mode === "portable") env.VELO_GPU_NO_COOPMAT = "1";
@@ -129,7 +137,7 @@ let failures = 0;
 for (const file of positionals) {
   const exact = spawn(file, "exact"), cpu = spawn(file, "cpu"), portable = spawn(file, "portable");
   const coop = spawn(file, "coopmat"), cm2 = spawn(file, "cm2"), cm2f32 = spawn(file, "cm2f32"), tiledAttn = spawn(file, "tiledattn");
-  const coopFloat = spawn(file, "coopfloat");
+  const coopFloat = spawn(file, "coopfloat"), cm2CoopAttn = spawn(file, "cm2coopattn");
   const c = compare(exact, coop), p = compare(exact, portable), cp = compare(portable, coop), cc = compare(exact, cpu);
   // matmul_cm2_T for every product (prefill's default from 64 rows; float16 sums unless cm2f32) where the device has VK_NV_cooperative_matrix2;
   // elsewhere it is the coopmat path again
@@ -137,10 +145,14 @@ for (const file of positionals) {
   // attention_coop alone: the same tensor-core products with attention_tiled instead
   // (VELO_GPU_NO_COOP_ATTN), so the two differ only in attention's float16 rounding
   const a = compare(tiledAttn, coop);
+  // attention_cm2 alone: cm2 against cm2 with attention_coop (bitwise equal where the device
+  // has no VK_NV_cooperative_matrix2, as cm2 and coopmat are then)
+  const ka = compare(cm2CoopAttn, cm2);
   // the prefill's logits close and its greedy token the same; later tokens may part on
   // rounding in models this sensitive (see the top of this file), so they are only shown
   const good = (r: ReturnType<typeof compare>) => r.agree > 0 && r.rel < 0.02 && r.shared >= TOP * 0.9;
-  const ok = good(c) && good(k) && good(k32) && !cp.bitwise && a.agree > 0 && a.rel < 5e-3 && !a.bitwise;
+  const ok = good(c) && good(k) && good(k32) && !cp.bitwise && a.agree > 0 && a.rel < 5e-3 && !a.bitwise
+    && ka.agree > 0 && ka.rel < 5e-3 && (!ka.bitwise || ck.bitwise);
   if (!ok) failures++;
   const logitsOnly = (r: ReturnType<typeof compare>) =>
     `max |Δlogit| ${r.maxDiff.toExponential(3)} (relative ${r.rel.toExponential(3)}; ${r.shared} ids in both top lists)`;
@@ -156,6 +168,7 @@ for (const file of positionals) {
       `  attention_coop against attention_tiled (both with tensor-core products): ${show(a)}${a.bitwise ? "; BITWISE EQUAL: attention_coop not taken?" : ""}\n` +
       `  cm2:      ${show(k)}${ck.bitwise ? " (bitwise equal to coopmat: no VK_NV_cooperative_matrix2 here)" : ""}\n` +
       `  cm2, float32 sums: ${show(k32)}\n` +
+      `  attention_cm2 against attention_coop (both with cm2 products): ${show(ka)}${ka.bitwise && !ck.bitwise ? "; BITWISE EQUAL: attention_cm2 not taken?" : ""}\n` +
       `  coopmat, float activations in the matvec products (VELO_GPU_NO_DOT): ${show(compare(exact, coopFloat))}\n` +
       `  portable: ${show(p)}\n` +
       `  cpu:      ${show(cc)}\n` +

@@ -153,7 +153,7 @@ for n,v in sorted(k.items(),key=lambda kv:-kv[1]['ms'])[:16]: print('  %-44s %8.
       env "${e[@]}" /tmp/bun "$VELO_JS" bench "$f" --backend vulkan -p 512 -n 0 -d "$d" -r 2 -c $((d + 1024)) --json 2>/dev/null \
         | python3 -c "import json,sys,statistics as st;j=json.load(sys.stdin);print('$v',[(r['test'],round(st.median(r['samples_tps']),1)) for r in j['results']])"
       env "${e[@]}" VELO_GPU_PIPELINE_STATS=1 /tmp/bun "$VELO_JS" bench "$f" --backend vulkan -p 512 -n 0 -d "$d" -r 1 -c $((d + 1024)) --profile 2>&1 \
-        | grep -E "pipeline attention_coop|│ attention" | sort -u | cut -c1-160
+        | grep -E "pipeline attention_(coop|cm2)|│ (attention|kv_gather)" | sort -u | cut -c1-160
     done; done ;;
   depthprof)  # where the time goes at depth: h100.sh depthprof MODEL DEPTH pp|tg (pp512 or tg32 after DEPTH tokens, per-kernel profile)
     f=$(model "$1"); d=$2

@@ -768,6 +768,61 @@ final class GPUKernelTests: XCTestCase {
         }
     }
 
+    /// kv_gather (attention_cm2's input, lavapipe runs it though it has no attention_cm2): one
+    /// sequence's keys, stored by kv_store_f16_f16 into scattered f16 pages, come out as
+    /// [kvHead][key][dim] K then V rows, float16 rounding apart; V is zero past the last key up
+    /// to the padded length; a page-table start other than 0 is followed; other layers'
+    /// planes are left alone.
+    func testKVGather() throws {
+        for (kvHeads, hd, keys, pt) in [(2, 64, 37, 1), (8, 128, 64, 0), (1, 16, 5, 2)] {
+            let kvDim = kvHeads * hd, ps = 16, layers = 2, layer = 1, cap = 128
+            let padded = (keys + 63) / 64 * 64
+            let pageWords = layers * ps * kvDim, layerOff = layer * ps * kvDim   // f16: K and V planes of ps * kvDim / 2 words each
+            var pagetab: [Int32] = [Int32](repeating: 0, count: pt) + [5, 2, 7, 0, 4]
+            pagetab += [Int32](repeating: 0, count: 8)
+            let pages = 8, k = random(keys * kvDim, scale: 4), v = random(keys * kvDim, scale: 4)
+            let kv = try upload([UInt8](repeating: 0, count: pages * pageWords * 4))
+            try run(GPUKernels.kvVariant(GPUKernels.kvStore, k: .f16, v: .f16),
+                    [try upload(k), try upload(v), kv, try upload((0..<keys).map { Int32($0) }), try upload([Int32](repeating: Int32(pt), count: keys)), try upload(pagetab)],
+                    [UInt32(keys), UInt32(kvDim), UInt32(ps), UInt32(pageWords), UInt32(layerOff), UInt32(kvDim)], (keys, (kvDim + 63) / 64, 1))
+            let copy = try upload([UInt8](repeating: 0xFF, count: cap * kvDim * 4))   // NaN halves: every one read must be written
+            try run(GPUKernels.kvGather, [kv, copy, try upload(pagetab)],
+                    [UInt32(kvDim), UInt32(hd), UInt32(ps), UInt32(pageWords), UInt32(layerOff), UInt32(keys), UInt32(padded), UInt32(cap), UInt32(pt)],
+                    GPUKernels.kvGatherGroups(padded: padded, kvDim: kvDim))
+            let got = try readF16(copy, 2 * cap * kvDim)
+            var gotK: [Float] = [], gotV: [Float] = [], wantK: [Double] = [], wantV: [Double] = []
+            for h in 0..<kvHeads {
+                for j in 0..<padded {
+                    for d in 0..<hd {
+                        let row = (h * cap + j) * hd + d
+                        if j < keys {
+                            gotK.append(got[row])
+                            wantK.append(Double(k[j * kvDim + h * hd + d]))
+                        }
+                        gotV.append(got[cap * kvDim + row])
+                        wantV.append(j < keys ? Double(v[j * kvDim + h * hd + d]) : 0)
+                    }
+                }
+            }
+            let what = "kvHeads=\(kvHeads) hd=\(hd) keys=\(keys) pt=\(pt)"
+            assertClose(gotK, wantK, tolerance: wantK.map { abs($0) / 1024 }, "kv_gather K " + what)
+            assertClose(gotV, wantV, tolerance: wantV.map { abs($0) / 1024 }, "kv_gather V " + what)
+        }
+    }
+
+    /// attention_cm2's key splits: none while its workgroups fill about a wave, whole tiles,
+    /// every key in a split, no split under prefillSplitMinKeys keys.
+    func testAttentionCM2Splits() {
+        let bc = GPUKernels.attentionCM2Shape.bc
+        for (keys, n, heads, wantSplits) in [(16896, 512, 32, 1), (4608, 512, 32, 1), (16512, 128, 32, 4), (700, 128, 32, 1), (300, 1, 8, 1)] {
+            let s = GPUKernels.attentionCM2Splits(keys: keys, n: n, heads: heads, maxTokens: 512, maxContext: 32768)
+            XCTAssertEqual(s.splits, wantSplits, "keys=\(keys) n=\(n)")
+            XCTAssertEqual(s.chunk % bc, 0, "keys=\(keys) n=\(n): chunk \(s.chunk)")
+            XCTAssertGreaterThanOrEqual(s.chunk * s.splits, keys)
+            XCTAssertLessThan(s.chunk * (s.splits - 1), keys)
+        }
+    }
+
     /// `count` float16 values, read back through CKernels (Swift has no Float16 on x86-64 macOS).
     func readF16(_ b: GPUBuffer, _ count: Int) throws -> [Float] {
         try readBytes(b, count * 2).withUnsafeBytes { raw in

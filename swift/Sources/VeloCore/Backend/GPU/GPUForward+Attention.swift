@@ -45,6 +45,23 @@ extension GPUForward {
         let mask = [a.softcap.bitPattern, UInt32(a.window)]
         let (chunk, splits) = attentionPlan
         let combineGroups = GPUKernels.attentionCombineGroups(n: n, heads: c.heads, headDim: c.headDim)
+        if let step = cm2AttentionStep, let cm2 = cm2Attention, a.window == 0, a.softcap == 0 {
+            // the layer's keys into one contiguous copy, then attention over it
+            let padded = (step.keys + GPUKernels.attentionCM2Shape.bc - 1) / GPUKernels.attentionCM2Shape.bc * GPUKernels.attentionCM2Shape.bc
+            dispatch(GPUKernels.kvGather, [kvBinding(layer), GPUBinding(cm2.copy), pagetab],
+                     [UInt32(kvDim), UInt32(c.headDim), UInt32(ps)] + kvParams(layer) + [UInt32(step.keys), UInt32(padded), UInt32(cm2.cap), 0],
+                     GPUKernels.kvGatherGroups(padded: padded, kvDim: kvDim), .attention)
+            let br = GPUKernels.attentionCM2Shape.br
+            dispatch(cm2.kernel, [act(.q), GPUBinding(cm2.copy), act(.attn), tokpos, GPUBinding(attnScratch)],
+                     [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(kvDim), UInt32(stride(.q)), UInt32(cm2.cap),
+                      a.scale.bitPattern, UInt32(step.chunk), UInt32(step.splits)],
+                     ((n + br - 1) / br, c.heads, step.splits), .attention)
+            if step.splits > 1 {
+                dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos],
+                         [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(step.chunk), UInt32(step.splits)], combineGroups, .attention)
+            }
+            return
+        }
         if tiledBlocks > 0 {
             dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel,
                      [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens), GPUBinding(attnScratch)],

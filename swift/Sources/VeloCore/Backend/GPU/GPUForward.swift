@@ -135,6 +135,11 @@ final class GPUForward: ForwardOps {
     /// this step takes it.
     let attentionStagedKernels: (plain: GPUKernels.Kernel, q8: GPUKernels.Kernel)?
     var stagedStep = false
+    /// Long-context prefill on attention_cm2 (nil where the device or pages do not suit it):
+    /// its kernel, the gathered K/V copy and the keys it holds; and this step's plan when the
+    /// step takes it (a prefill step of one sequence).
+    let cm2Attention: (kernel: GPUKernels.Kernel, copy: GPUBuffer, cap: Int)?
+    var cm2AttentionStep: (keys: Int, chunk: Int, splits: Int)?
 
     init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
          maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
@@ -170,6 +175,14 @@ final class GPUForward: ForwardOps {
         attnScratch = try device.makeBuffer(
             bytes: max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16),
             memory: .device, label: "attention partials")
+        if GPUKernels.attentionCM2Fits(device, k: tk, v: tv, pageSize: kv.pageSize, kvDim: kvDim, headDim: c.headDim,
+                                       places: kvPlaces.map { ($0.pageStride, $0.layerOff) }) {
+            let cap = GPUKernels.attentionCM2Capacity(maxContext: maxContext)
+            cm2Attention = (GPUKernels.attentionCM2(headDim: c.headDim),
+                            try device.makeBuffer(bytes: cap * kvDim * 4, memory: .device, label: "gathered K/V"), cap)
+        } else {
+            cm2Attention = nil
+        }
         let qkvRows = (c.qDim * 4) % device.bindingAlignment == 0 && (c.kvDim * 4) % device.bindingAlignment == 0
         let qkvWidth = c.qDim + 2 * c.kvDim
         let qkv = qkvRows ? try device.makeBuffer(bytes: maxTokens * qkvWidth * 4, memory: .device, label: "Q|K|V activations") : nil
@@ -339,6 +352,7 @@ final class GPUForward: ForwardOps {
             }
         }
         if coopAttention { want(attentionCoopKernel) }
+        if let a = cm2Attention { want(a.kernel); want(GPUKernels.kvGather) }
         want(GPUKernels.getRows(model.matrices[0].type))
         if moe != nil {
             for k in [GPUKernels.moeRoute, GPUKernels.moeCombine] { want(k) }
@@ -382,6 +396,10 @@ final class GPUForward: ForwardOps {
             b += GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts) + GPUKernels.coopBatchCounters * 4
         }
         if let q = q8Bytes(device: device, model: model) { b += q.values + q.scales }
+        // attention_cm2's gathered K/V (counted for any cache type: init knows the pages')
+        if GPUKernels.hasCM2(device), GPUKernels.useCoop(device), !GPUKernels.attentionCM2Disabled, c.headDim % 16 == 0, (64...128).contains(c.headDim) {
+            b += GPUKernels.attentionCM2Capacity(maxContext: maxContext) * c.kvDim * 4
+        }
         return b + MoEBuffers.bytes(config: c, maxTokens: maxTokens)
     }
 
@@ -514,6 +532,9 @@ final class GPUForward: ForwardOps {
             : stagedStep
             ? GPUKernels.attentionStagedSplits(keys: keys, n: n, kvHeads: config.kvHeads, headDim: config.headDim, maxTokens: maxTokens, maxContext: maxContext)
             : GPUKernels.attentionSplits(keys: keys, n: n, maxTokens: maxTokens, maxContext: maxContext)
+        cm2AttentionStep = cm2Attention != nil && tiledBlocks > 0 && batch.tables.count == 1
+            ? { let s = GPUKernels.attentionCM2Splits(keys: keys, n: n, heads: config.heads, maxTokens: maxTokens, maxContext: maxContext)
+                return (keys, s.chunk, s.splits) }() : nil
         recordStart = nowNanos()
         try device.begin()
     }

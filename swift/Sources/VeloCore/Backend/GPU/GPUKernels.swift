@@ -594,6 +594,53 @@ enum GPUKernels {
         useCoop(device) && !coopAttentionDisabled && headDim % 16 == 0
             && attentionTiledFits(heads: heads, kvHeads: kvHeads, headDim: headDim)
     }
+    /// Prefill attention of one sequence on VK_NV_cooperative_matrix2 (attention_cm2: buffers Q,
+    /// the gathered K/V, out, tokpos, partials; params n, heads, kvHeads, kvDim, qStride, cap,
+    /// scale, chunk, splits; groups (⌈n / BR⌉, heads, splits)), over kv_gather's contiguous
+    /// float16 copy of the layer's keys (buffers pages, copy, page table; params kvDim, headDim,
+    /// pageSize, pageStride, layerOff, keys, padded, cap, first page-table entry). Prefill steps
+    /// of one sequence, f16 pages, head sizes 64…128 in steps of 16, layers without window or
+    /// soft cap; the rest keep attention_coop. 8B pp512 on an H200 (bench/RESULTS.md): attention
+    /// 38.8 us a layer against attention_coop's 79.3 at no depth, 201 against 609 + 96 merging
+    /// at depth 4096, 756 against 2056 + 96 at 16384. VELO_GPU_NO_CM2_ATTN (any value) leaves it
+    /// out (VELO_GPU_NO_COOPMAT and VELO_GPU_CM2=off do too); VELO_GPU_CM2_ATTN=THREADS,BR,BC
+    /// sets the workgroup and tile (A/B runs).
+    static let attentionCM2Disabled = getenv("VELO_GPU_NO_CM2_ATTN") != nil
+    static let attentionCM2Shape: (threads: Int, br: Int, bc: Int) = {
+        let best = (128, 64, 64)
+        guard let e = getenv("VELO_GPU_CM2_ATTN") else { return best }
+        let v = String(cString: e).split(separator: ",").compactMap { Int($0) }
+        if v.count == 3, [128, 256].contains(v[0]), [32, 64, 128].contains(v[1]), [32, 64].contains(v[2]) { return (v[0], v[1], v[2]) }
+        fputs("velo: ignoring VELO_GPU_CM2_ATTN=\(String(cString: e)) (expected THREADS,BR,BC: 128 or 256; 32, 64 or 128; 32 or 64)\n", stderr)
+        return best
+    }()
+    static func attentionCM2(headDim: Int) -> Kernel {
+        let s = attentionCM2Shape
+        return Kernel(name: "attention_cm2", buffers: 5, constants: [UInt32(s.threads), UInt32(s.br), UInt32(s.bc), UInt32(headDim)])
+    }
+    static let kvGather = Kernel(name: "kv_gather", buffers: 3, constants: [256])
+    static func attentionCM2Fits(_ device: GPUDevice, k: KVCacheType, v: KVCacheType, pageSize: Int, kvDim: Int, headDim: Int,
+                                 places: [(pageStride: Int, layerOff: Int)]) -> Bool {
+        hasCM2(device) && useCoop(device) && !attentionCM2Disabled && k == .f16 && v == .f16 && pageSize % 8 == 0 && kvDim % 8 == 0
+            && headDim % 16 == 0 && (64...128).contains(headDim)
+            && places.allSatisfy({ $0.pageStride % 4 == 0 && $0.layerOff % 4 == 0 })
+    }
+    /// Keys the gathered copy holds for contexts of up to `maxContext`: whole tiles.
+    static func attentionCM2Capacity(maxContext: Int) -> Int { (maxContext + 63) / 64 * 64 }
+    /// kv_gather's groups for `padded` keys (grid-stride past 8192 groups).
+    static func kvGatherGroups(padded: Int, kvDim: Int) -> (Int, Int, Int) { (min((kvDim * padded / 4 + 255) / 256, 8192), 1, 1) }
+    /// attention_cm2's key splits, in whole tiles: as the tiled kernels' (prefillAttentionSplits)
+    /// but to about `attentionCM2SplitTarget` workgroups, about one wave at its two workgroups a
+    /// multiprocessor (255 registers). 8B pp512 at depth 16384 on an H200 (bench/RESULTS.md):
+    /// its 256 workgroups unsplit 1877 us a layer, in 2 splits 1923, in 4 1923 + 96 merging.
+    /// VELO_GPU_CM2_ATTN_SPLITS asks for a count.
+    static func attentionCM2Splits(keys: Int, n: Int, heads: Int, maxTokens: Int, maxContext: Int) -> (chunk: Int, splits: Int) {
+        prefillAttentionSplits(keys: keys, n: n, workgroups: (n + attentionCM2Shape.br - 1) / attentionCM2Shape.br * heads,
+                               maxTokens: maxTokens, maxContext: maxContext, target: attentionCM2SplitTarget,
+                               tile: attentionCM2Shape.bc, override: attentionCM2SplitsOverride)
+    }
+    static let attentionCM2SplitTarget = 256
+    static let attentionCM2SplitsOverride: Int? = getenv("VELO_GPU_CM2_ATTN_SPLITS").flatMap { Int(String(cString: $0)) }.map { max(1, min(256, $0)) }
     /// attention_combine that also writes its output as quantize_q8's blocks (buffers + XQ, XD),
     /// for head sizes that are multiples of 32, at most `attentionCombineQ8MaxHeadDim`.
     static let attentionCombineQ8 = Kernel(name: "attention_combine_q8", buffers: 5, constants: [128])
@@ -636,12 +683,15 @@ enum GPUKernels {
     /// walk every key of their block: over a long cache that is too few workgroups for a large
     /// GPU (8B, 512 tokens: 256), so the keys are split until there are about
     /// `prefillSplitTarget` workgroups, each split at least `prefillSplitMinKeys` keys, within the
-    /// partials' scratch. VELO_GPU_PREFILL_SPLITS (1…256) asks for a count (tuning runs).
-    static func prefillAttentionSplits(keys: Int, n: Int, workgroups: Int, maxTokens: Int, maxContext: Int) -> (chunk: Int, splits: Int) {
+    /// partials' scratch; chunks of whole `tile`s. VELO_GPU_PREFILL_SPLITS (1…256) asks for a
+    /// count (tuning runs).
+    static func prefillAttentionSplits(keys: Int, n: Int, workgroups: Int, maxTokens: Int, maxContext: Int,
+                                       target: Int = prefillSplitTarget, tile: Int = attentionTile,
+                                       override: Int? = prefillSplitsOverride) -> (chunk: Int, splits: Int) {
         let lim = attentionSplitLimit(maxTokens: maxTokens, maxContext: maxContext)
-        let wanted = prefillSplitsOverride ?? min((prefillSplitTarget + workgroups - 1) / max(workgroups, 1), keys / prefillSplitMinKeys)
+        let wanted = override ?? min((target + workgroups - 1) / max(workgroups, 1), keys / prefillSplitMinKeys)
         let cap = max(1, min(lim.splits, wanted, lim.capacity / max(n, 1)))
-        let chunk = ((keys + cap - 1) / cap + attentionTile - 1) / attentionTile * attentionTile
+        let chunk = ((keys + cap - 1) / cap + tile - 1) / tile * tile
         return (chunk, (keys + chunk - 1) / chunk)
     }
     static let prefillSplitTarget = 1024
