@@ -12,7 +12,8 @@
 // K (through a transposing view) and V are loaded from the copy's [key][dimension] rows,
 // unchecked: the copy holds whole tiles (kv_gather zeroes V past the last key, and masked scores
 // never reach P).
-// Rows: token t0 + r for r < BR (rows past n read zero and are not written). A row whose keys
+// Rows: token t0 + r for r < BR, tokens first .. end - 1 of the batch: one sequence's (rows past
+// end read zero and are not written). A row whose keys
 // start past its split (never: causal rows see keys from 0) would sum exp(0) over NEG scores;
 // attention_combine does not read such a split (tokpos / chunk).
 // splits == 1: out[t][h] = O / L. splits > 1: keys [z*chunk, (z+1)*chunk) and attention's
@@ -20,7 +21,7 @@
 // No sliding window, no soft cap (the host keeps those layers on attention_coop).
 // Needs: VK_NV_cooperative_matrix2 (workgroup scope, reductions, per-element ops, tensor
 // addressing), shaderFloat16. Constants: 0 threads, 1 BR, 2 BC, 3 HD (the head size, a multiple
-// of 16). Dispatch (ceil(n / BR), heads, splits).
+// of 16). Dispatch (ceil((end - first) / BR), heads, splits).
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_control_flow_attributes : require
@@ -39,14 +40,14 @@ layout(std430, binding = 2) writeonly buffer OutBuf { float outv[]; };
 layout(std430, binding = 3) readonly buffer PosBuf { int tokpos[]; };
 layout(std430, binding = 4) writeonly buffer PartBuf { float part[]; };
 layout(std140, binding = 5) uniform Params {
-    uint n, heads, kvHeads, kvDim, qStride, cap;
+    uint first, end, heads, kvHeads, kvDim, qStride, cap;
     float scale;
     uint chunk, splits;
 } p;
 
 const float NEG = -1.0e30;   // "minus infinity" that stays finite in exp(a - b)
 
-shared uint nkS[BR];          // each row's key count (0 past n)
+shared uint nkS[BR];          // each row's key count (0 past end)
 uint t0, hq, split, kbeg, kend;
 
 #define MAT(T, R, C, U) coopmat<T, gl_ScopeWorkgroup, R, C, U>
@@ -75,11 +76,11 @@ float storePartML(const in uint r, const in uint c, const in float v, const in u
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
-    t0 = gl_WorkGroupID.x * BR;
+    t0 = p.first + gl_WorkGroupID.x * BR;
     hq = gl_WorkGroupID.y;
     split = gl_WorkGroupID.z;
     const uint kvh = hq / (p.heads / p.kvHeads);
-    for (uint r = tid; r < BR; r += gl_WorkGroupSize.x) nkS[r] = t0 + r < p.n ? uint(tokpos[t0 + r]) + 1u : 0u;
+    for (uint r = tid; r < BR; r += gl_WorkGroupSize.x) nkS[r] = t0 + r < p.end ? uint(tokpos[t0 + r]) + 1u : 0u;
     barrier();
     uint kmin = ~0u, kmax = 0u;
     for (uint r = 0u; r < BR; r++) {
@@ -96,7 +97,7 @@ void main() {
 
     // Q: rows t0.., this head's columns; float32, scaled, then float16
     tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lq = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    lq = setTensorLayoutDimensionNV(lq, p.n, p.qStride);
+    lq = setTensorLayoutDimensionNV(lq, p.end, p.qStride);
     ACC(BR, HD) q32;
     coopMatLoadTensorNV(q32, Q, 0, sliceTensorLayoutNV(lq, t0, BR, hq * HD, HD));
     q32 = q32 * float(p.scale);
@@ -156,6 +157,6 @@ void main() {
     coopMatPerElementNV(inv, inv, recip);
     o = o * inv;
     tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lo = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    lo = setTensorLayoutDimensionNV(lo, p.n, p.heads * HD);
+    lo = setTensorLayoutDimensionNV(lo, p.end, p.heads * HD);
     coopMatStoreTensorNV(o, outv, 0, sliceTensorLayoutNV(lo, t0, BR, hq * HD, HD));
 }

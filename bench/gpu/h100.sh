@@ -212,13 +212,15 @@ for n,v in sorted(k.items(),key=lambda kv:-kv[1]['ms'])[:16]: print('  %-44s %8.
               # h100.sh batchcheck MODEL B SETS... (identical tokens and max |Δlogit| a set)
     f=$(model "$1"); b=$2; shift 2
     /tmp/bun "$C/batch-check.js" --batch "$b" "$f" "$@" ;;
-  overflow)  # float16 overflow (a product's sum or activation past 65504): 1.1B Q4_0 files whose
-             # norm gains are each GAIN (synth --norm-gain), through coopmat-check with float32
-             # K/V; the tensor-core modes print "overflowed" and re-run wider, so their logits
-             # stay near the float32 path's (their coopmat mode then equals portable: expected)
+  overflow)  # float16 overflow (a product's sum or activation past 65504): 1.1B files (Q4_0, or
+             # OVERFLOW_TYPE, e.g. q4_k) whose norm gains are each GAIN (synth --norm-gain), through
+             # coopmat-check with float32 K/V; the tensor-core modes print "overflowed" and re-run
+             # wider, so their logits stay near the float32 path's (their coopmat mode then equals
+             # portable: expected)
+    t=${OVERFLOW_TYPE:-q4_0}
     for g in "${@:-30 300}"; do
-      f=$M/1b-q4_0-gain$g.gguf
-      [ -f "$f" ] || /tmp/bun "$C/synth.js" "$f" --shape 1b --type q4_0 --norm-gain "$g" >&2
+      f=$M/1b-$t-gain$g.gguf
+      [ -f "$f" ] || /tmp/bun "$C/synth.js" "$f" --shape 1b --type "$t" --norm-gain "$g" >&2
       /tmp/bun "$C/coopmat-check.js" --tokens ${COOPMAT_TOKENS:-100} --cache-type-k f32 --cache-type-v f32 "$f" || true
     done ;;
   spec)  # speculative decoding on the GPU: an 8B target with prompt lookup and with a 3B draft

@@ -20,6 +20,7 @@ $B bench/grammar.ts --outfile .carry/grammar.js >/dev/null
 $B bench/gpu/coopmat-check.ts --outfile .carry/coopmat-check.js >/dev/null
 $B bench/gpu/batch-check.ts --outfile .carry/batch-check.js >/dev/null
 cp "$S/models/vocab/ggml-vocab-llama-spm.gguf" .carry/shared/models/vocab/
+cp "$S/models/vocab/ggml-vocab-phi-3.gguf" .carry/shared/models/vocab/   # phi3 shapes (0.7 MiB)
 xz -T2 -6 -c "$S/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf" > .carry/shared/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf.xz
 rm -f .carry/shared/models/*.gguf .carry/shared/models/golden/*
 if [ "${1:-}" != --lean ]; then

@@ -41,27 +41,36 @@ extension GPUForward {
     }
 
     func attention(layer: Int, _ a: AttentionParams) {
+        if attentionTokens > 0 { pagedAttention(layer: layer, a, n: attentionTokens) }
+        guard let step = cm2AttentionStep, let cm2 = cm2Attention else { return }
+        // init leaves attention_cm2 out for models with a window or soft cap on any layer
+        precondition(a.window == 0 && a.softcap == 0, "attention_cm2 on a layer with a window or soft cap")
+        let c = config, bc = GPUKernels.attentionCM2Shape.bc, br = GPUKernels.attentionCM2Shape.br
+        // the run's sequence's keys of this layer into one contiguous copy, then attention over it
+        let padded = (step.keys + bc - 1) / bc * bc
+        dispatch(GPUKernels.kvGather, [kvBinding(layer), GPUBinding(cm2.copy), pagetab],
+                 [UInt32(kvDim), UInt32(c.headDim), UInt32(kv.pageSize)] + kvParams(layer) + [UInt32(step.keys), UInt32(padded), UInt32(cm2.cap), UInt32(step.pt)],
+                 GPUKernels.kvGatherGroups(padded: padded, kvDim: kvDim), .attention)
+        let end = step.first + step.count
+        dispatch(cm2.kernel, [act(.q), GPUBinding(cm2.copy), act(.attn), tokpos, GPUBinding(attnScratch)],
+                 [UInt32(step.first), UInt32(end), UInt32(c.heads), UInt32(c.kvHeads), UInt32(kvDim), UInt32(stride(.q)), UInt32(cm2.cap),
+                  a.scale.bitPattern, UInt32(step.chunk), UInt32(step.splits)],
+                 ((step.count + br - 1) / br, c.heads, step.splits), .attention)
+        if step.splits > 1 {
+            // only a run that is the whole step is split (begin): every token's partials are its
+            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos],
+                     [UInt32(end), UInt32(c.heads), UInt32(c.headDim), UInt32(step.chunk), UInt32(step.splits)],
+                     GPUKernels.attentionCombineGroups(n: end, heads: c.heads, headDim: c.headDim), .attention)
+        }
+    }
+
+    /// Attention over the pages for the step's first `n` tokens: the tiled prefill kernels, or
+    /// decode's split-K kernels and what merges their splits.
+    private func pagedAttention(layer: Int, _ a: AttentionParams, n: Int) {
         let c = config, ps = kv.pageSize
         let mask = [a.softcap.bitPattern, UInt32(a.window)]
         let (chunk, splits) = attentionPlan
         let combineGroups = GPUKernels.attentionCombineGroups(n: n, heads: c.heads, headDim: c.headDim)
-        if let step = cm2AttentionStep, let cm2 = cm2Attention, a.window == 0, a.softcap == 0 {
-            // the layer's keys into one contiguous copy, then attention over it
-            let padded = (step.keys + GPUKernels.attentionCM2Shape.bc - 1) / GPUKernels.attentionCM2Shape.bc * GPUKernels.attentionCM2Shape.bc
-            dispatch(GPUKernels.kvGather, [kvBinding(layer), GPUBinding(cm2.copy), pagetab],
-                     [UInt32(kvDim), UInt32(c.headDim), UInt32(ps)] + kvParams(layer) + [UInt32(step.keys), UInt32(padded), UInt32(cm2.cap), 0],
-                     GPUKernels.kvGatherGroups(padded: padded, kvDim: kvDim), .attention)
-            let br = GPUKernels.attentionCM2Shape.br
-            dispatch(cm2.kernel, [act(.q), GPUBinding(cm2.copy), act(.attn), tokpos, GPUBinding(attnScratch)],
-                     [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(kvDim), UInt32(stride(.q)), UInt32(cm2.cap),
-                      a.scale.bitPattern, UInt32(step.chunk), UInt32(step.splits)],
-                     ((n + br - 1) / br, c.heads, step.splits), .attention)
-            if step.splits > 1 {
-                dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos],
-                         [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(step.chunk), UInt32(step.splits)], combineGroups, .attention)
-            }
-            return
-        }
         if tiledBlocks > 0 {
             dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel,
                      [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens), GPUBinding(attnScratch)],
@@ -76,7 +85,7 @@ extension GPUForward {
         }
         // the output as 8-bit blocks too, for the O product's matvec_dot: by the attention
         // kernel itself (a single split, or the last of a few), else by the combine
-        let q8Out = q8 != nil && n <= matvecMaxRows && c.headDim % 32 == 0
+        let q8Out = q8 != nil && cm2AttentionStep == nil && n <= matvecMaxRows && c.headDim % 32 == 0
             && c.headDim <= GPUKernels.attentionCombineQ8MaxHeadDim && c.qDim <= q8Width
         var buffers = [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)]
         var params = [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
@@ -90,7 +99,7 @@ extension GPUForward {
             buffers += [GPUBinding(q8.values), GPUBinding(q8.scales), GPUBinding(done)]
             kernel = kernels.q8
             joined.q8 = true
-        } else if splits <= GPUKernels.attentionJoinMaxSplits, !GPUKernels.attentionX16Disabled, !stagedStep, n > matvecMaxRows, n <= GPUKernels.attentionJoinRows,
+        } else if splits <= GPUKernels.attentionJoinMaxSplits, cm2AttentionStep == nil, !GPUKernels.attentionX16Disabled, !stagedStep, n > matvecMaxRows, n <= GPUKernels.attentionJoinRows,
                   f16Inputs, let x16, x16.size >= n * x16Row * 2, let done = attnDone {
             // a decode batch whose O product runs on tensor cores: its float16 input written here
             buffers += [GPUBinding(x16), GPUBinding(done)]

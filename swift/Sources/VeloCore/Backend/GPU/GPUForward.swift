@@ -135,11 +135,13 @@ final class GPUForward: ForwardOps {
     /// this step takes it.
     let attentionStagedKernels: (plain: GPUKernels.Kernel, q8: GPUKernels.Kernel)?
     var stagedStep = false
-    /// Long-context prefill on attention_cm2 (nil where the device or pages do not suit it):
-    /// its kernel, the gathered K/V copy and the keys it holds; and this step's plan when the
-    /// step takes it (a prefill step of one sequence).
+    /// Prefill attention on attention_cm2 (nil where the device, pages or model do not suit it):
+    /// its kernel, the gathered K/V copy and the keys it holds; this step's run of tokens it
+    /// takes (the batch's last sequence's: first token, tokens, keys, page-table start, split
+    /// plan), and the tokens before that run, which the other kernels take.
     let cm2Attention: (kernel: GPUKernels.Kernel, copy: GPUBuffer, cap: Int)?
-    var cm2AttentionStep: (keys: Int, chunk: Int, splits: Int)?
+    var cm2AttentionStep: (first: Int, count: Int, keys: Int, pt: Int, chunk: Int, splits: Int)?
+    var attentionTokens = 0
 
     init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
          maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
@@ -175,8 +177,10 @@ final class GPUForward: ForwardOps {
         attnScratch = try device.makeBuffer(
             bytes: max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16),
             memory: .device, label: "attention partials")
+        // (no window or soft cap on any layer: a layer that needs attention_coop would need its own plan)
         if GPUKernels.attentionCM2Fits(device, k: tk, v: tv, pageSize: kv.pageSize, kvDim: kvDim, headDim: c.headDim,
-                                       places: kvPlaces.map { ($0.pageStride, $0.layerOff) }) {
+                                       places: kvPlaces.map { ($0.pageStride, $0.layerOff) }),
+           c.attentionSoftcap == 0, c.layerWindow.allSatisfy({ $0 == 0 }) {
             let cap = GPUKernels.attentionCM2Capacity(maxContext: maxContext)
             cm2Attention = (GPUKernels.attentionCM2(headDim: c.headDim),
                             try device.makeBuffer(bytes: cap * kvDim * 4, memory: .device, label: "gathered K/V"), cap)
@@ -397,7 +401,8 @@ final class GPUForward: ForwardOps {
         }
         if let q = q8Bytes(device: device, model: model) { b += q.values + q.scales }
         // attention_cm2's gathered K/V (counted for any cache type: init knows the pages')
-        if GPUKernels.hasCM2(device), GPUKernels.useCoop(device), !GPUKernels.attentionCM2Disabled, c.headDim % 16 == 0, (64...128).contains(c.headDim) {
+        if GPUKernels.hasCM2(device), GPUKernels.useCoop(device), !GPUKernels.attentionCM2Disabled, c.headDim % 16 == 0, (64...128).contains(c.headDim),
+           c.attentionSoftcap == 0, c.layerWindow.allSatisfy({ $0 == 0 }) {
             b += GPUKernels.attentionCM2Capacity(maxContext: maxContext) * c.kvDim * 4
         }
         return b + MoEBuffers.bytes(config: c, maxTokens: maxTokens)
@@ -520,21 +525,36 @@ final class GPUForward: ForwardOps {
         write(sections.rowsel, batch.logitRows.map { Int32($0) })
         if !batch.hiddenRows.isEmpty { write(sections.hiddensel, batch.hiddenRows.map { Int32($0) }) }
         if !table.isEmpty { write(sections.pagetab, table) }
-        let blocks = n > matvecMaxRows
-            ? GPUKernels.attentionBlocks(sequence: batch.sequence, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim,
+        // attention_cm2 takes the batch's last run of one sequence's tokens (a prompt chunk: the
+        // scheduler puts decode tokens first) when it is the whole step or a block at least;
+        // the tokens before it, `attentionTokens`, take the other kernels
+        cm2AttentionStep = nil
+        attentionTokens = n
+        if cm2Attention != nil, n > matvecMaxRows, let last = batch.sequence.last {
+            var first = n
+            while first > 0 && batch.sequence[first - 1] == last { first -= 1 }
+            let count = n - first, runKeys = batch.positions[first...].max()! + 1
+            if first == 0 || count >= GPUKernels.attentionCM2Shape.br {
+                // beside other tokens unsplit: attention_combine merges every token's splits alike
+                let plan = first == 0 ? GPUKernels.attentionCM2Splits(keys: runKeys, n: count, heads: config.heads, maxTokens: maxTokens, maxContext: maxContext)
+                    : (chunk: (runKeys + 63) / 64 * 64, splits: 1)
+                cm2AttentionStep = (first, count, runKeys, Int(starts[last]), plan.chunk, plan.splits)
+                attentionTokens = first
+            }
+        }
+        let na = attentionTokens, sequence = Array(batch.sequence[0..<na])
+        let blocks = na > matvecMaxRows
+            ? GPUKernels.attentionBlocks(sequence: sequence, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim,
                                          rows: coopAttention ? GPUKernels.attentionCoopRows : GPUKernels.attentionTiledRows) : nil
         if let blocks { write(sections.blocks, blocks) }
         tiledBlocks = (blocks?.count ?? 0) / 2
-        let keys = (batch.positions.max() ?? 0) + 1
+        let keys = (batch.positions[0..<na].max() ?? 0) + 1
         stagedStep = tiledBlocks == 0 && attentionStagedKernels != nil && keys >= GPUKernels.attentionStagedMinKeys
         attentionPlan = tiledBlocks > 0
-            ? GPUKernels.prefillAttentionSplits(keys: keys, n: n, workgroups: tiledBlocks * config.kvHeads, maxTokens: maxTokens, maxContext: maxContext)
+            ? GPUKernels.prefillAttentionSplits(keys: keys, n: na, workgroups: tiledBlocks * config.kvHeads, maxTokens: maxTokens, maxContext: maxContext)
             : stagedStep
-            ? GPUKernels.attentionStagedSplits(keys: keys, n: n, kvHeads: config.kvHeads, headDim: config.headDim, maxTokens: maxTokens, maxContext: maxContext)
-            : GPUKernels.attentionSplits(keys: keys, n: n, maxTokens: maxTokens, maxContext: maxContext)
-        cm2AttentionStep = cm2Attention != nil && tiledBlocks > 0 && batch.tables.count == 1
-            ? { let s = GPUKernels.attentionCM2Splits(keys: keys, n: n, heads: config.heads, maxTokens: maxTokens, maxContext: maxContext)
-                return (keys, s.chunk, s.splits) }() : nil
+            ? GPUKernels.attentionStagedSplits(keys: keys, n: na, kvHeads: config.kvHeads, headDim: config.headDim, maxTokens: maxTokens, maxContext: maxContext)
+            : GPUKernels.attentionSplits(keys: keys, n: na, maxTokens: maxTokens, maxContext: maxContext)
         recordStart = nowNanos()
         try device.begin()
     }

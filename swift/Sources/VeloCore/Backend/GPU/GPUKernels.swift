@@ -595,12 +595,14 @@ enum GPUKernels {
             && attentionTiledFits(heads: heads, kvHeads: kvHeads, headDim: headDim)
     }
     /// Prefill attention of one sequence on VK_NV_cooperative_matrix2 (attention_cm2: buffers Q,
-    /// the gathered K/V, out, tokpos, partials; params n, heads, kvHeads, kvDim, qStride, cap,
-    /// scale, chunk, splits; groups (⌈n / BR⌉, heads, splits)), over kv_gather's contiguous
+    /// the gathered K/V, out, tokpos, partials; params first, end (the tokens), heads, kvHeads,
+    /// kvDim, qStride, cap, scale, chunk, splits; groups (⌈(end - first) / BR⌉, heads, splits)), over kv_gather's contiguous
     /// float16 copy of the layer's keys (buffers pages, copy, page table; params kvDim, headDim,
-    /// pageSize, pageStride, layerOff, keys, padded, cap, first page-table entry). Prefill steps
-    /// of one sequence, f16 pages, head sizes 64…128 in steps of 16, layers without window or
-    /// soft cap; the rest keep attention_coop. 8B pp512 on an H200 (bench/RESULTS.md): attention
+    /// pageSize, pageStride, layerOff, keys, padded, cap, first page-table entry). It takes a
+    /// step's last run of one sequence's tokens (`GPUForward.begin`: the whole step, or a prompt
+    /// chunk of at least BR tokens after other sequences' tokens), with f16 pages, head sizes
+    /// 64…128 in steps of 16, models without window or soft cap; the rest keep attention_coop
+    /// and the decode kernels. 8B pp512 on an H200 (bench/RESULTS.md): attention
     /// 38.8 us a layer against attention_coop's 79.3 at no depth, 201 against 609 + 96 merging
     /// at depth 4096, 756 against 2056 + 96 at 16384. VELO_GPU_NO_CM2_ATTN (any value) leaves it
     /// out (VELO_GPU_NO_COOPMAT and VELO_GPU_CM2=off do too); VELO_GPU_CM2_ATTN=THREADS,BR,BC
