@@ -12,13 +12,13 @@
 // K (through a transposing view) and V are loaded from the copy's [key][dimension] rows,
 // unchecked: the copy holds whole tiles (kv_gather zeroes V past the last key, and masked scores
 // never reach P).
-// Rows: token t0 + r for r < BR, tokens first .. end - 1 of the batch: one sequence's (rows past
-// end read zero and are not written). A row whose keys
-// start past its split (never: causal rows see keys from 0) would sum exp(0) over NEG scores;
-// attention_combine does not read such a split (tokpos / chunk).
+// Rows: tokens t0 .. t0 + BR - 1 within first .. end - 1 of the batch, one sequence's (rows past
+// end read zero and are not written).
 // splits == 1: out[t][h] = O / L. splits > 1: keys [z*chunk, (z+1)*chunk) and attention's
-// partials (O unnormalised, M, L) for attention_combine.
-// No sliding window, no soft cap (the host keeps those layers on attention_coop).
+// partials (O unnormalised, M, L) for attention_combine. A row with no key in a split (its last
+// key before the split's first) sums exp(0) over NEG scores there; attention_combine does not
+// read that split for the row (it counts a token's splits from tokpos and chunk).
+// No sliding window, no soft cap (the host keeps such models on attention_coop).
 // Needs: VK_NV_cooperative_matrix2 (workgroup scope, reductions, per-element ops, tensor
 // addressing), shaderFloat16. Constants: 0 threads, 1 BR, 2 BC, 3 HD (the head size, a multiple
 // of 16). Dispatch (ceil((end - first) / BR), heads, splits).

@@ -48,9 +48,9 @@ extension GPUForward {
         precondition(glu == nil || rows <= matvecMaxRows)
         let params = [UInt32(w.cols), UInt32(w.rows), UInt32(rows), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0)]
         let wb = weight ?? GPUBinding(weights[w.data]!)
-        if rows <= matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
+        if rows <= matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type), op != .output || GPUKernels.outputDot {
             // activations to 8 bits once per input (the Q, K and V products share it), then
-            // integer dot products with the weight blocks
+            // integer dot products with the weight blocks (not the logits': GPUKernels.outputDot)
             quantizeQ8(x, q8, rows: rows, xStride: xStride, k: w.cols, op: op)
             let buffers = [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y]
             if ropeNext && rows == 1 && ropeJoin != nil && GPUKernels.matvecRows(n: w.rows, dot: true) == 2 {
