@@ -537,7 +537,7 @@ final class GPUForward: ForwardOps {
             if first == 0 || count >= GPUKernels.attentionCM2Shape.br {
                 // beside other tokens unsplit: attention_combine merges every token's splits alike
                 let plan = first == 0 ? GPUKernels.attentionCM2Splits(keys: runKeys, n: count, heads: config.heads, maxTokens: maxTokens, maxContext: maxContext)
-                    : (chunk: (runKeys + 63) / 64 * 64, splits: 1)
+                    : (chunk: runKeys, splits: 1)
                 cm2AttentionStep = (first, count, runKeys, Int(starts[last]), plan.chunk, plan.splits)
                 attentionTokens = first
             }
