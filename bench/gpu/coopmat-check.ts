@@ -139,6 +139,9 @@ function compare(ref: Run, run: Run) {
 // attention_cm2 reads f16 pages whose 8-key runs sit at 16-byte boundaries; other caches keep attention_coop
 const cm2AttnCache = [values["cache-type-k"], values["cache-type-v"]].every((t) => (t ?? "f16") === "f16")
   && Number(values["page-size"] ?? 16) % 8 === 0;
+const logitsOnly = (r: ReturnType<typeof compare>) =>
+  `max |Δlogit| ${r.maxDiff.toExponential(3)} (relative ${r.rel.toExponential(3)}; ${r.shared} ids in both top lists)`;
+const show = (r: ReturnType<typeof compare>) => `${logitsOnly(r)}, greedy ${r.same ? "identical" : `DIFFERS after ${r.agree}`}`;
 let failures = 0;
 if (values["attention-only"]) {
   for (const file of positionals) {
@@ -146,8 +149,7 @@ if (values["attention-only"]) {
     const ok = ka.agree > 0 && ka.rel < 5e-3 && !ka.bitwise;
     if (!ok) failures++;
     console.log(`${file.split("/").pop()} on ${cm2.device}: attention_cm2 against attention_coop (cm2 products, ${PROMPT} tokens): ` +
-      `max |Δlogit| ${ka.maxDiff.toExponential(3)} (relative ${ka.rel.toExponential(3)}; ${ka.shared} ids in both top lists), ` +
-      `greedy ${ka.same ? "identical" : `DIFFERS after ${ka.agree}`}${ka.bitwise ? "; BITWISE EQUAL: attention_cm2 not taken?" : ""}: ${ok ? "OK" : "FAIL"}`);
+      `${show(ka)}${ka.bitwise ? "; BITWISE EQUAL: attention_cm2 not taken?" : ""}: ${ok ? "OK" : "FAIL"}`);
   }
   process.exit(failures ? 1 : 0);
 }
@@ -171,9 +173,6 @@ for (const file of positionals) {
   const ok = good(c) && good(k) && good(k32) && !cp.bitwise && a.agree > 0 && a.rel < 5e-3 && !a.bitwise
     && ka.agree > 0 && ka.rel < 5e-3 && (!ka.bitwise || ck.bitwise || !cm2AttnCache);
   if (!ok) failures++;
-  const logitsOnly = (r: ReturnType<typeof compare>) =>
-    `max |Δlogit| ${r.maxDiff.toExponential(3)} (relative ${r.rel.toExponential(3)}; ${r.shared} ids in both top lists)`;
-  const show = (r: ReturnType<typeof compare>) => `${logitsOnly(r)}, greedy ${r.same ? "identical" : `DIFFERS after ${r.agree}`}`;
   // llama.cpp's logits are shown, not judged: they say how far the reference's own rounding goes
   const ll = values.llama ? llamaRun(file, exact.prompt) : undefined;
   const llLine = ll === undefined ? ""

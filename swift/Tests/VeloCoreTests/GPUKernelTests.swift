@@ -771,8 +771,8 @@ final class GPUKernelTests: XCTestCase {
     /// kv_gather (attention_cm2's input, lavapipe runs it though it has no attention_cm2): one
     /// sequence's keys, stored by kv_store_f16_f16 into scattered f16 pages, come out as
     /// [kvHead][key][dim] K then V rows, float16 rounding apart; V is zero past the last key up
-    /// to the padded length; a page-table start other than 0 is followed; other layers'
-    /// planes are left alone.
+    /// to the padded length; a page-table start other than 0 is followed (from layer 1's planes,
+    /// so the layer offset is too).
     func testKVGather() throws {
         for (kvHeads, hd, keys, pt) in [(2, 64, 37, 1), (8, 128, 64, 0), (1, 16, 5, 2)] {
             let kvDim = kvHeads * hd, ps = 16, layers = 2, layer = 1, cap = 128

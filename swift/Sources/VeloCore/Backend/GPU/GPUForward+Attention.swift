@@ -1,5 +1,6 @@
 /// GPUForward's attention: RoPE, the K/V pages' stores, and attention over the pages (the
-/// tiled prefill kernels, or decode's split-K kernels and what merges their splits).
+/// tiled prefill kernels, or decode's split-K kernels and what merges their splits), or, for a
+/// prompt on VK_NV_cooperative_matrix2, over a contiguous copy of its sequence's keys.
 extension GPUForward {
     func rope(_ a: Activation, heads: Int, rope r: Int) {
         let c = config
@@ -43,7 +44,7 @@ extension GPUForward {
     func attention(layer: Int, _ a: AttentionParams) {
         if attentionTokens > 0 { pagedAttention(layer: layer, a, n: attentionTokens) }
         guard let step = cm2AttentionStep, let cm2 = cm2Attention else { return }
-        // init leaves attention_cm2 out for models with a window or soft cap on any layer
+        // GPUKernels.attentionCM2Model leaves out models with a window or soft cap on any layer
         precondition(a.window == 0 && a.softcap == 0, "attention_cm2 on a layer with a window or soft cap")
         let c = config, bc = GPUKernels.attentionCM2Shape.bc, br = GPUKernels.attentionCM2Shape.br
         // the run's sequence's keys of this layer into one contiguous copy, then attention over it

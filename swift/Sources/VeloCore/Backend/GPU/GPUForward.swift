@@ -177,10 +177,8 @@ final class GPUForward: ForwardOps {
         attnScratch = try device.makeBuffer(
             bytes: max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16),
             memory: .device, label: "attention partials")
-        // (no window or soft cap on any layer: a layer that needs attention_coop would need its own plan)
-        if GPUKernels.attentionCM2Fits(device, k: tk, v: tv, pageSize: kv.pageSize, kvDim: kvDim, headDim: c.headDim,
-                                       places: kvPlaces.map { ($0.pageStride, $0.layerOff) }),
-           c.attentionSoftcap == 0, c.layerWindow.allSatisfy({ $0 == 0 }) {
+        if GPUKernels.attentionCM2Fits(device, c, k: tk, v: tv, pageSize: kv.pageSize, kvDim: kvDim,
+                                       places: kvPlaces.map { ($0.pageStride, $0.layerOff) }) {
             let cap = GPUKernels.attentionCM2Capacity(maxContext: maxContext)
             cm2Attention = (GPUKernels.attentionCM2(headDim: c.headDim),
                             try device.makeBuffer(bytes: cap * kvDim * 4, memory: .device, label: "gathered K/V"), cap)
@@ -401,8 +399,7 @@ final class GPUForward: ForwardOps {
         }
         if let q = q8Bytes(device: device, model: model) { b += q.values + q.scales }
         // attention_cm2's gathered K/V (counted for any cache type: init knows the pages')
-        if GPUKernels.hasCM2(device), GPUKernels.useCoop(device), !GPUKernels.attentionCM2Disabled, c.headDim % 16 == 0, (64...128).contains(c.headDim),
-           c.attentionSoftcap == 0, c.layerWindow.allSatisfy({ $0 == 0 }) {
+        if GPUKernels.attentionCM2Model(device, c) {
             b += GPUKernels.attentionCM2Capacity(maxContext: maxContext) * c.kvDim * 4
         }
         return b + MoEBuffers.bytes(config: c, maxTokens: maxTokens)

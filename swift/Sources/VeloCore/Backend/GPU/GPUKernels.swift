@@ -625,10 +625,17 @@ enum GPUKernels {
         return Kernel(name: "attention_cm2", buffers: 5, constants: [UInt32(s.threads), UInt32(s.br), UInt32(s.bc), UInt32(headDim)])
     }
     static let kvGather = Kernel(name: "kv_gather", buffers: 3, constants: [256])
-    static func attentionCM2Fits(_ device: GPUDevice, k: KVCacheType, v: KVCacheType, pageSize: Int, kvDim: Int, headDim: Int,
+    /// Whether the device and model suit attention_cm2: the extension, head sizes 64…128 in
+    /// steps of 16, no soft cap or window on any layer (a layer on attention_coop would need a
+    /// plan of its own). The memory plan counts its copy from this.
+    static func attentionCM2Model(_ device: GPUDevice, _ c: ModelConfig) -> Bool {
+        hasCM2(device) && useCoop(device) && !attentionCM2Disabled && c.headDim % 16 == 0 && (64...128).contains(c.headDim)
+            && c.attentionSoftcap == 0 && c.layerWindow.allSatisfy { $0 == 0 }
+    }
+    /// ... and the pages: f16 K and V whose 8-key runs sit at 16-byte boundaries (kv_gather's copies).
+    static func attentionCM2Fits(_ device: GPUDevice, _ c: ModelConfig, k: KVCacheType, v: KVCacheType, pageSize: Int, kvDim: Int,
                                  places: [(pageStride: Int, layerOff: Int)]) -> Bool {
-        hasCM2(device) && useCoop(device) && !attentionCM2Disabled && k == .f16 && v == .f16 && pageSize % 8 == 0 && kvDim % 8 == 0
-            && headDim % 16 == 0 && (64...128).contains(headDim)
+        attentionCM2Model(device, c) && k == .f16 && v == .f16 && pageSize % 8 == 0 && kvDim % 8 == 0
             && places.allSatisfy({ $0.pageStride % 4 == 0 && $0.layerOff % 4 == 0 })
     }
     /// Keys the gathered copy holds for contexts of up to `maxContext`: whole tiles.
