@@ -92,10 +92,12 @@ ID_VARIANTS := $(foreach k,$(ID_KERNELS),$(addprefix $(k)_id_,$(WTYPES)))
 # matvec with 8-bit activations and integer dot products, for the types it supports (and its
 # expert-indexed build, -DEXPERTS, named matvec_dot_id_<type>; matvec_dot_batch_<type> for decode
 # batches of 2..16 rows; matvec_dot_rope_<type>[_f16_f16], -DROPE_KV, a decode token's Q|K|V product
-# with rope_store's work, for f32 and f16 caches)
+# with rope_store's work, for f32 and f16 caches; matvec_dot_q8out_<type>, a decode token's O, down
+# and gate/up products writing the next product's 8-bit input themselves)
 DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k
 DOT_VARIANTS := $(addprefix matvec_dot_,$(DOT_TYPES)) $(addprefix matvec_dot_id_,$(DOT_TYPES)) $(addprefix matvec_dot_batch_,$(DOT_TYPES)) \
-  $(addprefix matvec_dot_rope_,$(DOT_TYPES)) $(addsuffix _f16_f16,$(addprefix matvec_dot_rope_,$(DOT_TYPES)))
+  $(addprefix matvec_dot_rope_,$(DOT_TYPES)) $(addsuffix _f16_f16,$(addprefix matvec_dot_rope_,$(DOT_TYPES))) \
+  $(addprefix matvec_dot_q8out_,$(DOT_TYPES))
 # producers that also write their output as 8-bit blocks for matvec_dot (-DQ8), named <kernel>_q8
 Q8_KERNELS := attention_combine
 # kernels that also write their output as to_f16's float16 rows (-DF16_OUT), for the prefill
@@ -175,6 +177,7 @@ $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_$(t),shaders/matv
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_id_$(t),shaders/matvec_dot.comp,-DEXPERTS -DWTYPE_$(call upper,$(t)))))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_batch_$(t),shaders/matvec_dot_batch.comp,-DWTYPE_$(call upper,$(t)))))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_rope_$(t),shaders/matvec_dot.comp,-DROPE_KV -DWTYPE_$(call upper,$(t)))))
+$(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_q8out_$(t),shaders/matvec_dot_q8out.comp,-DWTYPE_$(call upper,$(t)))))
 $(foreach t,$(DOT_TYPES),$(eval $(call shader_rules,matvec_dot_rope_$(t)_f16_f16,shaders/matvec_dot.comp,-DROPE_KV -DKT_F16 -DVT_F16 -DWTYPE_$(call upper,$(t)))))
 $(foreach t,$(CM2_TYPES),$(eval $(SHADER_C)/matmul_cm2_$(t).c: shaders/matmul_cm2.comp shaders/build.sh ; \
   $(IN_ROOT) env $(SHADER_ENV) SPV_ENV=vulkan1.3 sh shaders/build.sh spirv matmul_cm2_$(t) shaders/matmul_cm2.comp -DWTYPE_$(call upper,$(t))))

@@ -28,8 +28,10 @@
 // head (NCOLS 1, ROWS 2; the pairwise rope style): Q rows are written rotated, K rows as they
 // are and rotated into the token's KV page slot, V rows as they are and into the slot (pages
 // and angles as rope_store.comp; f32 and f16 caches). Buffers W, XQ, XD, Y, then kv, tokpos,
-// tokpt, pagetab, freqs; params as matvec_dot_T's, then qDim, kvDim, headDim, ropeDim,
-// magnitude, pageSize, pageStride, layerOff.
+// tokpt, pagetab, freqs, S; params as matvec_dot_T's, then qDim, kvDim, headDim, ropeDim,
+// magnitude, pageSize, pageStride, layerOff, eps. With SCALED = 1 its input is
+// matvec_dot_q8out_T's residual-mode output (the norm's 1/rms not yet applied; S its sums of
+// squares), and the sums are scaled before the rotation.
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -39,6 +41,7 @@
 layout(local_size_x = 128, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NCOLS = 16; // activation rows per workgroup
 layout(constant_id = 2) const uint ROWS = 4;   // weight rows per workgroup (rowsPerGroup)
+layout(constant_id = 3) const uint SCALED = 0; // matvec_dot_rope_T: 1 applies the norm's 1/rms from S
 
 #include "quants.glsl"
 
@@ -61,11 +64,15 @@ layout(std430, binding = 5) readonly buffer PosBuf { int tokpos[]; };
 layout(std430, binding = 6) readonly buffer PtBuf { int tokpt[]; };
 layout(std430, binding = 7) readonly buffer PageBuf { int pagetab[]; };
 layout(std430, binding = 8) readonly buffer FreqBuf { float freqs[]; };
-layout(std140, binding = 9) uniform Params {
+// SCALED: the input is matvec_dot_q8out_T's residual-mode output, x·w without the norm's 1/rms,
+// and S its blocks' sums of squares (that kernel's header)
+layout(std430, binding = 9) readonly buffer SBuf { float S[]; };
+layout(std140, binding = 10) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride, glu;
     uint qDim, kvDim, headDim, ropeDim;
     float magnitude;
     uint pageSize, pageStride, layerOff;
+    float eps; // SCALED: the norm's epsilon
 } p;
 uint expert_base(uint m) { return 0u; }
 uint x_row(uint m) { return m; }
@@ -122,6 +129,8 @@ void main() {
     const uint kplane = page * p.pageStride + p.layerOff, vplane = kplane + kv_kplane_words();
     const uint d = r0 < p.qDim ? r0 : r0 < p.qDim + p.kvDim ? r0 - p.qDim : r0 - p.qDim - p.kvDim, e = d % p.headDim;
     const vec2 cs = r0 < p.qDim + p.kvDim && e < p.ropeDim ? rope_angle(float(posi), freqs[e >> 1], p.magnitude) : vec2(1.0, 0.0);
+    float sp = 0.0; // SCALED: this thread's share of the sums of squares
+    if (SCALED != 0u) for (uint i = tid; i < nb; i += WG) sp += S[i];
 #endif
     float acc[ROWS * NCOLS];
     [[unroll]] for (uint i = 0u; i < ROWS * NCOLS; i++) acc[i] = 0.0;
@@ -161,8 +170,18 @@ void main() {
         barrier();
     }
 #ifdef ROPE_KV
+    float sc = 1.0;
+    if (SCALED != 0u) {
+        // every workgroup sums the subgroups' shares in one order: the same 1/rms everywhere
+        const float t = subgroupAdd(sp);
+        if (subgroupElect()) red[sg] = t; // red is free after the last barrier above
+        barrier();
+        float total = 0.0;
+        for (uint s = 0u; s < nsg; s++) total += red[s];
+        sc = 1.0 / sqrt(total / float(p.K) + p.eps);
+    }
     if (tid == 0u && r0 + 1u < p.N) {
-        const float a = tot[0], b = tot[1];
+        const float a = tot[0] * sc, b = tot[1] * sc;
         const bool rotated = r0 < p.qDim + p.kvDim && e < p.ropeDim;
         const float ra = rotated ? a * cs.x - b * cs.y : a, rb = rotated ? a * cs.y + b * cs.x : b;
         if (r0 < p.qDim) {

@@ -29,9 +29,11 @@ extension GPUForward {
         let c = config, ps = kv.pageSize
         if let p = pendingQKV, let kvType = ropeJoin, heads == c.heads, kvHeads == c.kvHeads, p.w.rows == c.qDim + 2 * kvDim {
             pendingQKV = nil
-            dispatch(GPUKernels.matvecDotRope(p.w.type, kv: kvType), p.buffers + [kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
+            // S: the sums of squares a scaled input's 1/rms comes from (any buffer when unscaled)
+            dispatch(GPUKernels.matvecDotRope(p.w.type, kv: kvType, scaled: p.scaled),
+                     p.buffers + [kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r]), GPUBinding(q8Out?.sums ?? attnScratch)],
                      p.params + [UInt32(c.qDim), UInt32(kvDim), UInt32(c.headDim), UInt32(c.ropeDim), c.ropes[r].magnitude.bitPattern, UInt32(ps)]
-                        + kvParams(layer), p.groups, .matmul)
+                        + kvParams(layer) + [c.normEps.bitPattern], p.groups, .matmul)
             return
         }
         dispatch(ropeStoreKernel, [act(.q), act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
@@ -109,7 +111,7 @@ extension GPUForward {
             joined.x16 = true
         }
         dispatch(kernel, buffers, params, (n, c.kvHeads, splits), .attention)
-        if joined.q8 { q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
+        if joined.q8 { holdQ8(rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim)) }
         if joined.x16 { x16Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
         guard splits > 1 && !joined.q8 && !joined.x16 else { return }
         let combine = [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)]
@@ -117,7 +119,7 @@ extension GPUForward {
             // the output also as 8-bit blocks, for the O product's matvec_dot
             dispatch(GPUKernels.attentionCombineQ8, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(q8.values), GPUBinding(q8.scales)],
                      combine, combineGroups, .attention)
-            q8Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim)
+            holdQ8(rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim))
         } else {
             dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos], combine, combineGroups, .attention)
         }

@@ -17,9 +17,35 @@ extension GPUForward {
                      ropeNext: true)
             return
         }
+        if q8Out != nil, n == 1, pairs.count == 1, pairs[0].1 == .xn, pairs[0].0.rows == config.dim {
+            // a decode token's O or down product waits for the residual's add and norm
+            flushQKV()
+            flushResidual()
+            pendingResidual = (pairs[0].0, src, pairs[0].1)
+            return
+        }
+        products(src, pairs)
+    }
+
+    /// Each weight times src's rows, into its activation.
+    func products(_ src: Activation, _ pairs: [(WeightMatrix, Activation)]) {
         for (w, dst) in pairs {
             multiply(w, act(src), rows: n, xStride: stride(src), into: act(dst), yStride: stride(dst), op: .matmul)
         }
+    }
+
+    /// A decode token's O or down product joined with the residual's add and the next norm
+    /// (matvec_dot_q8out_T, residual mode): `residual` += W·src, and the norm's 8-bit input for
+    /// the next product, which applies the norm's 1/rms itself. `out`'s floats are not written.
+    func residualProduct(_ w: WeightMatrix, _ src: Activation, residual: Activation, norm: WeightVector, out: Activation) {
+        quantizeQ8(act(src), q8!, rows: 1, xStride: stride(src), k: w.cols, op: .matmul)
+        precondition(!q8Scaled && w.rows == config.dim)
+        let input = q8Buffers(q8Set), outSet = 1 - q8Set, output = q8Buffers(outSet)
+        dispatch(GPUKernels.matvecDotQ8Out(w.type, glu: false, scaled: false),
+                 [GPUBinding(weights[w.data]!), GPUBinding(input.values), GPUBinding(input.scales), act(residual), GPUBinding(vectors[norm.name]!),
+                  GPUBinding(output.values), GPUBinding(output.scales), GPUBinding(q8Out!.sums)],
+                 [UInt32(w.cols), UInt32(w.rowBytes), 0, config.normEps.bitPattern], (w.rows / 32, 1, 1), .matmul)
+        holdQ8(rowsKey(act(out), rows: 1, xStride: stride(out), k: config.dim), set: outSet, scaled: true)
     }
 
     /// x16, when this pass's rows of `width` values (whole f16vec4s, so to_f16's rows are the
@@ -35,7 +61,7 @@ extension GPUForward {
         if q8Source.map({ $0 != key }) ?? true {
             dispatch(GPUKernels.quantizeQ8, [x, GPUBinding(q8.values), GPUBinding(q8.scales)],
                      [UInt32(k), UInt32(rows), UInt32(xStride)], GPUKernels.quantizeQ8Groups(k: k, m: rows), op)
-            q8Source = key
+            holdQ8(key)
         }
     }
 
@@ -52,10 +78,21 @@ extension GPUForward {
             // activations to 8 bits once per input (the Q, K and V products share it), then
             // integer dot products with the weight blocks (not the logits': GPUKernels.outputDot)
             quantizeQ8(x, q8, rows: rows, xStride: xStride, k: w.cols, op: op)
-            let buffers = [wb, GPUBinding(q8.values), GPUBinding(q8.scales), y]
+            let input = q8Buffers(q8Set), scaled = q8Scaled
+            let buffers = [wb, GPUBinding(input.values), GPUBinding(input.scales), y]
             if ropeNext && rows == 1 && ropeJoin != nil && GPUKernels.matvecRows(n: w.rows, dot: true) == 2 {
                 flushQKV()
-                pendingQKV = (w, buffers, params, GPUKernels.matvecGroups(n: w.rows, m: 1, dot: true)) // for ropeAndStoreKV
+                pendingQKV = (w, buffers, params, GPUKernels.matvecGroups(n: w.rows, m: 1, dot: true), scaled) // for ropeAndStoreKV
+            } else if let glu, rows == 1, let o = q8Out, w.rows % 64 == 0 {
+                // gate/up writing down's 8-bit input itself (matvec_dot_q8out_T, GLU mode), and Y
+                let outSet = 1 - q8Set, output = q8Buffers(outSet)
+                dispatch(GPUKernels.matvecDotQ8Out(w.type, glu: true, scaled: scaled),
+                         buffers + [GPUBinding(o.sums), GPUBinding(output.values), GPUBinding(output.scales), GPUBinding(o.sums)],
+                         [UInt32(w.cols), UInt32(w.rowBytes), UInt32(glu.rawValue), config.normEps.bitPattern], (w.rows / 64, 1, 1), op)
+                holdQ8(rowsKey(y, rows: 1, xStride: yStride, k: w.rows / 2), set: outSet)
+                return
+            } else if scaled {
+                preconditionFailure("a product on 8-bit input still waiting for the norm's 1/rms (GPUKernels.q8OutModel let in a layer it does not cover)")
             } else if dotBatch && GPUKernels.dotBatchTakes(rows: rows) {
                 dispatch(GPUKernels.matvecDotBatch(w.type, rows: rows), buffers, params, GPUKernels.matvecDotBatchGroups(n: w.rows, m: rows), op)
             } else {

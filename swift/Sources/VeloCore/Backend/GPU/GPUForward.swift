@@ -58,7 +58,11 @@ final class GPUForward: ForwardOps {
     /// itself (matvec_dot_rope_T: one dispatch a layer fewer); any other op dispatches it as it
     /// was. `ropeJoin`: the cache type those kernels are built for, nil where they do not apply.
     let ropeJoin: KVCacheType?
-    var pendingQKV: (w: WeightMatrix, buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int))?
+    var pendingQKV: (w: WeightMatrix, buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int), scaled: Bool)?
+    /// A decode token's O or down product, held for the residual add and norm after it, which
+    /// it then does itself (matvec_dot_q8out_T, `residualProduct`); any other op dispatches it
+    /// as it was.
+    var pendingResidual: (w: WeightMatrix, src: Activation, dst: Activation)?
     let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, blocks: Int, hiddensel: Int, pagetab: Int)
     private let pagetabCapacity: Int
     var weights: [UnsafeRawPointer: GPUBuffer] = [:]
@@ -98,6 +102,15 @@ final class GPUForward: ForwardOps {
     /// Decode with 8-bit activations (matvec_dot_T): quantize_q8's outputs for up to
     /// matvecMaxRows rows (values, (d, sum) pairs); nil when the device or no weight type has it.
     let q8: (values: GPUBuffer, scales: GPUBuffer)?
+    /// Decode tokens' products that write the next product's 8-bit input themselves
+    /// (matvec_dot_q8out_T): a second set of 8-bit buffers (one product never reads and writes
+    /// one set) and the residual mode's sums of squares, a float a block. nil where that does
+    /// not apply (GPUKernels.q8OutModel).
+    let q8Out: (values: GPUBuffer, scales: GPUBuffer, sums: GPUBuffer)?
+    /// The set of 8-bit buffers holding q8Source's rows (0: q8, 1: q8Out's), and whether those
+    /// still wait for the norm's 1/rms (matvec_dot_q8out_T's residual mode).
+    var q8Set = 0
+    var q8Scaled = false
     /// Which activation rows a converted copy (q8, x16) holds: buffer, offset, rows, stride, K.
     typealias RowsKey = (buffer: ObjectIdentifier, offset: Int, rows: Int, xStride: Int, k: Int)
     func rowsKey(_ x: GPUBinding, rows: Int, xStride: Int, k: Int) -> RowsKey {
@@ -308,6 +321,13 @@ final class GPUForward: ForwardOps {
             q8 = (try device.makeBuffer(bytes: b.values, memory: .device, label: "8-bit activations"),
                   try device.makeBuffer(bytes: b.scales, memory: .device, label: "8-bit activation scales"))
             attnDone = try Self.counters(device, GPUKernels.attentionJoinRows * c.kvHeads, label: "attention counters")
+            if ropeJoin != nil && GPUKernels.q8OutFits(device) && GPUKernels.q8OutModel(model) && gatedWeights.count == c.layers && qkvWeights.count == c.layers {
+                q8Out = (try device.makeBuffer(bytes: b.values, memory: .device, label: "8-bit activations (second set)"),
+                         try device.makeBuffer(bytes: b.scales, memory: .device, label: "8-bit activation scales (second set)"),
+                         try device.makeBuffer(bytes: c.dim / 32 * 4, memory: .device, label: "norm sums of squares"))
+            } else {
+                q8Out = nil
+            }
             for k in [GPUKernels.quantizeQ8, GPUKernels.addRMSNormQ8, GPUKernels.attentionCombineQ8, attentionQ8Kernel] + [attentionStagedKernels?.q8].compactMap({ $0 }) {
                 want(k)
             }
@@ -316,10 +336,16 @@ final class GPUForward: ForwardOps {
                 for m in [1, 2, 4, 8, 16] {
                     for glu in [false, true] { want(GPUKernels.matvecDot(w.type, rows: m, n: w.rows, glu: glu)) }
                 }
-                if let kv = ropeJoin { want(GPUKernels.matvecDotRope(w.type, kv: kv)) }
+                if let kv = ropeJoin {
+                    for scaled in q8Out != nil ? [false, true] : [false] { want(GPUKernels.matvecDotRope(w.type, kv: kv, scaled: scaled)) }
+                }
+                if q8Out != nil {
+                    for (glu, scaled) in [(false, false), (true, false), (true, true)] { want(GPUKernels.matvecDotQ8Out(w.type, glu: glu, scaled: scaled)) }
+                }
             }
         } else {
             q8 = nil
+            q8Out = nil
             attnDone = nil
         }
         // every product's (type, N, K), the gate/up pairs' as one product
@@ -397,7 +423,10 @@ final class GPUForward: ForwardOps {
         if maxTokens > matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
             b += GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts) + GPUKernels.coopBatchCounters * 4
         }
-        if let q = q8Bytes(device: device, model: model) { b += q.values + q.scales }
+        if let q = q8Bytes(device: device, model: model) {
+            b += q.values + q.scales
+            if GPUKernels.q8OutModel(model) { b += q.values + q.scales + c.dim / 32 * 4 } // q8Out (counted whether or not the rope joins)
+        }
         // attention_cm2's gathered K/V (counted for any cache type: init knows the pages')
         if GPUKernels.attentionCM2Model(device, c) {
             b += GPUKernels.attentionCM2Capacity(maxContext: maxContext) * c.kvDim * 4
@@ -469,6 +498,7 @@ final class GPUForward: ForwardOps {
 
     func dispatch(_ k: GPUKernels.Kernel, _ buffers: [GPUBinding], _ params: [UInt32], _ groups: (Int, Int, Int), _ op: Profiler.Op) {
         flushQKV()
+        flushResidual()
         // every pipeline was made in init; a failure here would be a bug, not bad input
         let p = try! pipeline(k)
         if q8Source != nil && k.name != GPUKernels.quantizeQ8.name && !k.name.hasPrefix("matvec_dot_") { q8Source = nil }
@@ -480,7 +510,27 @@ final class GPUForward: ForwardOps {
     func flushQKV() {
         guard let p = pendingQKV else { return }
         pendingQKV = nil
+        precondition(!p.scaled, "a Q|K|V product on 8-bit input still waiting for the norm's 1/rms (GPUKernels.q8OutModel let in a layer it does not cover)")
         dispatch(GPUKernels.matvecDot(p.w.type, rows: 1, n: p.w.rows), p.buffers, p.params, p.groups, .matmul)
+    }
+
+    /// The held O or down product as it was, when the op after it is not the residual's add
+    /// and norm (the last layer's add, a post norm).
+    func flushResidual() {
+        guard let p = pendingResidual else { return }
+        pendingResidual = nil
+        products(p.src, [(p.w, p.dst)])
+    }
+
+    /// The 8-bit buffers of set `s` (q8Set).
+    func q8Buffers(_ s: Int) -> (values: GPUBuffer, scales: GPUBuffer) { s == 0 ? q8! : (q8Out!.values, q8Out!.scales) }
+
+    /// Records that the 8-bit buffers of `set` hold these activation rows (`scaled`: without
+    /// the norm's 1/rms).
+    func holdQ8(_ key: RowsKey, set: Int = 0, scaled: Bool = false) {
+        q8Source = key
+        q8Set = set
+        q8Scaled = scaled
     }
 
     func act(_ a: Activation) -> GPUBinding { GPUBinding(views[a.rawValue].buffer, offset: views[a.rawValue].offset) }
@@ -588,12 +638,17 @@ final class GPUForward: ForwardOps {
     }
 
     func addRMSNorm(_ dst: Activation, _ src: Activation, _ w: WeightVector, into out: Activation) {
+        if let p = pendingResidual, p.dst == src, n == 1 {
+            pendingResidual = nil
+            residualProduct(p.w, p.src, residual: dst, norm: w, out: out)
+            return
+        }
         let dim = config.dim, params = [UInt32(dim), UInt32(n), config.normEps.bitPattern]
         let bindings = [act(dst), act(src), GPUBinding(vectors[w.name]!), act(out)]
         if let q8, n <= matvecMaxRows, dim % 32 == 0, dim <= GPUKernels.addRMSNormQ8MaxWidth, dim <= q8Width {
             // the norm also as 8-bit blocks, for the matvec_dot products that read it next
             dispatch(GPUKernels.addRMSNormQ8, bindings + [GPUBinding(q8.values), GPUBinding(q8.scales)], params, (n, 1, 1), .norm)
-            q8Source = rowsKey(act(out), rows: n, xStride: stride(out), k: dim)
+            holdQ8(rowsKey(act(out), rows: n, xStride: stride(out), k: dim))
         } else if let x16 = f16Copy(width: dim) {
             // the norm also as to_f16's float16 rows, for the tensor-core products that read it next
             dispatch(GPUKernels.addRMSNormF16, bindings + [GPUBinding(nonfinite), GPUBinding(x16)], params, (n, 1, 1), .norm)
@@ -642,6 +697,7 @@ final class GPUForward: ForwardOps {
 
     func finish() throws -> UnsafeMutablePointer<Float> {
         flushQKV()
+        flushResidual()
         let t0 = nowNanos()
         if profiler.enabled { profiler.add(.record, nanos: t0 - recordStart) }
         try device.commit(profiler: profiler.enabled ? profiler : nil)

@@ -128,8 +128,56 @@ enum GPUKernels {
     /// (matvec_dot_rope_T, -DROPE_KV): buffers W, XQ, XD, Y, kv, tokpos, tokpt, pagetab,
     /// freqs; 2 weight rows a group (a rotary pair), the pairwise rope style, f32 or f16 caches
     /// (both K and V).
-    static func matvecDotRope(_ t: GGMLType, kv: KVCacheType) -> Kernel {
-        Kernel(name: "matvec_dot_rope_" + suffix(t) + kvSuffix(kv, kv), buffers: 9, constants: [matvecDotLocal, 1, 2])
+    /// Buffers W, XQ, XD, Y, kv, tokpos, tokpt, pagetab, freqs, S; `scaled`: its input is
+    /// matvec_dot_q8out_T's residual-mode output, S that kernel's sums of squares.
+    static func matvecDotRope(_ t: GGMLType, kv: KVCacheType, scaled: Bool = false) -> Kernel {
+        Kernel(name: "matvec_dot_rope_" + suffix(t) + kvSuffix(kv, kv), buffers: 10, constants: [matvecDotLocal, 1, 2, scaled ? 1 : 0])
+    }
+    /// matvec_dot_q8out_T: a decode token's product whose workgroups each make one block of 32
+    /// outputs and write it as the next product's 8-bit input (residual mode: O and down, adding
+    /// into the residual and leaving the norm's 1/rms to the next product; `glu`: gate/up).
+    /// Buffers W, AQ, AD, Y, NW, XQ, XD, S; params K, rowBytes, activation, eps; dispatch
+    /// (outputs / 32, 1, 1).
+    static func matvecDotQ8Out(_ t: GGMLType, glu: Bool, scaled: Bool) -> Kernel {
+        let tpr = glu ? q8OutThreads.glu : q8OutThreads.residual
+        return Kernel(name: "matvec_dot_q8out_" + suffix(t), buffers: 8,
+                      constants: [UInt32(32 * tpr), UInt32(tpr), glu ? 1 : 0, scaled ? 1 : 0, UInt32(q8OutUnroll)])
+    }
+    /// Blocks of a row a matvec_dot_q8out_T thread loads before using them (VELO_GPU_Q8OUT_UNROLL: 1, 2 or 4; tuning runs).
+    static let q8OutUnroll: Int = {
+        guard let e = getenv("VELO_GPU_Q8OUT_UNROLL") else { return 1 }
+        if let v = Int(String(cString: e)), [1, 2, 4].contains(v) { return v }
+        fputs("velo: ignoring VELO_GPU_Q8OUT_UNROLL=\(String(cString: e)) (expected 1, 2 or 4)\n", stderr)
+        return 1
+    }()
+    /// Threads an output of matvec_dot_q8out_T in residual and GLU mode (VELO_GPU_Q8OUT_THREADS=R,G
+    /// or one value for both: 8, 16 or 32; tuning runs).
+    static let q8OutThreads: (residual: Int, glu: Int) = {
+        guard let e = getenv("VELO_GPU_Q8OUT_THREADS") else { return (32, 32) }
+        let v = String(cString: e).split(separator: ",").compactMap { Int($0) }
+        if (v.count == 1 || v.count == 2), v.allSatisfy({ [8, 16, 32].contains($0) }) { return (v[0], v[v.count - 1]) }
+        fputs("velo: ignoring VELO_GPU_Q8OUT_THREADS=\(String(cString: e)) (expected R[,G]: 8, 16 or 32 each)\n", stderr)
+        return (32, 32)
+    }()
+    /// VELO_GPU_NO_Q8OUT (any value): decode keeps quantize_q8 and add_rms_norm_q8 as dispatches
+    /// of their own (A/B runs).
+    static let q8OutDisabled = getenv("VELO_GPU_NO_Q8OUT") != nil
+    /// Whether the device takes matvec_dot_q8out_T's workgroups (32 outputs × their threads).
+    static func q8OutFits(_ device: GPUDevice) -> Bool {
+        #if canImport(CVulkan)
+        if let v = device as? VulkanDevice { return v.maxWorkgroupThreads >= 32 * max(q8OutThreads.residual, q8OutThreads.glu) }
+        #endif
+        return false
+    }
+    /// Whether a decode token's O, down and gate/up products can write the next product's 8-bit
+    /// input (matvec_dot_q8out_T): Llama-shaped layers (no biases, head norms or post norms; dense
+    /// gated MLPs), every layer product of an 8-bit-dot type, widths in whole blocks. The norm's
+    /// float output is then never written, so nothing but these products may read it.
+    static func q8OutModel(_ model: LanguageModel) -> Bool {
+        let c = model.config
+        guard !q8OutDisabled, !fuseDisabled, tuning == nil, c.experts == nil, c.dim % 32 == 0, c.ffnDim % 32 == 0,
+              model.vectors.count == 2 * c.layers + 1, model.gatedPairs.count == c.layers else { return false }
+        return model.matrices.filter { $0.rows != c.vocabSize }.allSatisfy { dotTypes.contains($0.type) }
     }
     /// The cache type matvec_dot_rope_T is joined for with this model and cache, or nil.
     static func ropeJoin(_ c: ModelConfig, kv: (KVCacheType, KVCacheType)) -> KVCacheType? {

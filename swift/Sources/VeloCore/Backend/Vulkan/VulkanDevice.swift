@@ -31,6 +31,8 @@ final class VulkanDevice: GPUDevice {
     let integerDot: Bool
     /// Invocations a subgroup in compute shaders (0 where the driver does not say).
     let subgroupSize: Int
+    /// The most invocations a compute workgroup may have (along x).
+    let maxWorkgroupThreads: Int
     /// VK_EXT_memory_budget: the driver says how much of a heap this process may still use.
     private let memoryBudgetExt: Bool
     private let instance: VkInstance
@@ -125,6 +127,7 @@ final class VulkanDevice: GPUDevice {
         // VELO_GPU_STAGE_READBACK (any value): the discrete card's path elsewhere (tests on lavapipe)
         stagesReadback = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU || getenv("VELO_GPU_STAGE_READBACK") != nil
         maxBindingBytes = Int(props.limits.maxStorageBufferRange)
+        maxWorkgroupThreads = Int(min(props.limits.maxComputeWorkGroupInvocations, props.limits.maxComputeWorkGroupSize.0))
         bindingAlignment = max(16, Int(props.limits.minStorageBufferOffsetAlignment))
         paramsAlign = max(Int(props.limits.minUniformBufferOffsetAlignment), 16)
         timestampPeriod = Double(props.limits.timestampPeriod)
