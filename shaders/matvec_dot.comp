@@ -25,13 +25,14 @@
 // matvec_dot_rope_T (built with -DROPE_KV, and once more with -DKT_F16 -DVT_F16): a decode
 // token's Q|K|V product joined with rope_store's work, so the layer needs no dispatch for it.
 // Rows come as the Q|K|V row (qDim, kvDim, kvDim), each group one rotary pair (2i, 2i+1) of a
-// head (NCOLS 1, ROWS 2; the pairwise rope style): Q rows are written rotated, K rows as they
-// are and rotated into the token's KV page slot, V rows as they are and into the slot (pages
-// and angles as rope_store.comp; f32 and f16 caches). Buffers W, XQ, XD, Y, then kv, tokpos,
-// tokpt, pagetab, freqs, S; params as matvec_dot_T's, then qDim, kvDim, headDim, ropeDim,
-// magnitude, pageSize, pageStride, layerOff, eps. With SCALED = 1 its input is
+// head (NCOLS 1, ROWS 2; NEOX = 1: the pair (i, i + ropeDim/2)): Q rows are written rotated, K
+// rows as they are and rotated into the token's KV page slot, V rows as they are and into the
+// slot (pages and angles as rope_store.comp; f32 and f16 caches). Buffers W, XQ, XD, Y, then
+// kv, tokpos, tokpt, pagetab, freqs, S, B; params as matvec_dot_T's, then qDim, kvDim, headDim,
+// ropeDim, magnitude, pageSize, pageStride, layerOff, eps. With SCALED = 1 its input is
 // matvec_dot_q8out_T's residual-mode output (the norm's 1/rms not yet applied; S its sums of
-// squares), and the sums are scaled before the rotation.
+// squares), and the sums are scaled before anything else; BIAS = 1 then adds the rows' biases
+// B (Qwen2's), as add_bias would have.
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -42,6 +43,8 @@ layout(local_size_x = 128, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NCOLS = 16; // activation rows per workgroup
 layout(constant_id = 2) const uint ROWS = 4;   // weight rows per workgroup (rowsPerGroup)
 layout(constant_id = 3) const uint SCALED = 0; // matvec_dot_rope_T: 1 applies the norm's 1/rms from S
+layout(constant_id = 4) const uint NEOX = 0;   // matvec_dot_rope_T: pairs (i, i + ropeDim/2) of a head, not (2i, 2i+1)
+layout(constant_id = 5) const uint BIAS = 0;   // matvec_dot_rope_T: 1 adds B (the Q|K|V bias) to the sums
 
 #include "quants.glsl"
 
@@ -67,7 +70,8 @@ layout(std430, binding = 8) readonly buffer FreqBuf { float freqs[]; };
 // SCALED: the input is matvec_dot_q8out_T's residual-mode output, x·w without the norm's 1/rms,
 // and S its blocks' sums of squares (that kernel's header)
 layout(std430, binding = 9) readonly buffer SBuf { float S[]; };
-layout(std140, binding = 10) uniform Params {
+layout(std430, binding = 10) readonly buffer BBuf { float B[]; }; // BIAS: the Q|K|V rows' biases
+layout(std140, binding = 11) uniform Params {
     uint K, N, M, rowBytes, xStride, yStride, glu;
     uint qDim, kvDim, headDim, ropeDim;
     float magnitude;
@@ -119,6 +123,23 @@ void main() {
     uint rw[ROWS];
     const uint wb = expert_base(c0);
     [[unroll]] for (uint r = 0u; r < ROWS; r++) rw[r] = wb + min(r0 + r, p.N - 1u) * rowWords; // rows past N: read row N-1, never stored
+#ifdef ROPE_KV
+    // the group's rotary pair: rows ra, rb of the Q|K|V row, dimensions da, db of their part;
+    // pair i of a head is (2i, 2i+1), or with NEOX (i, i + ropeDim/2) and the dimensions past
+    // ropeDim two by two (V rows: always two neighbours)
+    const uint part = r0 < p.qDim ? 0u : r0 < p.qDim + p.kvDim ? 1u : 2u;
+    const uint d0 = r0 - (part == 0u ? 0u : part == 1u ? p.qDim : p.qDim + p.kvDim);
+    const uint pi = (d0 % p.headDim) >> 1, half_ = p.ropeDim >> 1;
+    uint da = d0, db = d0 + 1u;
+    if (NEOX != 0u && part < 2u) {
+        const uint hb = d0 - d0 % p.headDim;
+        da = hb + (pi < half_ ? pi : p.ropeDim + 2u * (pi - half_));
+        db = da + (pi < half_ ? half_ : 1u);
+    }
+    const uint ra = r0 - d0 + da, rb = r0 - d0 + db;
+    rw[0] = wb + ra * rowWords;
+    rw[1] = wb + rb * rowWords;
+#endif
     uint xr[NCOLS];
     [[unroll]] for (uint c = 0u; c < NCOLS; c++) xr[c] = c < ncols ? x_row(c0 + c) * nb : 0u;
 
@@ -127,8 +148,9 @@ void main() {
     const uint posi = uint(tokpos[0]);
     const uint page = uint(pagetab[uint(tokpt[0]) + posi / p.pageSize]), slot = posi % p.pageSize;
     const uint kplane = page * p.pageStride + p.layerOff, vplane = kplane + kv_kplane_words();
-    const uint d = r0 < p.qDim ? r0 : r0 < p.qDim + p.kvDim ? r0 - p.qDim : r0 - p.qDim - p.kvDim, e = d % p.headDim;
-    const vec2 cs = r0 < p.qDim + p.kvDim && e < p.ropeDim ? rope_angle(float(posi), freqs[e >> 1], p.magnitude) : vec2(1.0, 0.0);
+    const bool rotated = part < 2u && pi < half_;
+    const vec2 cs = rotated ? rope_angle(float(posi), freqs[pi], p.magnitude) : vec2(1.0, 0.0);
+    const vec2 bias = BIAS != 0u ? vec2(B[ra], B[rb]) : vec2(0.0);
     float sp = 0.0; // SCALED: this thread's share of the sums of squares
     if (SCALED != 0u) for (uint i = tid; i < nb; i += WG) sp += S[i];
 #endif
@@ -181,21 +203,20 @@ void main() {
         sc = 1.0 / sqrt(total / float(p.K) + p.eps);
     }
     if (tid == 0u && r0 + 1u < p.N) {
-        const float a = tot[0] * sc, b = tot[1] * sc;
-        const bool rotated = r0 < p.qDim + p.kvDim && e < p.ropeDim;
-        const float ra = rotated ? a * cs.x - b * cs.y : a, rb = rotated ? a * cs.y + b * cs.x : b;
-        if (r0 < p.qDim) {
-            Y[r0] = ra;
-            Y[r0 + 1u] = rb;
+        const float a = tot[0] * sc + bias.x, b = tot[1] * sc + bias.y;
+        const float xa = rotated ? a * cs.x - b * cs.y : a, xb = rotated ? a * cs.y + b * cs.x : b;
+        if (part == 0u) {
+            Y[ra] = xa;
+            Y[rb] = xb;
         } else {
-            Y[r0] = a;
-            Y[r0 + 1u] = b;
-            if (r0 < p.qDim + p.kvDim) {
-                k_put(kplane, slot, d, ra);
-                k_put(kplane, slot, d + 1u, rb);
+            Y[ra] = a;
+            Y[rb] = b;
+            if (part == 1u) {
+                k_put(kplane, slot, da, xa);
+                k_put(kplane, slot, db, xb);
             } else {
-                v_put(vplane, slot, d, a);
-                v_put(vplane, slot, d + 1u, b);
+                v_put(vplane, slot, da, a);
+                v_put(vplane, slot, db, b);
             }
         }
     }

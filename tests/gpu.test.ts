@@ -121,9 +121,12 @@ describe(`${backend} backend`, () => {
     // against attention + attention_combine_q8 (VELO_GPU_NO_FUSE), each in a process of its own
     // (the switch is read at start); f16 and f32 caches, Q4_0 and Q8_0 weights, past 32 keys
     // (two attention splits) and across pages of 16
+    // Qwen2: NeoX pairs and Q|K|V biases added by the product; Phi-3's test shape: NeoX pairs
+    // over 24 of 32 dimensions; Gemma 2: NeoX pairs of heads of 64
     const prompts = [[1, ...Array.from({ length: 11 }, (_, i) => 3 + ((i * 37) % 500))]];
-    for (const [type, cache] of [["q4_0", "f16"], ["q8_0", "f32"]] as const) {
-      const model = synthModel("llama", type, "test256");
+    for (const [arch, shape, type, cache] of [["llama", "test256", "q4_0", "f16"], ["llama", "test256", "q8_0", "f32"], ["qwen2", "test", "q8_0", "f16"],
+      ["phi3", "test", "q4_0", "f32"], ["gemma2", "test", "q8_0", "f16"]] as const) {
+      const model = synthModel(arch, type, shape);
       const run = async (env: Record<string, string>) => {
         const p = Bun.spawn([process.execPath, join(import.meta.dir, "helpers/batched-greedy.ts"), model, backend, "28", JSON.stringify(prompts),
           JSON.stringify({ cacheTypeK: cache, cacheTypeV: cache })], { env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe" });
@@ -147,8 +150,10 @@ describe(`${backend} backend`, () => {
     // the two were within that of each other.
     const prompt = [1, ...Array.from({ length: 11 }, (_, i) => 3 + ((i * 37) % 500))];
     let differed = false;
-    for (const [type, cache] of [["q4_0", "f16"], ["q8_0", "f32"]] as const) {
-      const model = synthModel("llama", type, "test256");
+    // Qwen2 (Q|K|V biases, NeoX pairs) and Phi-3's test shape (partial NeoX rope) take them too
+    for (const [arch, shape, type, cache] of [["llama", "test256", "q4_0", "f16"], ["llama", "test256", "q8_0", "f32"], ["qwen2", "test", "q8_0", "f16"],
+      ["phi3", "test", "q8_0", "f16"]] as const) {
+      const model = synthModel(arch, type, shape);
       const run = async (env: Record<string, string>) => {
         const p = Bun.spawn([process.execPath, join(import.meta.dir, "helpers/decode-logits.ts"), model, backend, JSON.stringify(prompt), "24", "8",
           JSON.stringify({ cacheTypeK: cache, cacheTypeV: cache, ctxSize: 128 })], { env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe" });

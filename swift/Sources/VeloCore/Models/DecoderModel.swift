@@ -102,6 +102,10 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
 
     var attentionInputs: [(WeightMatrix, WeightMatrix, WeightMatrix)] { layers.map { ($0.wq, $0.wk, $0.wv) } }
 
+    var attentionBiases: [(WeightVector, WeightVector, WeightVector)] {
+        layers.compactMap { l in l.bq.flatMap { q in l.bk.flatMap { k in l.bv.map { (q, k, $0) } } } }
+    }
+
     func forward(_ ops: ForwardOps) {
         let c = config
         ops.embed(embeddings, scale: c.embeddingScale)

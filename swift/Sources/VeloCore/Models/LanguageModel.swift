@@ -12,6 +12,10 @@ protocol LanguageModel: AnyObject {
     /// `.q`, `.k`, `.v` in that order: a GPU uploads each triple once, concatenated by rows, for
     /// one dispatch.
     var attentionInputs: [(WeightMatrix, WeightMatrix, WeightMatrix)] { get }
+    /// The (Q, K, V) biases of each layer that has all three, added through
+    /// `ForwardOps.addBias` (.q, .k, .v in that order) right after that product: a GPU uploads
+    /// each triple concatenated, so a decode token's Q|K|V product adds them itself.
+    var attentionBiases: [(WeightVector, WeightVector, WeightVector)] { get }
     /// The mixture-of-experts layers `forward` runs through `ForwardOps.experts`: a GPU uploads
     /// each stacked expert tensor once and binds its experts as slices of it.
     var expertLayers: [ExpertLayer] { get }
@@ -20,5 +24,6 @@ protocol LanguageModel: AnyObject {
 extension LanguageModel {
     var gatedPairs: [(WeightMatrix, WeightMatrix)] { [] }
     var attentionInputs: [(WeightMatrix, WeightMatrix, WeightMatrix)] { [] }
+    var attentionBiases: [(WeightVector, WeightVector, WeightVector)] { [] }
     var expertLayers: [ExpertLayer] { [] }
 }

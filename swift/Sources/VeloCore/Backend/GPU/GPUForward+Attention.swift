@@ -27,13 +27,17 @@ extension GPUForward {
     /// (a single split writes the output directly).
     func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope r: Int) {
         let c = config, ps = kv.pageSize
-        if let p = pendingQKV, let kvType = ropeJoin, heads == c.heads, kvHeads == c.kvHeads, p.w.rows == c.qDim + 2 * kvDim {
+        if let p = pendingQKV, let kvType = ropeJoin, heads == c.heads, kvHeads == c.kvHeads, p.w.rows == c.qDim + 2 * kvDim,
+           p.biases.isEmpty || p.biases.count == 3 {
             pendingQKV = nil
-            // S: the sums of squares a scaled input's 1/rms comes from (any buffer when unscaled)
-            dispatch(GPUKernels.matvecDotRope(p.w.type, kv: kvType, scaled: p.scaled),
-                     p.buffers + [kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r]), GPUBinding(q8Out?.sums ?? attnScratch)],
+            // S: the sums of squares a scaled input's 1/rms comes from, B the layer's Q|K|V
+            // biases (any buffer where unused)
+            let bias = p.biases.first.map { qkvBiases[$0.1.name]!.buffer }
+            dispatch(GPUKernels.matvecDotRope(p.w.type, kv: kvType, scaled: p.scaled, neox: c.ropeStyle == .neox, bias: bias != nil),
+                     p.buffers + [kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r]), GPUBinding(q8Out?.sums ?? attnScratch),
+                                  GPUBinding(bias ?? attnScratch)],
                      p.params + [UInt32(c.qDim), UInt32(kvDim), UInt32(c.headDim), UInt32(c.ropeDim), c.ropes[r].magnitude.bitPattern, UInt32(ps)]
-                        + kvParams(layer) + [c.normEps.bitPattern], p.groups, .matmul)
+                        + kvParams(layer) + [c.normEps.bitPattern], (p.w.rows / 2, 1, 1), .matmul) // a rotary pair a group
             return
         }
         dispatch(ropeStoreKernel, [act(.q), act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],

@@ -80,9 +80,9 @@ extension GPUForward {
             quantizeQ8(x, q8, rows: rows, xStride: xStride, k: w.cols, op: op)
             let input = q8Buffers(q8Set), scaled = q8Scaled
             let buffers = [wb, GPUBinding(input.values), GPUBinding(input.scales), y]
-            if ropeNext && rows == 1 && ropeJoin != nil && GPUKernels.matvecRows(n: w.rows, dot: true) == 2 {
+            if ropeNext && rows == 1 && ropeJoin != nil {
                 flushQKV()
-                pendingQKV = (w, buffers, params, GPUKernels.matvecGroups(n: w.rows, m: 1, dot: true), scaled) // for ropeAndStoreKV
+                pendingQKV = (w, buffers, params, GPUKernels.matvecGroups(n: w.rows, m: 1, dot: true), scaled, []) // for ropeAndStoreKV
             } else if let glu, rows == 1, let o = q8Out, w.rows % 64 == 0 {
                 // gate/up writing down's 8-bit input itself (matvec_dot_q8out_T, GLU mode), and Y
                 let outSet = 1 - q8Set, output = q8Buffers(outSet)

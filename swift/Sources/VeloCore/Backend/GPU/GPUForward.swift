@@ -55,10 +55,15 @@ final class GPUForward: ForwardOps {
     /// does not wait; prefill takes matmul_coop_T until `settleKernels` adopts them.
     private var cm2Pending: (pipelines: PendingPipelines, types: [GGMLType])?
     /// A decode token's Q|K|V product waits in `pendingQKV` for rope_store, which it then does
-    /// itself (matvec_dot_rope_T: one dispatch a layer fewer); any other op dispatches it as it
-    /// was. `ropeJoin`: the cache type those kernels are built for, nil where they do not apply.
+    /// itself (matvec_dot_rope_T: one dispatch a layer fewer, with the Q|K|V biases three
+    /// more); any other op dispatches it as it was. `ropeJoin`: the cache type those kernels are built for, nil where they do not apply.
     let ropeJoin: KVCacheType?
-    var pendingQKV: (w: WeightMatrix, buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int), scaled: Bool)?
+    /// `biases`: the add_bias ops that came after it, held too (`addBias`).
+    var pendingQKV: (w: WeightMatrix, buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int), scaled: Bool,
+                     biases: [(Activation, WeightVector)])?
+    /// Each layer's Q, K and V biases as one vector (matvec_dot_rope_T adds them), keyed by Q's
+    /// name, with K's and V's names.
+    var qkvBiases: [String: (buffer: GPUBuffer, k: String, v: String)] = [:]
     /// A decode token's O or down product, held for the residual add and norm after it, which
     /// it then does itself (matvec_dot_q8out_T, `residualProduct`); any other op dispatches it
     /// as it was.
@@ -304,6 +309,11 @@ final class GPUForward: ForwardOps {
             return b
         }
         for v in model.vectors { vectors[v.name] = try upload(v.values, label: v.name) }
+        if ropeJoin != nil {
+            for (q, k, v) in model.attentionBiases where q.values.count == c.qDim && k.values.count == kvDim && v.values.count == kvDim {
+                qkvBiases[q.name] = (try upload(q.values + k.values + v.values, label: q.name), k.name, v.name)
+            }
+        }
         ropeFreqs = try c.ropes.map { try upload($0.freqs, label: "rope frequencies") }
         if maxTokens > matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
             x16 = try device.makeBuffer(bytes: GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts), memory: .device, label: "float16 activations")
@@ -337,7 +347,9 @@ final class GPUForward: ForwardOps {
                     for glu in [false, true] { want(GPUKernels.matvecDot(w.type, rows: m, n: w.rows, glu: glu)) }
                 }
                 if let kv = ropeJoin {
-                    for scaled in q8Out != nil ? [false, true] : [false] { want(GPUKernels.matvecDotRope(w.type, kv: kv, scaled: scaled)) }
+                    for scaled in q8Out != nil ? [false, true] : [false] {
+                        want(GPUKernels.matvecDotRope(w.type, kv: kv, scaled: scaled, neox: c.ropeStyle == .neox, bias: !qkvBiases.isEmpty))
+                    }
                 }
                 if q8Out != nil {
                     for (glu, scaled) in [(false, false), (true, false), (true, true)] { want(GPUKernels.matvecDotQ8Out(w.type, glu: glu, scaled: scaled)) }
@@ -512,6 +524,7 @@ final class GPUForward: ForwardOps {
         pendingQKV = nil
         precondition(!p.scaled, "a Q|K|V product on 8-bit input still waiting for the norm's 1/rms (GPUKernels.q8OutModel let in a layer it does not cover)")
         dispatch(GPUKernels.matvecDot(p.w.type, rows: 1, n: p.w.rows), p.buffers, p.params, p.groups, .matmul)
+        for (a, b) in p.biases { addBias(a, b) }
     }
 
     /// The held O or down product as it was, when the op after it is not the residual's add
@@ -632,6 +645,15 @@ final class GPUForward: ForwardOps {
     }
 
     func addBias(_ a: Activation, _ b: WeightVector) {
+        // a held Q|K|V product takes its layer's biases, in order, for matvec_dot_rope_T to add
+        if var p = pendingQKV, let cat = qkvBiases[(p.biases.first?.1 ?? b).name] {
+            let expected: [(Activation, String)] = [(.q, p.biases.first?.1.name ?? b.name), (.k, cat.k), (.v, cat.v)]
+            if p.biases.count < 3, expected[p.biases.count] == (a, b.name) {
+                p.biases.append((a, b))
+                pendingQKV = p
+                return
+            }
+        }
         let width = b.values.count
         dispatch(GPUKernels.addBias, [act(a), GPUBinding(vectors[b.name]!)], [UInt32(width), UInt32(n), UInt32(stride(a))],
                  ((width + 255) / 256, n, 1), .other)

@@ -125,13 +125,13 @@ enum GPUKernels {
                constants: [matvecDotLocal, UInt32(matvecCols(m)), UInt32(matvecRows(n: n, dot: true, glu: glu))])
     }
     /// matvec_dot_T joined with rope_store's work for a decode token's Q|K|V product
-    /// (matvec_dot_rope_T, -DROPE_KV): buffers W, XQ, XD, Y, kv, tokpos, tokpt, pagetab,
-    /// freqs; 2 weight rows a group (a rotary pair), the pairwise rope style, f32 or f16 caches
-    /// (both K and V).
-    /// Buffers W, XQ, XD, Y, kv, tokpos, tokpt, pagetab, freqs, S; `scaled`: its input is
-    /// matvec_dot_q8out_T's residual-mode output, S that kernel's sums of squares.
-    static func matvecDotRope(_ t: GGMLType, kv: KVCacheType, scaled: Bool = false) -> Kernel {
-        Kernel(name: "matvec_dot_rope_" + suffix(t) + kvSuffix(kv, kv), buffers: 10, constants: [matvecDotLocal, 1, 2, scaled ? 1 : 0])
+    /// (matvec_dot_rope_T, -DROPE_KV): 2 weight rows a group (a rotary pair), f32 or f16 caches
+    /// (both K and V). Buffers W, XQ, XD, Y, kv, tokpos, tokpt, pagetab, freqs, S, B; `scaled`: its input is
+    /// matvec_dot_q8out_T's residual-mode output, S that kernel's sums of squares; `neox`: the
+    /// rope's (i, i + ropeDim/2) pairs; `bias`: B holds the Q|K|V rows' biases, added first.
+    static func matvecDotRope(_ t: GGMLType, kv: KVCacheType, scaled: Bool = false, neox: Bool = false, bias: Bool = false) -> Kernel {
+        Kernel(name: "matvec_dot_rope_" + suffix(t) + kvSuffix(kv, kv), buffers: 11,
+               constants: [matvecDotLocal, 1, 2, scaled ? 1 : 0, neox ? 1 : 0, bias ? 1 : 0])
     }
     /// matvec_dot_q8out_T: a decode token's product whose workgroups each make one block of 32
     /// outputs and write it as the next product's 8-bit input (residual mode: O and down, adding
@@ -175,13 +175,16 @@ enum GPUKernels {
     /// float output is then never written, so nothing but these products may read it.
     static func q8OutModel(_ model: LanguageModel) -> Bool {
         let c = model.config
+        // the norms, and Q|K|V biases only where every layer has them (Qwen2's: the Q|K|V product adds them)
+        let biases = model.attentionBiases.count
         guard !q8OutDisabled, !fuseDisabled, tuning == nil, c.experts == nil, c.dim % 32 == 0, c.ffnDim % 32 == 0,
-              model.vectors.count == 2 * c.layers + 1, model.gatedPairs.count == c.layers else { return false }
+              biases == 0 || biases == c.layers, model.vectors.count == 2 * c.layers + 1 + 3 * biases,
+              model.gatedPairs.count == c.layers else { return false }
         return model.matrices.filter { $0.rows != c.vocabSize }.allSatisfy { dotTypes.contains($0.type) }
     }
     /// The cache type matvec_dot_rope_T is joined for with this model and cache, or nil.
     static func ropeJoin(_ c: ModelConfig, kv: (KVCacheType, KVCacheType)) -> KVCacheType? {
-        let fits = c.ropeStyle != .neox && c.headDim % 2 == 0 && c.ropeDim % 2 == 0 && kv.0 == kv.1 && (kv.0 == .f32 || kv.0 == .f16)
+        let fits = c.headDim % 2 == 0 && c.ropeDim % 2 == 0 && kv.0 == kv.1 && (kv.0 == .f32 || kv.0 == .f16)
         return fits && tuning == nil && !fuseDisabled ? kv.0 : nil
     }
     /// VELO_GPU_NO_FUSE (any value): decode's joined dispatches apart again (rope_store after
