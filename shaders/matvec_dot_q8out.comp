@@ -16,8 +16,10 @@
 // workgroup (one result, the same bits every run).
 //
 // Threads: 32 outputs × TPR threads each (TPR 32 on NVIDIA: a warp an output); thread (j, l)
-// takes blocks l, l + TPR, ... of output j's row(s), so the threads of a row read consecutive
-// blocks. The row sums through shared memory (padded: no bank conflicts), then the block is
+// takes blocks l, l + TPR, ... of output j's row(s), UNROLL of them loaded before use, so the
+// threads of a row read consecutive blocks. (Written as arrays even at UNROLL 1: that way the
+// H200's compiler gave the Q4_K GLU build 32 registers, not 45-47, and two workgroups a
+// multiprocessor; bench/RESULTS.md.) The row sums through shared memory (padded: no bank conflicts), then the block is
 // quantized by q8.glsl's q8_store. Dispatch (N / 32, 1, 1), N the outputs (a multiple of 32).
 // Buffers: W, AQ, AD (the input's 8-bit blocks), Y (residual mode: H, read and written), NW
 // (residual mode's norm weight; unread in GLU mode), XQ, XD (the output's blocks: never the

@@ -56,7 +56,8 @@ final class GPUForward: ForwardOps {
     private var cm2Pending: (pipelines: PendingPipelines, types: [GGMLType])?
     /// A decode token's Q|K|V product waits in `pendingQKV` for rope_store, which it then does
     /// itself (matvec_dot_rope_T: one dispatch a layer fewer, with the Q|K|V biases three
-    /// more); any other op dispatches it as it was. `ropeJoin`: the cache type those kernels are built for, nil where they do not apply.
+    /// more); any other op dispatches it as it was. `ropeJoin`: the cache type those kernels
+    /// are built for, nil where they do not apply.
     let ropeJoin: KVCacheType?
     /// `biases`: the add_bias ops that came after it, held too (`addBias`).
     var pendingQKV: (w: WeightMatrix, buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int), scaled: Bool,

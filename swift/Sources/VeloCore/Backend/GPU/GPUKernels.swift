@@ -126,9 +126,10 @@ enum GPUKernels {
     }
     /// matvec_dot_T joined with rope_store's work for a decode token's Q|K|V product
     /// (matvec_dot_rope_T, -DROPE_KV): 2 weight rows a group (a rotary pair), f32 or f16 caches
-    /// (both K and V). Buffers W, XQ, XD, Y, kv, tokpos, tokpt, pagetab, freqs, S, B; `scaled`: its input is
-    /// matvec_dot_q8out_T's residual-mode output, S that kernel's sums of squares; `neox`: the
-    /// rope's (i, i + ropeDim/2) pairs; `bias`: B holds the Q|K|V rows' biases, added first.
+    /// (both K and V). Buffers W, XQ, XD, Y, kv, tokpos, tokpt, pagetab, freqs, S, B;
+    /// `scaled`: its input is matvec_dot_q8out_T's residual-mode output, S that kernel's sums
+    /// of squares; `neox`: the rope's (i, i + ropeDim/2) pairs; `bias`: B holds the Q|K|V
+    /// rows' biases, added first.
     static func matvecDotRope(_ t: GGMLType, kv: KVCacheType, scaled: Bool = false, neox: Bool = false, bias: Bool = false) -> Kernel {
         Kernel(name: "matvec_dot_rope_" + suffix(t) + kvSuffix(kv, kv), buffers: 11,
                constants: [matvecDotLocal, 1, 2, scaled ? 1 : 0, neox ? 1 : 0, bias ? 1 : 0])
@@ -143,7 +144,8 @@ enum GPUKernels {
         return Kernel(name: "matvec_dot_q8out_" + suffix(t), buffers: 8,
                       constants: [UInt32(32 * tpr), UInt32(tpr), glu ? 1 : 0, scaled ? 1 : 0, UInt32(q8OutUnroll)])
     }
-    /// Blocks of a row a matvec_dot_q8out_T thread loads before using them (VELO_GPU_Q8OUT_UNROLL: 1, 2 or 4; tuning runs).
+    /// Blocks of a row a matvec_dot_q8out_T thread loads before using them
+    /// (VELO_GPU_Q8OUT_UNROLL: 1, 2 or 4; tuning runs: 2 and 4 were slower on an H200).
     static let q8OutUnroll: Int = {
         guard let e = getenv("VELO_GPU_Q8OUT_UNROLL") else { return 1 }
         if let v = Int(String(cString: e)), [1, 2, 4].contains(v) { return v }
@@ -170,9 +172,10 @@ enum GPUKernels {
         return false
     }
     /// Whether a decode token's O, down and gate/up products can write the next product's 8-bit
-    /// input (matvec_dot_q8out_T): Llama-shaped layers (no biases, head norms or post norms; dense
-    /// gated MLPs), every layer product of an 8-bit-dot type, widths in whole blocks. The norm's
-    /// float output is then never written, so nothing but these products may read it.
+    /// input (matvec_dot_q8out_T): Llama-shaped layers (no head norms or post norms, Q|K|V
+    /// biases on every layer or none, dense gated MLPs), every layer product of an 8-bit-dot
+    /// type, widths in whole blocks. The norm's float output is then never written, so nothing
+    /// but these products may read it.
     static func q8OutModel(_ model: LanguageModel) -> Bool {
         let c = model.config
         // the norms, and Q|K|V biases only where every layer has them (Qwen2's: the Q|K|V product adds them)
