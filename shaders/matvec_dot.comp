@@ -122,8 +122,9 @@ void main() {
 
     uint rw[ROWS];
     const uint wb = expert_base(c0);
+#ifndef ROPE_KV
     [[unroll]] for (uint r = 0u; r < ROWS; r++) rw[r] = wb + min(r0 + r, p.N - 1u) * rowWords; // rows past N: read row N-1, never stored
-#ifdef ROPE_KV
+#else
     // the group's rotary pair: rows ra, rb of the Q|K|V row, dimensions da, db of their part;
     // pair i of a head is (2i, 2i+1), or with NEOX (i, i + ropeDim/2) and the dimensions past
     // ropeDim two by two (V rows: always two neighbours)

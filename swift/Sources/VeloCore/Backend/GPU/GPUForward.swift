@@ -647,13 +647,11 @@ final class GPUForward: ForwardOps {
 
     func addBias(_ a: Activation, _ b: WeightVector) {
         // a held Q|K|V product takes its layer's biases, in order, for matvec_dot_rope_T to add
-        if var p = pendingQKV, let cat = qkvBiases[(p.biases.first?.1 ?? b).name] {
-            let expected: [(Activation, String)] = [(.q, p.biases.first?.1.name ?? b.name), (.k, cat.k), (.v, cat.v)]
-            if p.biases.count < 3, expected[p.biases.count] == (a, b.name) {
-                p.biases.append((a, b))
-                pendingQKV = p
-                return
-            }
+        if var p = pendingQKV, p.biases.count < 3, let first = p.biases.first?.1 ?? (a == .q ? b : nil), let cat = qkvBiases[first.name],
+           ([Activation.q, .k, .v][p.biases.count], [first.name, cat.k, cat.v][p.biases.count]) == (a, b.name) {
+            p.biases.append((a, b))
+            pendingQKV = p
+            return
         }
         let width = b.values.count
         dispatch(GPUKernels.addBias, [act(a), GPUBinding(vectors[b.name]!)], [UInt32(width), UInt32(n), UInt32(stride(a))],
