@@ -24,8 +24,8 @@ const { values, positionals } = parseArgs({
     json: { type: "boolean", default: false },
   },
 });
-const shared = process.env.VELO_SHARED ?? resolve(import.meta.dir, "..", "..", "shared");
-const path = positionals[0] ?? `${shared}/models/tiny-random-llama3-bpe.gguf`;
+const data = process.env.VELO_TEST_DATA ?? resolve(import.meta.dir, "..", "tests", "data");
+const path = positionals[0] ?? `${data}/tiny-random-llama3-bpe.gguf`;
 const n = Number(values["n-gen"]), reps = Number(values.repetitions);
 
 // A typical API response schema (a list of records with strings, integers, an enum and a

@@ -6,12 +6,12 @@
 // 0 queued and no KV page held outside the prefix cache.
 //
 //   scripts/toolchain.sh run node_modules/bun/bin/bun.exe bench/load.ts [CLIENTS] [ROUNDS] [MODEL]
-import { sharedModel } from "../tests/helpers/paths";
+import { testData } from "../tests/helpers/paths";
 import { startServer } from "../tests/helpers/server";
 
 const clients = Number(process.argv[2] ?? 64);
 const rounds = Number(process.argv[3] ?? 4);
-const modelFile = process.argv[4] ?? sharedModel("stories260K.gguf");
+const modelFile = process.argv[4] ?? testData("stories260K.gguf");
 const server = await startServer([modelFile, "--max-batch-size", "8", "--max-queue", "24", "--ctx-size", "256"]);
 const model = (await (await fetch(`${server.url}/v1/models`)).json()).data[0].id;
 

@@ -4,12 +4,12 @@
 //
 //   scripts/toolchain.sh run node_modules/bun/bin/bun.exe bench/soak.ts [MINUTES=30] [CLIENTS=16] [MODEL]
 import { readFileSync } from "node:fs";
-import { sharedModel } from "../tests/helpers/paths";
+import { testData } from "../tests/helpers/paths";
 import { startServer } from "../tests/helpers/server";
 
 const minutes = Number(process.argv[2] ?? 30);
 const clients = Number(process.argv[3] ?? 16);
-const modelFile = process.argv[4] ?? sharedModel("stories260K.gguf");
+const modelFile = process.argv[4] ?? testData("stories260K.gguf");
 const server = await startServer([modelFile, "--max-batch-size", "8", "--max-queue", "64", "--ctx-size", "256"]);
 const model = (await (await fetch(`${server.url}/v1/models`)).json()).data[0].id;
 const rssMiB = () => Number(readFileSync(`/proc/${server.proc.pid}/status`, "utf8").match(/VmRSS:\s+(\d+)/)?.[1] ?? 0) / 1024;

@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Model } from "../src/engine/model";
-import { modelsDir, repoRoot } from "../tests/helpers/paths";
+import { dataDir, repoRoot } from "../tests/helpers/paths";
 
 const { values } = parseArgs({ options: { mb: { type: "string", default: "1" }, runs: { type: "string", default: "5" } } });
 const targetBytes = Math.round(Number(values.mb) * 1024 * 1024);
@@ -14,7 +14,7 @@ const runs = Number(values.runs);
 
 const seed =
   readFileSync(join(repoRoot, "README.md"), "utf8") + "\n" +
-  readFileSync(join(modelsDir, "vocab/ggml-vocab-llama-spm.gguf.inp"), "utf8").replaceAll("__ggml_vocab_test__", "");
+  readFileSync(join(dataDir, "vocab/ggml-vocab-llama-spm.gguf.inp"), "utf8").replaceAll("__ggml_vocab_test__", "");
 let text = "";
 while (Buffer.byteLength(text) < targetBytes) text += seed;
 const bytes = Buffer.byteLength(text);
@@ -28,7 +28,7 @@ const vocabs = [
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const rows: { tokenizer: string; mb: number; tokens: number; median_ms: number; mb_per_s: number }[] = [];
 for (const [name, path] of vocabs) {
-  const m = Model.open(join(modelsDir, path));
+  const m = Model.open(join(dataDir, path));
   const tokens = m.tokenize(text, { addSpecial: false }).length; // warm-up
   const times: number[] = [];
   for (let i = 0; i < runs; i++) {

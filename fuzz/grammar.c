@@ -13,7 +13,7 @@ static uint8_t events[1 << 16];
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc; (void)argv;
   const char *dir = getenv("VELO_MODELS_DIR");
-  if (!dir) dir = "../shared/models";
+  if (!dir) dir = "../tests/data";
   char p[1024];
   snprintf(p, sizeof p, "%s/stories260K.gguf", dir);
   void *m = NULL;

@@ -11,15 +11,14 @@
 # grammar (arbitrary text as a GBNF grammar through velo_engine_submit), and template (chat
 # templates: hostile messages through every real template, hostile templates; fuzz/template.ts
 # under Jazzer.js, libFuzzer's engine on Node with coverage from its instrumentation). Seeds:
-# the GGUF files of ../shared/models, the tokenizer vectors (*.inp), the repo's grammars, the
+# the GGUF files of tests/data, the tokenizer vectors (*.inp), the repo's grammars, the
 # templates. A crash input is written to fuzz/.build/crash-*; copy it into
 # fuzz/regressions/<name>/ once fixed.
 set -euo pipefail
 [ "$(uname -s)" = Linux ] || { echo "fuzz: skipped (libFuzzer comes from the Linux build root)"; exit 0; }
 HERE=$(CDPATH= cd -P "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$HERE")
-SHARED=${VELO_SHARED:-$REPO/../shared}
-MODELS=$SHARED/models
+MODELS=${VELO_TEST_DATA:-$REPO/tests/data}
 OUT=$HERE/.build
 HARNESSES=(gguf tokenize grammar template)
 TC=("$REPO/scripts/toolchain.sh" run)
@@ -68,7 +67,7 @@ run() {
     [ "$keep" = 1 ] && corpus=$HERE/.corpus/$h
     mkdir -p "$corpus"
     local log=$OUT/$h.log
-    (cd "$OUT" && "${TC[@]}" env ASAN_OPTIONS=detect_leaks=0 VELO_MODELS_DIR="$MODELS" VELO_SHARED="$SHARED" $(harness "$h") "$corpus" "$OUT/seeds/$h" \
+    (cd "$OUT" && "${TC[@]}" env ASAN_OPTIONS=detect_leaks=0 VELO_MODELS_DIR="$MODELS" $(harness "$h") "$corpus" "$OUT/seeds/$h" \
       $(options "$h") -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -max_len=65536 -artifact_prefix="$OUT/crash-$h-") >"$log" 2>&1 \
       || { tail -30 "$log"; echo "fuzz: $h FAILED (input in $OUT/crash-$h-*)"; exit 1; }
     local execs; execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
@@ -85,7 +84,7 @@ regress() {
   for h in "${HARNESSES[@]}"; do
     local dir=$HERE/regressions/$h
     [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ] || continue
-    (cd "$OUT" && "${TC[@]}" env ASAN_OPTIONS=detect_leaks=0 VELO_MODELS_DIR="$MODELS" VELO_SHARED="$SHARED" $(harness "$h") "$dir"/* $(options "$h")) >"$OUT/$h-regress.log" 2>&1 || { tail -30 "$OUT/$h-regress.log"; echo "fuzz: $h regression FAILED"; exit 1; }
+    (cd "$OUT" && "${TC[@]}" env ASAN_OPTIONS=detect_leaks=0 VELO_MODELS_DIR="$MODELS" $(harness "$h") "$dir"/* $(options "$h")) >"$OUT/$h-regress.log" 2>&1 || { tail -30 "$OUT/$h-regress.log"; echo "fuzz: $h regression FAILED"; exit 1; }
     echo "fuzz: $h regressions ok ($(ls "$dir" | wc -l) inputs)"
   done
 }

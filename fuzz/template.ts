@@ -3,7 +3,7 @@
 // included). fuzz/run.sh bundles it to fuzz/.build/template.js.
 //
 // Two attack surfaces, chosen by the first byte:
-// - hostile messages (what any client sends) through each real template of ../shared/models/
+// - hostile messages (what any client sends) through each real template of tests/data/
 //   templates: roles, content, names, tool calls with arbitrary arguments and ids, tools;
 // - a hostile template (what a GGUF file carries) rendering a plain conversation.
 // The contract: a string, or an Error whose message says the template did not parse or render
@@ -15,7 +15,8 @@ import { FuzzedDataProvider } from "@jazzer.js/core";
 import { type ChatMessage, ChatTemplate, type Role } from "../src/chat/template";
 import type { Tool } from "../src/chat/tools";
 
-const dir = process.env.VELO_TEMPLATES ?? join(process.env.VELO_SHARED ?? join(__dirname, "..", "..", "..", "shared"), "models", "templates");
+// this runs as fuzz/.build/template-bundle.cjs: the repository is two folders up
+const dir = process.env.VELO_TEMPLATES ?? join(process.env.VELO_TEST_DATA ?? join(__dirname, "..", "..", "tests", "data"), "templates");
 const templates = readdirSync(dir).filter((f) => f.endsWith(".jinja")).sort()
   .map((f) => new ChatTemplate(readFileSync(join(dir, f), "utf8"), { bosToken: "<s>", eosToken: "</s>" }));
 const roles: Role[] = ["system", "user", "assistant", "tool"];

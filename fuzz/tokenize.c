@@ -20,7 +20,7 @@ static int nmodels;
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc; (void)argv;
   const char *dir = getenv("VELO_MODELS_DIR");
-  if (!dir) dir = "../shared/models";
+  if (!dir) dir = "../tests/data";
   for (int i = 0; i < NFILES; i++) {
     char p[1024];
     snprintf(p, sizeof p, "%s/%s", dir, files[i]);

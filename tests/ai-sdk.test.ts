@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { generateText, Output, stepCountIs, streamText, tool } from "ai";
 import { z } from "zod";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 import { type Running, startServer } from "./helpers/server";
 
 const MODEL = "tiny-random-llama3-bpe";
@@ -13,7 +13,7 @@ let server: Running;
 let velo: ReturnType<typeof createOpenAICompatible>;
 
 beforeAll(async () => {
-  server = await startServer([sharedModel(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4"]);
+  server = await startServer([testData(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4"]);
   velo = createOpenAICompatible({ name: "velo", baseURL: `${server.url}/v1`, apiKey: "unused", includeUsage: true, supportsStructuredOutputs: true });
 });
 afterAll(() => server?.proc.kill());

@@ -4,11 +4,11 @@ import { describe, expect, test } from "bun:test";
 import { warmUp } from "../cli/commands/bench";
 import { runCli } from "./helpers/cli";
 import { withEngine } from "./helpers/engine";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 
 describe("velo bench", () => {
   test("pp and tg results with a profile of the measured runs", async () => {
-    const r = await runCli(["bench", sharedModel("stories260K.gguf"), "-p", "16", "-n", "8", "-r", "2", "--threads", "2", "--profile", "--json"]);
+    const r = await runCli(["bench", testData("stories260K.gguf"), "-p", "16", "-n", "8", "-r", "2", "--threads", "2", "--profile", "--json"]);
     expect(r.code).toBe(0);
     const j = JSON.parse(r.stdout);
     expect(j.results.map((x: { test: string }) => x.test)).toEqual(["pp16", "tg8"]);
@@ -22,7 +22,7 @@ describe("velo bench", () => {
   });
 
   test("batched decode: every size up to the largest, the profile of the largest alone", async () => {
-    const r = await runCli(["bench", sharedModel("stories260K.gguf"), "--max-batch-size", "3", "-p", "8", "-n", "6", "--threads", "2", "--profile", "--json"]);
+    const r = await runCli(["bench", testData("stories260K.gguf"), "--max-batch-size", "3", "-p", "8", "-n", "6", "--threads", "2", "--profile", "--json"]);
     expect(r.code).toBe(0);
     const j = JSON.parse(r.stdout);
     expect(j.results.map((x: { batch: number }) => x.batch)).toEqual([1, 2, 3]);

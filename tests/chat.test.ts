@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { ChatTemplate, FALLBACK_TEMPLATE } from "../src/chat/template";
 import { Model } from "../src/engine/model";
 import { runCli } from "./helpers/cli";
-import { modelsDir, sharedModel } from "./helpers/paths";
+import { dataDir, testData } from "./helpers/paths";
 
 const messages = [
   { role: "system" as const, content: "You are terse." },
@@ -20,7 +20,7 @@ describe("chat templates", () => {
   // Tool-calling templates (Hermes/Command-R tool_use, Functionary, FireFunction) need a `tools`
   // list to render; Velo does not do tool calling yet, so they are left out here.
   test("every shared chat (non tool-calling) template renders a conversation", () => {
-    const dir = join(modelsDir, "templates");
+    const dir = join(dataDir, "templates");
     const files = readdirSync(dir).filter((f) => f.endsWith(".jinja") && !/tool_use|functionary|firefunction/.test(f));
     expect(files.length).toBeGreaterThanOrEqual(10);
     for (const f of files) {
@@ -41,7 +41,7 @@ describe("chat templates", () => {
   ];
   for (const [file, turns, opening] of formats) {
     test(`${file.split("-")[0]}'s format`, () => {
-      const t = new ChatTemplate(readFileSync(join(modelsDir, "templates", file), "utf8"), { bosToken: "<bos>", eosToken: "<eos>" });
+      const t = new ChatTemplate(readFileSync(join(dataDir, "templates", file), "utf8"), { bosToken: "<bos>", eosToken: "<eos>" });
       const out = t.render(messages);
       expect(out).toMatch(turns);
       expect(out.endsWith(opening)).toBe(true);
@@ -50,7 +50,7 @@ describe("chat templates", () => {
   }
 
   test("Llama 3.2's template from the model file", () => {
-    const m = Model.open(sharedModel("tiny-random-llama3-bpe.gguf"));
+    const m = Model.open(testData("tiny-random-llama3-bpe.gguf"));
     const t = ChatTemplate.forModel(m.info().metadata, { bosToken: "<|begin_of_text|>", eosToken: "<|eot_id|>" });
     expect(t.isFallback).toBe(false);
     const out = t.render([{ role: "user", content: "Hello" }]);
@@ -76,7 +76,7 @@ describe("chat templates", () => {
 describe("velo chat with piped stdin", () => {
   test("answers each line, keeps the conversation, handles commands", async () => {
     const input = ["Once upon a time", "/help", "What happened next?", "/bye", "never read"].join("\n") + "\n";
-    const r = await runCli(["chat", sharedModel("stories260K.gguf"), "--temp", "0", "-n", "16", "-c", "512"], { stdin: input });
+    const r = await runCli(["chat", testData("stories260K.gguf"), "--temp", "0", "-n", "16", "-c", "512"], { stdin: input });
     expect(r.code).toBe(0);
     expect(r.stderr).toBe("");
     const out = r.stdout;
@@ -88,7 +88,7 @@ describe("velo chat with piped stdin", () => {
 
   test("multi-line messages and /clear", async () => {
     const input = "Once upon \\\na time\n/clear\n/system Be nice\nHello\n";
-    const r = await runCli(["chat", sharedModel("stories260K.gguf"), "--temp", "0", "-n", "8", "-c", "512"], { stdin: input });
+    const r = await runCli(["chat", testData("stories260K.gguf"), "--temp", "0", "-n", "8", "-c", "512"], { stdin: input });
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("(conversation cleared)");
     expect(r.stdout).toContain("(system prompt set; conversation restarted)");
@@ -98,7 +98,7 @@ describe("velo chat with piped stdin", () => {
     const dir = mkdtempSync(join(tmpdir(), "velo-chat-"));
     const file = join(dir, "conv.json");
     const input = ['"""Once upon a time', "there was a dog", '"""', "/set temp 0.25", "/set top-k 7", "/set", "/set warmth 3", `/save ${file}`, "/bye"].join("\n") + "\n";
-    const r = await runCli(["chat", sharedModel("stories260K.gguf"), "--temp", "0", "-n", "8", "-c", "512"], { stdin: input });
+    const r = await runCli(["chat", testData("stories260K.gguf"), "--temp", "0", "-n", "8", "-c", "512"], { stdin: input });
     expect(r.stdout).toContain("(temp = 0.25)");
     expect(r.stdout).toMatch(/^top-k 7$/m);
     expect(r.stderr).toMatch(/velo: error: usage: \/set NAME VALUE/);
@@ -108,26 +108,26 @@ describe("velo chat with piped stdin", () => {
     expect(saved.messages[0]).toEqual({ role: "user", content: "Once upon a time\nthere was a dog" });
     expect(saved.messages[1].role).toBe("assistant");
     expect(saved.settings).toMatchObject({ temperature: 0.25, topK: 7 });
-    const back = await runCli(["chat", sharedModel("stories260K.gguf"), "-n", "4", "-c", "512"], { stdin: `/load ${file}\n/set\n/save ${file}.2\n` });
+    const back = await runCli(["chat", testData("stories260K.gguf"), "-n", "4", "-c", "512"], { stdin: `/load ${file}\n/set\n/save ${file}.2\n` });
     expect(back.code).toBe(0);
     expect(back.stdout).toContain(`(loaded 2 messages from ${file})`);
     expect(back.stdout).toMatch(/^temp 0.25$/m);
     expect(JSON.parse(readFileSync(`${file}.2`, "utf8")).messages).toEqual(saved.messages);
-    const bad = await runCli(["chat", sharedModel("stories260K.gguf"), "-c", "512"], { stdin: `/load ${join(dir, "none.json")}\n` });
+    const bad = await runCli(["chat", testData("stories260K.gguf"), "-c", "512"], { stdin: `/load ${join(dir, "none.json")}\n` });
     expect(bad.stderr).toMatch(/velo: error: file not found/);
     rmSync(dir, { recursive: true, force: true });
   });
 
   test("a conversation that outgrows the context drops its oldest turns, keeps the system prompt, and goes on", async () => {
     const lines = ["Once upon a time there was a little girl named Lily", "She liked to play with her ball in the park", "One day she met a big dog", "The dog was very friendly and happy", "They played all day long"];
-    const r = await runCli(["chat", sharedModel("stories260K.gguf"), "--temp", "0", "-n", "16", "-c", "64", "--system", "Tell a story"], { stdin: lines.join("\n") + "\n" });
+    const r = await runCli(["chat", testData("stories260K.gguf"), "--temp", "0", "-n", "16", "-c", "64", "--system", "Tell a story"], { stdin: lines.join("\n") + "\n" });
     expect(r.code).toBe(0);
     expect(r.stderr).toBe("");
     expect(r.stdout).toMatch(/\(context full: dropped the oldest \d+ messages?, kept the system prompt\)/);
   });
 
   test("a prompt that outgrows the context is an error, not a truncation", async () => {
-    const r = await runCli(["chat", sharedModel("stories260K.gguf"), "-c", "16"], { stdin: "Once upon a time there was a little girl named Lily who liked to play\n" });
+    const r = await runCli(["chat", testData("stories260K.gguf"), "-c", "16"], { stdin: "Once upon a time there was a little girl named Lily who liked to play\n" });
     expect(r.code).not.toBe(0);
     expect(r.stderr).toMatch(/velo: error: .*context size 16/);
   });

@@ -25,7 +25,7 @@ import { ErrorCode, VeloError } from "../src/engine/errors";
 import { Model } from "../src/engine/model";
 import { synthesize } from "../src/gguf/synth";
 import { runCli } from "./helpers/cli";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 import { postJson, type Running, startServer } from "./helpers/server";
 
 const gpuBackend = process.platform === "darwin" ? "metal" : "vulkan";
@@ -113,7 +113,7 @@ const client = (s: Running) => new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "unu
 
 const CASES = [
   { name: "qwen3, pooling_type last", file: () => qwen3(3), id: "qwen3-embed" },
-  { name: "stories260K (llama), no pooling_type: last token", file: () => sharedModel("stories260K.gguf"), id: "stories260K" },
+  { name: "stories260K (llama), no pooling_type: last token", file: () => testData("stories260K.gguf"), id: "stories260K" },
 ];
 
 for (const backend of ["cpu", gpuBackend] as const) {
@@ -282,7 +282,7 @@ test("a reranker (pooling_type rank) gives no embeddings: a 400 naming the model
 
 describe("velo embed", () => {
   test("--json: the vectors the server gives; --lines: one input per line", async () => {
-    const file = sharedModel("stories260K.gguf");
+    const file = testData("stories260K.gguf");
     const one = await runCli(["embed", file, "Once upon a time", "--json", "-c", "256", "-t", "2", ...F32_KV]);
     expect(one.code).toBe(0);
     const doc = JSON.parse(one.stdout);
@@ -306,14 +306,14 @@ describe("velo embed", () => {
   }, SLOW);
 
   test("an input longer than the context is a usage error (exit 2)", async () => {
-    const r = await runCli(["embed", sharedModel("stories260K.gguf"), "word ".repeat(100), "-c", "16", "-t", "2"]);
+    const r = await runCli(["embed", testData("stories260K.gguf"), "word ".repeat(100), "-c", "16", "-t", "2"]);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/more than the context size 16/);
   }, 60_000);
 });
 
 test("Engine.embed refuses bad inputs before submitting any", async () => {
-  const m = Model.open(sharedModel("stories260K.gguf"));
+  const m = Model.open(testData("stories260K.gguf"));
   const e = Engine.create(m, { ctxSize: 32, threads: 2, backend: "cpu" });
   try {
     const err = (p: Promise<unknown>) => p.then(() => null, (x) => x as VeloError);

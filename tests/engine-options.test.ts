@@ -6,7 +6,7 @@ import { Engine, engineOptionsJSON, type EngineOptions } from "../src/engine/eng
 import { check } from "../src/engine/errors";
 import { Model } from "../src/engine/model";
 import { cstr, lib } from "../src/ffi/library";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 
 describe("engine options", () => {
   test("the keys TypeScript sends are the keys the library accepts, and the reverse", () => {
@@ -19,7 +19,7 @@ describe("engine options", () => {
   });
 
   test("a key the library does not know is refused by name", () => {
-    const m = Model.open(sharedModel("stories260K.gguf"));
+    const m = Model.open(testData("stories260K.gguf"));
     try {
       const out = new BigUint64Array(1);
       expect(() => check(lib().velo_engine_create(m.handle, null, cstr(JSON.stringify({ ctx_size: 64, context_len: 64 })), out)))
@@ -30,7 +30,7 @@ describe("engine options", () => {
   });
 
   test("every option reaches the engine", () => {
-    const m = Model.open(sharedModel("stories260K.gguf"));
+    const m = Model.open(testData("stories260K.gguf"));
     try {
       const opts: Required<Omit<EngineOptions, "kvMemoryMb" | "device">> = {
         threads: 2, ctxSize: 96, maxBatchSize: 3, batchAuto: false, memoryBudgetMb: 4096, batchTokens: 40, kvPages: 30,

@@ -10,7 +10,7 @@ import { countTokensRequest, messagesRequest } from "../src/server/messages";
 import { type Endpoint, FIELDS, implementedFields } from "../src/server/fields";
 import { responsesRequest } from "../src/server/responses";
 import { chatRequest, completionRequest, embeddingsRequest } from "../src/server/schemas";
-import { repoRoot, sharedModel } from "./helpers/paths";
+import { repoRoot, testData } from "./helpers/paths";
 import { postJson, type Running, startServer } from "./helpers/server";
 
 const MODEL = "stories260K";
@@ -83,7 +83,7 @@ describe("the table", () => {
 describe("walking the table against a server", () => {
   let server: Running;
   beforeAll(async () => {
-    server = await startServer([sharedModel("stories260K.gguf"), "--ctx-size", "256", "--max-batch-size", "4"]);
+    server = await startServer([testData("stories260K.gguf"), "--ctx-size", "256", "--max-batch-size", "4"]);
   });
   afterAll(() => server?.proc.kill());
 

@@ -4,7 +4,7 @@ import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { runCli } from "./helpers/cli";
 import { withEngine } from "./helpers/engine";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 
 interface GoldenCase {
   prompt: string;
@@ -13,7 +13,7 @@ interface GoldenCase {
   greedy_text: string;
   last_pos_top10: [number, number][];
 }
-const golden = JSON.parse(readFileSync(sharedModel("golden/greedy_golden.json"), "utf8")) as Record<string, { file: string; cases: GoldenCase[] }>;
+const golden = JSON.parse(readFileSync(testData("golden/greedy_golden.json"), "utf8")) as Record<string, { file: string; cases: GoldenCase[] }>;
 
 // Logit tolerance: the reference runs in float64 on dequantized weights; quantized models
 // here also quantize activations to 8 bits (as llama.cpp does), hence the looser bounds.
@@ -120,13 +120,13 @@ describe("sampling", () => {
 describe("velo generate", () => {
   test("greedy text to stdout", async () => {
     const c = golden.stories260K!.cases[0]!;
-    const r = await runCli(["generate", sharedModel("stories260K.gguf"), c.prompt, "--temp", "0", "-n", "48", "--ignore-eos"]);
+    const r = await runCli(["generate", testData("stories260K.gguf"), c.prompt, "--temp", "0", "-n", "48", "--ignore-eos"]);
     expect(r.code).toBe(0);
     expect(r.stdout).toBe(c.greedy_text + "\n");
   });
 
   test("--json has ids, text and timings", async () => {
-    const r = await runCli(["generate", sharedModel("stories260K.gguf"), "Once upon a time", "--temp", "0", "-n", "8", "--json"]);
+    const r = await runCli(["generate", testData("stories260K.gguf"), "Once upon a time", "--temp", "0", "-n", "8", "--json"]);
     const j = JSON.parse(r.stdout);
     expect(j.prompt_tokens).toEqual([1, 403, 407, 261, 378]);
     expect(j.tokens).toEqual(golden.stories260K!.cases[0]!.greedy_ids.slice(0, 8));
@@ -135,7 +135,7 @@ describe("velo generate", () => {
   });
 
   test("no model given: the embedded default; a lone argument that names no model is the prompt", async () => {
-    const stories = sharedModel("stories260K.gguf");
+    const stories = testData("stories260K.gguf");
     const want = (await runCli(["generate", stories, "Once upon a time", "-n", "12", "--temp", "0"])).stdout;
     expect(want.length).toBeGreaterThan(10);
     const embedded = await runCli(["generate", "Once upon a time", "-n", "12", "--temp", "0"]);
@@ -151,12 +151,12 @@ describe("velo generate", () => {
   });
 
   test("errors: bad flags, long prompts, non-models", async () => {
-    const stories = sharedModel("stories260K.gguf");
+    const stories = testData("stories260K.gguf");
     const cases: [string[], RegExp][] = [
       [["generate", stories, "hi", "--temp", "abc"], /--temp must be a number/],
       [["generate", stories, "hi", "--top-k", "-3"], /--top-k must be between/],
       [["generate", stories, "Once upon a time there was", "-c", "4"], /more than the context size 4/],
-      [["generate", sharedModel("vocab/ggml-vocab-gpt-2.gguf"), "hi"], /no general.architecture|not a model|not supported/],
+      [["generate", testData("vocab/ggml-vocab-gpt-2.gguf"), "hi"], /no general.architecture|not a model|not supported/],
       [["generate", "/nonexistent.gguf", "hi"], /model file not found/],
     ];
     for (const [args, msg] of cases) {

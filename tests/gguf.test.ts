@@ -9,7 +9,7 @@ import { Model } from "../src/engine/model";
 import { readGGUFTensorTable } from "../src/gguf/reader";
 import { synthesize } from "../src/gguf/synth";
 import { encodeGGUF, encodeHeader, type GGUFDocument, meta } from "../src/gguf/writer";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 
 const dir = mkdtempSync(join(tmpdir(), "velo-gguf-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -94,7 +94,7 @@ describe("valid files", () => {
   });
 
   test("the real stories260K model", () => {
-    const m = Model.open(sharedModel("stories260K.gguf"));
+    const m = Model.open(testData("stories260K.gguf"));
     const info = m.info();
     expect(info.architecture).toBe("llama");
     expect(info.tokenizer?.vocab_size).toBe(512);

@@ -9,13 +9,13 @@ import { Engine, type EngineOptions } from "../src/engine/engine";
 import { Model } from "../src/engine/model";
 import { runCli } from "./helpers/cli";
 import { withEngine } from "./helpers/engine";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 import { synthModel } from "./helpers/synth-models";
 
 const backend = process.platform === "darwin" ? "metal" : "vulkan";
 // lavapipe runs every kernel on the CPU: generous limits on a 2-core CI machine
 const SLOW = 120_000;
-const golden = JSON.parse(readFileSync(sharedModel("golden/greedy_golden.json"), "utf8")) as Record<
+const golden = JSON.parse(readFileSync(testData("golden/greedy_golden.json"), "utf8")) as Record<
   string,
   { file: string; cases: { prompt_ids_with_bos: number[]; greedy_ids: number[] }[] }
 >;
@@ -213,8 +213,8 @@ describe(`${backend} backend`, () => {
   test("draft speculation on the GPU is exact", async () => {
     const c = golden["stories260K"]!.cases[0]!;
     const plain = await greedy("stories260K.gguf", { ctxSize: 256, backend }, c.prompt_ids_with_bos, 40);
-    const model = Model.open(sharedModel("stories260K.gguf"));
-    const draft = Model.open(sharedModel("stories260K-q8_0.gguf"));
+    const model = Model.open(testData("stories260K.gguf"));
+    const draft = Model.open(testData("stories260K-q8_0.gguf"));
     const engine = Engine.create(model, { ctxSize: 256, backend, speculation: "draft", draftAdaptive: false, draftMax: 4 }, draft);
     try {
       const r = await engine.submit({ promptTokens: c.prompt_ids_with_bos, maxTokens: 40, temperature: 0, ignoreEos: true }).collect();
@@ -246,16 +246,16 @@ describe(`${backend} backend`, () => {
 
   test("bad backends and devices are clear errors", async () => {
     const other = backend === "metal" ? "vulkan" : "metal";
-    let r = await runCli(["generate", sharedModel("stories260K.gguf"), "Once", "-n", "4", "--backend", other]);
+    let r = await runCli(["generate", testData("stories260K.gguf"), "Once", "-n", "4", "--backend", other]);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toMatch(/backend|Vulkan|Metal/);
-    r = await runCli(["generate", sharedModel("stories260K.gguf"), "Once", "-n", "4", "--backend", backend, "--device", "99"]);
+    r = await runCli(["generate", testData("stories260K.gguf"), "Once", "-n", "4", "--backend", backend, "--device", "99"]);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toMatch(/no (Vulkan|Metal) device 99/);
-    r = await runCli(["generate", sharedModel("stories260K.gguf"), "Once", "-n", "4", "--backend", "gpu"]);
+    r = await runCli(["generate", testData("stories260K.gguf"), "Once", "-n", "4", "--backend", "gpu"]);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toMatch(/auto, cpu, vulkan, metal/);
-    r = await runCli(["generate", sharedModel("stories260K.gguf"), "Once", "-n", "4", "--temp", "0", "--backend", backend]);
+    r = await runCli(["generate", testData("stories260K.gguf"), "Once", "-n", "4", "--temp", "0", "--backend", backend]);
     expect(r.code).toBe(0);
     expect(r.stdout.length).toBeGreaterThan(0);
   }, SLOW);

@@ -6,14 +6,14 @@
 // 5xx; the server stays up and a greedy request afterwards returns the same text as before.
 // The figures go to bench/RELIABILITY.md (HOSTILE_REPORT=1 prints them).
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 import { type Running, startServer } from "./helpers/server";
 
 const MODEL = "stories260K";
 let server: Running;
 
 beforeAll(async () => {
-  server = await startServer([sharedModel("stories260K.gguf"), "--ctx-size", "256", "--max-body", "1", "--idle-timeout", "3", "--max-batch-size", "4", "--max-queue", "256"]);
+  server = await startServer([testData("stories260K.gguf"), "--ctx-size", "256", "--max-body", "1", "--idle-timeout", "3", "--max-batch-size", "4", "--max-queue", "256"]);
 });
 afterAll(() => server?.proc.kill());
 

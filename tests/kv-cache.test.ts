@@ -9,10 +9,10 @@ import { Engine, type EngineOptions, type KVCacheType } from "../src/engine/engi
 import { Model } from "../src/engine/model";
 import { synthesize } from "../src/gguf/synth";
 import { runCli } from "./helpers/cli";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 
 interface GoldenCase { prompt: string; prompt_ids_with_bos: number[]; greedy_ids: number[] }
-const golden = JSON.parse(readFileSync(sharedModel("golden/greedy_golden.json"), "utf8")) as Record<string, { file: string; cases: GoldenCase[] }>;
+const golden = JSON.parse(readFileSync(testData("golden/greedy_golden.json"), "utf8")) as Record<string, { file: string; cases: GoldenCase[] }>;
 const goldenModels = ["stories260K", "stories260K-q8_0", "stories260K-q4_0", "llama-2-tiny-random", "tiny-random-llama3-bpe"];
 const types: KVCacheType[] = ["f32", "f16", "q8_0", "q4_0"];
 
@@ -31,7 +31,7 @@ beforeAll(() => {
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 function pathOf(name: string): string {
-  return random[name] ?? sharedModel(golden[name]!.file);
+  return random[name] ?? testData(golden[name]!.file);
 }
 
 async function withModel<T>(path: string, opts: EngineOptions, body: (e: Engine, m: Model) => Promise<T>): Promise<T> {
@@ -66,7 +66,7 @@ describe("KV bytes per token", () => {
     const want: Record<KVCacheType, number> = { f32: 5 * 2 * 32 * 4, f16: 5 * 2 * 32 * 2, q8_0: 5 * 2 * 34, q4_0: 5 * 2 * 18 };
     const perToken: Record<string, number> = {};
     for (const t of types) {
-      await withModel(sharedModel("stories260K.gguf"), { ctxSize: 64, threads: 2, backend: "cpu", cacheTypeK: t, cacheTypeV: t }, async (e) => {
+      await withModel(testData("stories260K.gguf"), { ctxSize: 64, threads: 2, backend: "cpu", cacheTypeK: t, cacheTypeV: t }, async (e) => {
         const s = e.stats() as Record<string, unknown>;
         expect(s.cache_type_k).toBe(t);
         expect(s.cache_type_v).toBe(t);
@@ -76,17 +76,17 @@ describe("KV bytes per token", () => {
     console.log("stories260K KV bytes per token:", perToken);
     for (const t of types) expect(perToken[t]).toBe(want[t]);
     // K and V apart
-    await withModel(sharedModel("stories260K.gguf"), { ctxSize: 64, threads: 2, backend: "cpu", cacheTypeK: "q8_0", cacheTypeV: "f16" }, async (e) => {
+    await withModel(testData("stories260K.gguf"), { ctxSize: 64, threads: 2, backend: "cpu", cacheTypeK: "q8_0", cacheTypeV: "f16" }, async (e) => {
       expect((e.stats().kv_bytes_per_page as number) / 16).toBe(5 * (34 + 64));
     });
   });
 
   test("the default is f16; unknown types are refused by name", async () => {
-    await withModel(sharedModel("stories260K.gguf"), { ctxSize: 64, threads: 2 }, async (e) => {
+    await withModel(testData("stories260K.gguf"), { ctxSize: 64, threads: 2 }, async (e) => {
       const s = e.stats() as Record<string, unknown>;
       expect([s.cache_type_k, s.cache_type_v]).toEqual(["f16", "f16"]);
     });
-    const m = Model.open(sharedModel("stories260K.gguf"));
+    const m = Model.open(testData("stories260K.gguf"));
     try {
       expect(() => Engine.create(m, { ctxSize: 64, cacheTypeK: "q5_1" as KVCacheType })).toThrow(/cache_type_k must be one of f32, f16, q8_0, q4_0/);
     } finally {
@@ -177,19 +177,19 @@ describe("prefix files record the KV types", () => {
     const file = join(dir, "prefix.kv");
     const c = golden.stories260K!.cases[0]!;
     const prompt = c.prompt_ids_with_bos.concat(c.greedy_ids).slice(0, 40);
-    const want = await withModel(sharedModel("stories260K.gguf"), { ctxSize: 128, threads: 2, cacheTypeK: "f16", cacheTypeV: "f16" }, async (e) => {
+    const want = await withModel(testData("stories260K.gguf"), { ctxSize: 128, threads: 2, cacheTypeK: "f16", cacheTypeV: "f16" }, async (e) => {
       const out = await greedy(e, prompt, 8);
       expect(e.savePrefix(prompt, file)).toBe(32);
       return out;
     });
-    await withModel(sharedModel("stories260K.gguf"), { ctxSize: 128, threads: 2, cacheTypeK: "f16", cacheTypeV: "f16" }, async (e) => {
+    await withModel(testData("stories260K.gguf"), { ctxSize: 128, threads: 2, cacheTypeK: "f16", cacheTypeV: "f16" }, async (e) => {
       expect(e.loadPrefix(file)).toBe(32);
       const r = await e.submit({ promptTokens: prompt, maxTokens: 8, temperature: 0, ignoreEos: true }).collect();
       expect(r.tokens).toEqual(want);
       expect(r.finish.usage.cached_tokens).toBe(32);
     });
     for (const [k, v] of [["q8_0", "f16"], ["f32", "f32"], ["f16", "q4_0"]] as [KVCacheType, KVCacheType][]) {
-      await withModel(sharedModel("stories260K.gguf"), { ctxSize: 128, threads: 2, cacheTypeK: k, cacheTypeV: v }, async (e) => {
+      await withModel(testData("stories260K.gguf"), { ctxSize: 128, threads: 2, cacheTypeK: k, cacheTypeV: v }, async (e) => {
         expect(() => e.loadPrefix(file)).toThrow(/holds a KV cache of K f16 \/ V f16; this engine's is .*--cache-type-k f16 --cache-type-v f16/);
       });
     }
@@ -200,12 +200,12 @@ describe("prefix files record the KV types", () => {
       const file = join(dir, `prefix-${backend}.kv`);
       const prompt = golden.stories260K!.cases[0]!.prompt_ids_with_bos.concat(golden.stories260K!.cases[0]!.greedy_ids).slice(0, 40);
       const opts = { ctxSize: 128, threads: 2, backend, cacheTypeK: "q8_0" as const, cacheTypeV: "q4_0" as const };
-      const want = await withModel(sharedModel("stories260K.gguf"), opts, async (e) => {
+      const want = await withModel(testData("stories260K.gguf"), opts, async (e) => {
         const out = await greedy(e, prompt, 8);
         e.savePrefix(prompt, file);
         return out;
       });
-      await withModel(sharedModel("stories260K.gguf"), opts, async (e) => {
+      await withModel(testData("stories260K.gguf"), opts, async (e) => {
         expect(e.loadPrefix(file)).toBe(32);
         const r = await e.submit({ promptTokens: prompt, maxTokens: 8, temperature: 0, ignoreEos: true }).collect();
         expect(r.finish.usage.cached_tokens).toBe(32);
@@ -217,7 +217,7 @@ describe("prefix files record the KV types", () => {
 
 describe("the CLI", () => {
   test("--cache-type-k / --cache-type-v (and VELO_CACHE_TYPE_K) reach the engine; bad types are usage errors", async () => {
-    const model = sharedModel("stories260K.gguf");
+    const model = testData("stories260K.gguf");
     const a = await runCli(["generate", model, "Once upon a time", "-n", "12", "--temp", "0", "--cache-type-k", "f32", "--cache-type-v", "f32"]);
     const b = await runCli(["generate", model, "Once upon a time", "-n", "12", "--temp", "0"], { env: { VELO_CACHE_TYPE_K: "q8_0" } });
     expect(a.code).toBe(0);
@@ -230,7 +230,7 @@ describe("the CLI", () => {
 
   test("pages of 1, 7 and 4096 tokens give 16's greedy tokens (CPU and Vulkan, a sliding-window model too); --page-size is taken and 0 is a usage error", async () => {
     const cases = [
-      { path: sharedModel("stories260K.gguf"), prompt: golden["stories260K"]!.cases[0]!.prompt_ids_with_bos },
+      { path: testData("stories260K.gguf"), prompt: golden["stories260K"]!.cases[0]!.prompt_ids_with_bos },
       { path: pathOf("random-gemma2-f32"), prompt: [1, ...Array.from({ length: 40 }, (_, i) => 3 + ((i * 37) % 200))] },
     ];
     for (const { path, prompt } of cases) {
@@ -243,15 +243,15 @@ describe("the CLI", () => {
         for (const ps of [1, 7, 4096]) expect(await run(ps)).toEqual(want);
       }
     }
-    const r = await runCli(["generate", sharedModel("stories260K.gguf"), "Once upon a time", "-n", "4", "--temp", "0", "--page-size", "7"]);
+    const r = await runCli(["generate", testData("stories260K.gguf"), "Once upon a time", "-n", "4", "--temp", "0", "--page-size", "7"]);
     expect(r.code).toBe(0);
-    const bad = await runCli(["generate", sharedModel("stories260K.gguf"), "hi", "--page-size", "0"]);
+    const bad = await runCli(["generate", testData("stories260K.gguf"), "hi", "--page-size", "0"]);
     expect(bad.code).not.toBe(0);
     expect(bad.stderr).toMatch(/--page-size/);
   });
 
   test("bench -d runs each test at depth, as llama-bench -d", async () => {
-    const r = await runCli(["bench", sharedModel("stories260K.gguf"), "-p", "16", "-n", "8", "-d", "96", "-r", "2", "-t", "2", "--json", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"]);
+    const r = await runCli(["bench", testData("stories260K.gguf"), "-p", "16", "-n", "8", "-d", "96", "-r", "2", "-t", "2", "--json", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"]);
     expect(r.code).toBe(0);
     const j = JSON.parse(r.stdout);
     expect(j.results.map((x: { test: string }) => x.test)).toEqual(["pp16 @ d96", "tg8 @ d96"]);

@@ -1,7 +1,7 @@
 // The server's limits (issue 19, item 5): max_tokens against the context, prompt length, body
 // size, JSON depth, the request deadline, the idle timeout, CORS and the API key on every route.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 import { type Running, startServer } from "./helpers/server";
 
 const MODEL = "stories260K";
@@ -11,8 +11,8 @@ let strict: Running; // small limits, a key, CORS for one origin
 
 beforeAll(async () => {
   [plain, strict] = await Promise.all([
-    startServer([sharedModel("stories260K.gguf"), "--ctx-size", "256"]),
-    startServer([sharedModel("stories260K.gguf"), "--ctx-size", "2048", "--max-body", "1", "--request-timeout", "1", "--idle-timeout", "2",
+    startServer([testData("stories260K.gguf"), "--ctx-size", "256"]),
+    startServer([testData("stories260K.gguf"), "--ctx-size", "2048", "--max-body", "1", "--request-timeout", "1", "--idle-timeout", "2",
       "--api-key", KEY, "--cors", "http://app.example", "--max-batch-size", "16"]),
   ]);
 });
@@ -142,7 +142,7 @@ describe("time limits", () => {
     expect(closed).toBeGreaterThan(1000);
     expect(closed).toBeLessThan(40_000);
     // a non-streamed generation sends nothing for longer than the idle timeout and still completes
-    const idle = await startServer([sharedModel("stories260K.gguf"), "--ctx-size", "2048", "--idle-timeout", "1", "--request-timeout", "0", "--max-batch-size", "16"]);
+    const idle = await startServer([testData("stories260K.gguf"), "--ctx-size", "2048", "--idle-timeout", "1", "--request-timeout", "0", "--max-batch-size", "16"]);
     try {
       const r = await post(idle, "/v1/completions", { model: MODEL, prompt: "Once", max_tokens: 400, n: 16, temperature: 0 });
       expect(r.status).toBe(200);

@@ -2,7 +2,7 @@
 // logit_bias and n > 1, through a real server and the official openai client.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 import { postJson, type Running, startServer } from "./helpers/server";
 
 let server: Running;
@@ -11,7 +11,7 @@ const MODEL = "stories260K";
 const messages = [{ role: "user" as const, content: "Tell me a story about a dog." }];
 
 beforeAll(async () => {
-  server = await startServer([sharedModel("stories260K.gguf"), "--max-batch-size", "8", "--ctx-size", "512"]);
+  server = await startServer([testData("stories260K.gguf"), "--max-batch-size", "8", "--ctx-size", "512"]);
   openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
 });
 afterAll(() => server?.proc.kill());

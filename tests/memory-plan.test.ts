@@ -9,7 +9,7 @@ import { Engine, type EngineOptions } from "../src/engine/engine";
 import { Model } from "../src/engine/model";
 import { synthesize } from "../src/gguf/synth";
 import { runCli } from "./helpers/cli";
-import { repoRoot, sharedModel } from "./helpers/paths";
+import { repoRoot, testData } from "./helpers/paths";
 
 let dir = "";
 let long = ""; // a random Gemma 3 of test shape, trained (its metadata says) at 131072 positions
@@ -39,7 +39,7 @@ const MiB = 1 << 20;
 describe("the memory plan", () => {
   test("counts weights, KV and scratch on the device it runs on (CPU and Vulkan)", () => {
     for (const backend of ["cpu", "vulkan"] as const) {
-      withEngine(sharedModel("stories260K.gguf"), { backend, maxBatchSize: 3, threads: 2 }, (e) => {
+      withEngine(testData("stories260K.gguf"), { backend, maxBatchSize: 3, threads: 2 }, (e) => {
         const s = e.stats();
         const p = s.memory!;
         expect(p.backend).toBe(backend);
@@ -124,7 +124,7 @@ describe("the CLI", () => {
     const bad = await runCli(["generate", long, "hello", "-n", "4", "--memory-budget", "160", "-c", "131072", "-t", "2"]);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/velo: error: not enough memory on CPU .*\(f16, 1 × 131072\)/);
-    const b = await runCli(["bench", sharedModel("stories260K.gguf"), "-p", "16", "-n", "4", "-r", "1", "--json", "-t", "2", "--cache-type-k", "q8_0"]);
+    const b = await runCli(["bench", testData("stories260K.gguf"), "-p", "16", "-n", "4", "-r", "1", "--json", "-t", "2", "--cache-type-k", "q8_0"]);
     expect(b.code).toBe(0);
     const bj = JSON.parse(b.stdout);
     expect(bj.memory.kv_types).toBe("q8_0/f16");
@@ -152,7 +152,7 @@ async function serveBanner(args: string[], env: Record<string, string> = {}): Pr
 
 describe("serve", () => {
   test("-c / --ctx-size / VELO_CTX_SIZE; by default the model's context, the plan in its banner", async () => {
-    const model = sharedModel("stories260K.gguf");
+    const model = testData("stories260K.gguf");
     const plain = await serveBanner([model, "-t", "2"]);
     expect(plain.text).toMatch(/^weights 1\.1 MiB \+ KV 10\.0 MiB \(f16, 8 × 2048\) \+ scratch [\d.]+ MiB on CPU \(/m);
     expect(plain.text).toMatch(/velo serving .* \(batch 8, context 2048, /);

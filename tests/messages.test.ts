@@ -7,7 +7,7 @@ import Anthropic from "@anthropic-ai/sdk";
 import Ajv2020 from "ajv/dist/2020";
 import { type StreamDelta, ToolStream } from "../src/chat/tools";
 import { BlockBuilder } from "../src/server/messages";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 import { type Running, startServer } from "./helpers/server";
 
 const MODEL = "tiny-random-llama3-bpe";
@@ -16,7 +16,7 @@ let server: Running;
 let client: Anthropic;
 
 beforeAll(async () => {
-  server = await startServer([sharedModel(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4", "--api-key", KEY]);
+  server = await startServer([testData(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4", "--api-key", KEY]);
   client = new Anthropic({ baseURL: server.url, apiKey: KEY, maxRetries: 0 });
 });
 afterAll(() => server?.proc.kill());

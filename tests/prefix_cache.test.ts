@@ -5,9 +5,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { withEngine } from "./helpers/engine";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 
-const golden = JSON.parse(readFileSync(sharedModel("golden/greedy_golden.json"), "utf8"));
+const golden = JSON.parse(readFileSync(testData("golden/greedy_golden.json"), "utf8"));
 const dir = mkdtempSync(join(tmpdir(), "velo-prefix-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { ProgressBar } from "../cli/progress";
 import { runCli } from "./helpers/cli";
 import { repoRoot } from "./helpers/paths";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 
 const sha256 = (b: Uint8Array) => new Bun.CryptoHasher("sha256").update(b).digest("hex");
 
@@ -22,8 +22,8 @@ interface HubFile {
 }
 
 const f32 = new Uint8Array(readFileSync(join(repoRoot, "models", "stories260K.gguf")));
-const q8 = new Uint8Array(readFileSync(sharedModel("stories260K-q8_0.gguf")));
-const q4 = new Uint8Array(readFileSync(sharedModel("stories260K-q4_0.gguf")));
+const q8 = new Uint8Array(readFileSync(testData("stories260K-q8_0.gguf")));
+const q4 = new Uint8Array(readFileSync(testData("stories260K-q4_0.gguf")));
 const html = new TextEncoder().encode("<!DOCTYPE html><html><body>Sign in to continue</body></html>".padEnd(4096, " "));
 
 const repos: Record<string, HubFile[]> = {
@@ -176,7 +176,7 @@ describe("velo pull from a hub", () => {
     expect(cdnLog.at(-1)!.path).toBe(`/blobs/${sha256(q8)}`);
 
     // every command takes the stored name (or the spec) where it takes a file
-    const want = (await runCli(["generate", sharedModel("stories260K-q8_0.gguf"), "Once upon a time", "-n", "8", "--temp", "0"])).stdout;
+    const want = (await runCli(["generate", testData("stories260K-q8_0.gguf"), "Once upon a time", "-n", "8", "--temp", "0"])).stdout;
     expect((await velo(["generate", "stories260K-Q8_0", "Once upon a time", "-n", "8", "--temp", "0"])).stdout).toBe(want);
     expect((await velo(["generate", "-m", "hf:tiny/stories:Q8_0", "Once upon a time", "-n", "8", "--temp", "0"])).stdout).toBe(want);
     expect((await velo(["tokenize", "-m", "stories260K-Q8_0", "Once upon a time"])).stdout).toBe("1 403 407 261 378\n");

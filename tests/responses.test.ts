@@ -6,7 +6,7 @@ import Ajv2020 from "ajv/dist/2020";
 import OpenAI from "openai";
 import { type StreamDelta, ToolStream } from "../src/chat/tools";
 import { OutputBuilder } from "../src/server/responses";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 import { type Running, startServer } from "./helpers/server";
 
 const MODEL = "tiny-random-llama3-bpe";
@@ -14,7 +14,7 @@ let server: Running;
 let openai: OpenAI;
 
 beforeAll(async () => {
-  server = await startServer([sharedModel(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4"]);
+  server = await startServer([testData(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4"]);
   openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
 });
 afterAll(() => server?.proc.kill());

@@ -3,17 +3,17 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { readFileSync } from "node:fs";
 import { VeloClient } from "../src/client/client";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 import { type Running, startServer } from "./helpers/server";
 
-const golden = JSON.parse(readFileSync(sharedModel("golden/greedy_golden.json"), "utf8"));
+const golden = JSON.parse(readFileSync(testData("golden/greedy_golden.json"), "utf8"));
 const story = golden.stories260K.cases[0];
 let server: Running;
 let openai: OpenAI;
 const MODEL = "stories260K";
 
 beforeAll(async () => {
-  server = await startServer([sharedModel("stories260K.gguf"), "--max-batch-size", "8", "--ctx-size", "256", "--max-queue", "64"]);
+  server = await startServer([testData("stories260K.gguf"), "--max-batch-size", "8", "--ctx-size", "256", "--max-queue", "64"]);
   openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
 });
 afterAll(() => server?.proc.kill());
@@ -194,7 +194,7 @@ describe("concurrency", () => {
 
 describe("API key", () => {
   test("requests need the key; health does not", async () => {
-    const s = await startServer([sharedModel("stories260K.gguf"), "--api-key", "sekret", "--ctx-size", "128"]);
+    const s = await startServer([testData("stories260K.gguf"), "--api-key", "sekret", "--ctx-size", "128"]);
     try {
       expect((await fetch(`${s.url}/health`)).status).toBe(200);
       const denied = await fetch(`${s.url}/v1/models`);
@@ -216,7 +216,7 @@ describe("prefix cache over HTTP", () => {
     const system = "You are a storyteller. You tell short happy stories about children, animals and parks, with simple words that small children understand.";
     const ask = (client: OpenAI) =>
       client.chat.completions.create({ model: MODEL, messages: [{ role: "system", content: system }, { role: "user", content: "A story please" }], max_tokens: 8, temperature: 0 });
-    const a = await startServer([sharedModel("stories260K.gguf"), "--ctx-size", "256", "--prefix-cache-file", file]);
+    const a = await startServer([testData("stories260K.gguf"), "--ctx-size", "256", "--prefix-cache-file", file]);
     let first: OpenAI.ChatCompletion;
     try {
       const client = new OpenAI({ baseURL: `${a.url}/v1`, apiKey: "x", maxRetries: 0 });
@@ -230,7 +230,7 @@ describe("prefix cache over HTTP", () => {
     } finally {
       a.proc.kill();
     }
-    const b = await startServer([sharedModel("stories260K.gguf"), "--ctx-size", "256", "--prefix-cache-file", file]);
+    const b = await startServer([testData("stories260K.gguf"), "--ctx-size", "256", "--prefix-cache-file", file]);
     try {
       const r = await ask(new OpenAI({ baseURL: `${b.url}/v1`, apiKey: "x", maxRetries: 0 }));
       expect(r.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThan(0); // from the file

@@ -1,12 +1,12 @@
 // Special-token injection (issue 19, item 3): message text that spells a control token stays
 // text; only the template's own markup becomes control tokens. Real templates from
-// ../shared/models/templates with the Llama 3 vocabulary of tiny-random-llama3-bpe.gguf.
+// tests/data/templates with the Llama 3 vocabulary of tiny-random-llama3-bpe.gguf.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { tokenizeChat } from "../src/chat/prompt";
 import { type ChatMessage, ChatTemplate } from "../src/chat/template";
 import { Model } from "../src/engine/model";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 import { type Running, startServer } from "./helpers/server";
 
 const MODEL_FILE = "tiny-random-llama3-bpe.gguf";
@@ -32,14 +32,14 @@ const ATTACKS = [
 let model: Model;
 let firstSpecial: number;
 beforeAll(() => {
-  model = Model.open(sharedModel(MODEL_FILE));
+  model = Model.open(testData(MODEL_FILE));
   firstSpecial = model.info().tokenizer!.bos!; // Llama 3: control tokens are 128000 and up
 });
 afterAll(() => model?.close());
 
 const controls = (ids: number[]) => ids.filter((t) => t >= firstSpecial);
 function template(file: string): ChatTemplate {
-  return new ChatTemplate(readFileSync(sharedModel(`templates/${file}`), "utf8"), { bosToken: "<|begin_of_text|>", eosToken: "<|eot_id|>" });
+  return new ChatTemplate(readFileSync(testData(`templates/${file}`), "utf8"), { bosToken: "<|begin_of_text|>", eosToken: "<|eot_id|>" });
 }
 function tokens(t: ChatTemplate, messages: ChatMessage[]): number[] {
   return tokenizeChat(model, (ms) => t.render(ms, true), messages, model.info().tokenizer?.bos);
@@ -90,7 +90,7 @@ describe("message text never becomes a control token", () => {
 describe("through the server", () => {
   let server: Running;
   beforeAll(async () => {
-    server = await startServer([sharedModel(MODEL_FILE), "--ctx-size", "512", "--chat-template-file", sharedModel(`templates/${TEMPLATES[0]}`)]);
+    server = await startServer([testData(MODEL_FILE), "--ctx-size", "512", "--chat-template-file", testData(`templates/${TEMPLATES[0]}`)]);
   });
   afterAll(() => server?.proc.kill());
 

@@ -6,14 +6,14 @@ import { readFileSync } from "node:fs";
 import { Engine, type EngineOptions } from "../src/engine/engine";
 import { Model } from "../src/engine/model";
 import { runCli } from "./helpers/cli";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 
-const golden = JSON.parse(readFileSync(sharedModel("golden/greedy_golden.json"), "utf8"));
+const golden = JSON.parse(readFileSync(testData("golden/greedy_golden.json"), "utf8"));
 const story = golden.stories260K.cases[0];
 
 async function withSpec<T>(opts: EngineOptions, draftFile: string | null, body: (e: Engine) => Promise<T>): Promise<T> {
-  const m = Model.open(sharedModel("stories260K.gguf"));
-  const d = draftFile ? Model.open(sharedModel(draftFile)) : undefined;
+  const m = Model.open(testData("stories260K.gguf"));
+  const d = draftFile ? Model.open(testData(draftFile)) : undefined;
   const e = Engine.create(m, { ctxSize: 512, ...opts }, d);
   try {
     return await body(e);
@@ -90,8 +90,8 @@ describe("acceptance", () => {
   });
 
   test("a draft with a different vocabulary is refused", async () => {
-    const m = Model.open(sharedModel("stories260K.gguf"));
-    const d = Model.open(sharedModel("tiny-random-llama3-bpe.gguf"));
+    const m = Model.open(testData("stories260K.gguf"));
+    const d = Model.open(testData("tiny-random-llama3-bpe.gguf"));
     expect(() => Engine.create(m, { speculation: "draft" }, d)).toThrow(/vocabulary/);
     expect(() => Engine.create(m, { speculation: "draft" })).toThrow(/needs a draft model/);
     d.close();
@@ -156,7 +156,7 @@ describe("sampled speculation keeps the target's distribution", () => {
 
 describe("the CLI shows acceptance", () => {
   test("velo generate --draft --json", async () => {
-    const r = await runCli(["generate", sharedModel("stories260K.gguf"), story.prompt, "--temp", "0", "-n", "48", "--ignore-eos", "--draft", sharedModel("stories260K-q8_0.gguf"), "--json"]);
+    const r = await runCli(["generate", testData("stories260K.gguf"), story.prompt, "--temp", "0", "-n", "48", "--ignore-eos", "--draft", testData("stories260K-q8_0.gguf"), "--json"]);
     expect(r.code).toBe(0);
     const j = JSON.parse(r.stdout);
     expect(j.tokens).toEqual(story.greedy_ids);
@@ -166,7 +166,7 @@ describe("the CLI shows acceptance", () => {
   });
 
   test("a draft with another vocabulary is a clear error", async () => {
-    const r = await runCli(["generate", sharedModel("stories260K.gguf"), "hi", "--draft", sharedModel("tiny-random-llama3-bpe.gguf")]);
+    const r = await runCli(["generate", testData("stories260K.gguf"), "hi", "--draft", testData("tiny-random-llama3-bpe.gguf")]);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toMatch(/velo: error: .*vocabulary/);
   });

@@ -12,7 +12,7 @@ import { Model } from "../src/engine/model";
 import { jsonObjectGrammar } from "../src/grammar/json-schema";
 import { runCli } from "./helpers/cli";
 import { Gbnf } from "./helpers/gbnf";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 import { postJson, type Running, startServer } from "./helpers/server";
 
 const ajv = new Ajv2020({ strict: false, allErrors: true });
@@ -55,7 +55,7 @@ let openai: OpenAI;
 const MODEL = "stories260K";
 
 beforeAll(async () => {
-  stories = await startServer([sharedModel("stories260K.gguf"), "--max-batch-size", "8", "--ctx-size", "512"]);
+  stories = await startServer([testData("stories260K.gguf"), "--max-batch-size", "8", "--ctx-size", "512"]);
   openai = new OpenAI({ baseURL: `${stories.url}/v1`, apiKey: "unused", maxRetries: 0 });
 });
 afterAll(() => stories?.proc.kill());
@@ -92,7 +92,7 @@ describe("json_schema: valid output over many seeds", () => {
   }, 60_000);
 
   test("a random-weight Llama 3 (128k-token vocabulary), 8 seeds", async () => {
-    const s = await startServer([sharedModel("tiny-random-llama3-bpe.gguf"), "--max-batch-size", "4", "--ctx-size", "1024"]);
+    const s = await startServer([testData("tiny-random-llama3-bpe.gguf"), "--max-batch-size", "4", "--ctx-size", "1024"]);
     try {
       const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "x", maxRetries: 0 });
       for (const seed of [1, 5]) {
@@ -133,7 +133,7 @@ describe("json_object and GBNF", () => {
     let finished = 0;
     // stories260K would go on adding members for ever: logit_bias bans every token with a comma
     // and favours '"' and '}', so that objects close
-    const m = Model.open(sharedModel("stories260K.gguf"));
+    const m = Model.open(testData("stories260K.gguf"));
     const logit_bias: Record<string, number> = {};
     for (let id = 0; id < m.info().tokenizer!.vocab_size; id++) {
       const piece = new TextDecoder().decode(m.pieceBytes(id));
@@ -220,7 +220,7 @@ describe("schemas and grammars that cannot be used are 400s with the reason", ()
 
 describe("velo generate --json-schema / --grammar", () => {
   const dir = mkdtempSync("/tmp/velo-grammar-");
-  const model = () => sharedModel("stories260K.gguf");
+  const model = () => testData("stories260K.gguf");
 
   test("a schema given inline or as a file constrains the output", async () => {
     const small = { type: "object", properties: { n: { type: "integer", minimum: 1, maximum: 5 }, ok: { type: "boolean" } }, required: ["n", "ok"], additionalProperties: false };

@@ -5,13 +5,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Model } from "../src/engine/model";
 import { runCli } from "./helpers/cli";
-import { sharedModel } from "./helpers/paths";
+import { testData } from "./helpers/paths";
 
 /** llama.cpp's vector format: strings split by a marker line, one line of ids per string. */
 function loadVectors(inp: string, out: string): { text: string; ids: number[] }[] {
-  const texts = readFileSync(sharedModel(inp), "utf8").split("\n__ggml_vocab_test__\n");
+  const texts = readFileSync(testData(inp), "utf8").split("\n__ggml_vocab_test__\n");
   if (texts.at(-1) === "") texts.pop();
-  const lines = readFileSync(sharedModel(out), "utf8").split("\n");
+  const lines = readFileSync(testData(out), "utf8").split("\n");
   return texts.map((text, i) => ({
     text,
     ids: lines[i]!.trim() === "" ? [] : lines[i]!.trim().split(/\s+/).map(Number),
@@ -37,7 +37,7 @@ const suites: [string, string, boolean][] = [
 describe("llama.cpp tokenizer vectors through the C ABI", () => {
   for (const [vocab, vectors, parseSpecial] of suites) {
     test(`${vectors.split("/").at(-1)}${parseSpecial ? " (parse special)" : ""}`, () => {
-      const model = Model.open(sharedModel(vocab));
+      const model = Model.open(testData(vocab));
       try {
         const cases = loadVectors(`${vectors}.inp`, `${vectors}.out`);
         expect(cases.length).toBeGreaterThan(10);
@@ -59,7 +59,7 @@ describe("llama.cpp tokenizer vectors through the C ABI", () => {
 });
 
 describe("velo tokenize", () => {
-  const stories = sharedModel("stories260K.gguf");
+  const stories = testData("stories260K.gguf");
   const dir = mkdtempSync(join(tmpdir(), "velo-tok-"));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -94,7 +94,7 @@ describe("velo tokenize", () => {
   });
 
   test("--parse-special recognises control tokens", async () => {
-    const spm = sharedModel("vocab/ggml-vocab-llama-spm.gguf");
+    const spm = testData("vocab/ggml-vocab-llama-spm.gguf");
     const on = await runCli(["tokenize", "-m", spm, "--no-bos", "--parse-special", "abc</s> def ghi"]);
     expect(on.stdout).toBe("25638 2 29871 822 330 2918\n");
     const off = await runCli(["tokenize", "-m", spm, "--no-bos", "abc</s> def ghi"]);
@@ -102,7 +102,7 @@ describe("velo tokenize", () => {
   });
 
   test("a vocabulary-only GGUF is enough", async () => {
-    const r = await runCli(["tokenize", "-m", sharedModel("vocab/ggml-vocab-gpt-2.gguf"), "Hello world"]);
+    const r = await runCli(["tokenize", "-m", testData("vocab/ggml-vocab-gpt-2.gguf"), "Hello world"]);
     expect(r.stdout).toBe("15496 995\n");
   });
 
@@ -113,7 +113,7 @@ describe("velo tokenize", () => {
       [["tokenize", "-m", dir, "x"], /not a file/],
       [["tokenize", "-m", stories, "--file", join(dir, "none.txt")], /file not found/],
       [["tokenize", "-m", stories, "--file", join(dir, "t.txt"), "x"], /either as an argument or with --file/],
-      [["tokenize", "-m", sharedModel("golden/greedy_golden.json"), "x"], /not a GGUF file/],
+      [["tokenize", "-m", testData("golden/greedy_golden.json"), "x"], /not a GGUF file/],
       [["tokenize", "--bogus"], /unknown option '--bogus'/],
       [["frobnicate"], /unknown command 'frobnicate'/],
     ];
@@ -142,14 +142,14 @@ describe("round trips", () => {
   test("detokenize(tokenize(text)) gives the text back (SPM and BPE)", () => {
     const texts = ["Hello world", " leading space", "multiple   spaces\n\nand newlines\t", "ümlaut 日本語 🦙.cpp", ""];
     for (const vocab of ["vocab/ggml-vocab-llama-spm.gguf", "vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf", "vocab/ggml-vocab-gpt-2.gguf"]) {
-      const m = Model.open(sharedModel(vocab));
+      const m = Model.open(testData(vocab));
       for (const t of texts) expect(m.detokenize(m.tokenize(t, { addSpecial: false }))).toBe(t);
       m.close();
     }
   });
 
   test("bad token ids are errors", () => {
-    const m = Model.open(sharedModel("stories260K.gguf"));
+    const m = Model.open(testData("stories260K.gguf"));
     expect(() => m.detokenize([1, 99999])).toThrow(/99999/);
     expect(() => m.pieceBytes(-1)).toThrow();
     m.close();

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { ChatTemplate } from "../src/chat/template";
 import { detectFamily, parseToolOutput, type Tool, toolCallGrammar, type ToolFamily, ToolStream } from "../src/chat/tools";
 import { Gbnf, rng } from "./helpers/gbnf";
-import { modelsDir, sharedModel } from "./helpers/paths";
+import { dataDir, testData } from "./helpers/paths";
 import { startServer, type Running } from "./helpers/server";
 
 const templates: Record<string, ToolFamily> = {
@@ -28,7 +28,7 @@ const templates: Record<string, ToolFamily> = {
   "google-gemma-2-2b-it.jinja": "generic",
   "microsoft-Phi-3.5-mini-instruct.jinja": "generic",
 };
-const templateText = (f: string) => readFileSync(join(modelsDir, "templates", f), "utf8");
+const templateText = (f: string) => readFileSync(join(dataDir, "templates", f), "utf8");
 
 const weather: Tool = {
   type: "function",
@@ -280,8 +280,8 @@ const families: [string, string][] = [
 describe("tool round trips with the openai client, per template family", () => {
   for (const [label, file] of families) {
     test(label, async () => {
-      const args = [sharedModel(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4"];
-      if (file) args.push("--chat-template-file", join(modelsDir, "templates", file));
+      const args = [testData(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4"];
+      if (file) args.push("--chat-template-file", join(dataDir, "templates", file));
       const s = await startServer(args);
       try {
         const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "x", maxRetries: 0 });
@@ -335,7 +335,7 @@ describe("parallel calls and the tools API's errors", () => {
   let s: Running;
   let openai: OpenAI;
   beforeAll(async () => {
-    s = await startServer([sharedModel(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4", "--chat-template-file", join(modelsDir, "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")]);
+    s = await startServer([testData(`${MODEL}.gguf`), "--ctx-size", "4096", "--max-batch-size", "4", "--chat-template-file", join(dataDir, "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")]);
     openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "x", maxRetries: 0 });
   });
   afterAll(() => s?.proc.kill());

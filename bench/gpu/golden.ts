@@ -8,7 +8,7 @@ import { Engine, type EngineOptions } from "../../src/engine/engine";
 import { Model } from "../../src/engine/model";
 
 const { values } = parseArgs({ options: { backend: { type: "string", default: "vulkan" } } });
-const models = join(process.env.VELO_SHARED ?? join(import.meta.dir, "..", "..", "..", "shared"), "models");
+const models = process.env.VELO_TEST_DATA ?? join(import.meta.dir, "..", "..", "tests", "data");
 const golden = JSON.parse(readFileSync(join(models, "golden", "greedy_golden.json"), "utf8")) as Record<
   string, { file: string; cases: { prompt_ids_with_bos: number[]; greedy_ids: number[] }[] }>;
 

@@ -24,7 +24,7 @@ export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/n
 for z in "$C"/*.so.xz "$C"/shared/models/vocab/reconstructed/*.xz; do
   [ -f "$z" ] && [ ! -f "${z%.xz}" ] && xz -dc "$z" > "${z%.xz}"
 done
-export VELO_LIB=${VELO_LIB:-$C/libVelo.so} VELO_SHARED=$C/shared NO_COLOR=1
+export VELO_LIB=${VELO_LIB:-$C/libVelo.so} VELO_SHARED=$C/shared VELO_TEST_DATA=$C/shared/models NO_COLOR=1
 VELO_JS=${VELO_JS:-$C/velo.js}
 M=/tmp/models
 mkdir -p $M

@@ -4,7 +4,7 @@
 #                                for .llama (bench/gpu/pack-llamacpp.sh) within the 64 MiB a run takes
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-S=${VELO_SHARED:-$PWD/../shared}
+S=tests/data   # packed as .carry/shared/models, the layout h100.sh reads
 mkdir -p .carry/shared/models/vocab/reconstructed .carry/shared/models/golden .gl
 # the library and the llama3 vocabulary travel xz-compressed (h100.sh unpacks them): with .llama
 # beside them a call's tree stays within its 64 MiB
@@ -19,14 +19,14 @@ $B bench/speculative.ts --outfile .carry/speculative.js >/dev/null
 $B bench/grammar.ts --outfile .carry/grammar.js >/dev/null
 $B bench/gpu/coopmat-check.ts --outfile .carry/coopmat-check.js >/dev/null
 $B bench/gpu/batch-check.ts --outfile .carry/batch-check.js >/dev/null
-cp "$S/models/vocab/ggml-vocab-llama-spm.gguf" .carry/shared/models/vocab/
-cp "$S/models/vocab/ggml-vocab-phi-3.gguf" .carry/shared/models/vocab/   # phi3 shapes (0.7 MiB)
-xz -T2 -6 -c "$S/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf" > .carry/shared/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf.xz
+cp "$S/vocab/ggml-vocab-llama-spm.gguf" .carry/shared/models/vocab/
+cp "$S/vocab/ggml-vocab-phi-3.gguf" .carry/shared/models/vocab/   # phi3 shapes (0.7 MiB)
+xz -T2 -6 -c "$S/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf" > .carry/shared/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf.xz
 rm -f .carry/shared/models/*.gguf .carry/shared/models/golden/*
 if [ "${1:-}" != --lean ]; then
   # tiny-random-llama3-bpe (18 MB) stays out: golden.ts says so and checks the rest
-  cp "$S"/models/stories260K*.gguf "$S/models/llama-2-tiny-random.gguf" .carry/shared/models/
-  cp "$S/models/golden/greedy_golden.json" .carry/shared/models/golden/
+  cp "$S"/stories260K*.gguf "$S/llama-2-tiny-random.gguf" .carry/shared/models/
+  cp "$S/golden/greedy_golden.json" .carry/shared/models/golden/
 fi
 if ! ls .gl/*.deb >/dev/null 2>&1; then
   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'

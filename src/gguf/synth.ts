@@ -21,10 +21,11 @@ import { parseArgs } from "node:util";
 import { arrayLength, readGGUFMetadata } from "./reader";
 import { blockLayout, type GGMLTypeName, type MetaValue, meta, type TensorSpec, writeGGUF } from "./writer";
 
-const sharedDir = process.env.VELO_SHARED ?? resolve(import.meta.dir, "..", "..", "..", "shared");
-const SPM_VOCAB = "models/vocab/ggml-vocab-llama-spm.gguf";
-const LLAMA3_VOCAB = "models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf";
-const PHI3_VOCAB = "models/vocab/ggml-vocab-phi-3.gguf";
+// the vocabularies of tests/data (VELO_TEST_DATA: a copy of that folder elsewhere, as on the GPU machine)
+const dataDir = process.env.VELO_TEST_DATA ?? resolve(import.meta.dir, "..", "..", "tests", "data");
+const SPM_VOCAB = "vocab/ggml-vocab-llama-spm.gguf";
+const LLAMA3_VOCAB = "vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf";
+const PHI3_VOCAB = "vocab/ggml-vocab-phi-3.gguf";
 
 export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3" | "mixtral" | "qwen3moe" | "qwen2moe";
 
@@ -449,7 +450,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   const shape = shapeOf(arch, opts.shape);
   const types = TYPES[opts.type];
   if (!types) throw new Error(`unknown type ${opts.type} (${Object.keys(TYPES).join(", ")})`);
-  const vocabPath = opts.vocab ?? join(sharedDir, shape.vocab);
+  const vocabPath = opts.vocab ?? join(dataDir, shape.vocab);
   const seed = opts.seed ?? 1;
 
   const tokenizer = readGGUFMetadata(vocabPath).kvs.filter((kv) => kv.key.startsWith("tokenizer."));

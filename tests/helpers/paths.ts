@@ -2,12 +2,12 @@ import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 
 export const repoRoot = resolve(import.meta.dir, "..", "..");
-/** The team's shared models and reference data (read-only), beside the checkout. */
-export const sharedDir = process.env.VELO_SHARED ?? resolve(repoRoot, "..", "shared");
-export const modelsDir = join(sharedDir, "models");
+/** The tests' reference data, in the repository (tests/data/README.md says where each file
+ * comes from); VELO_TEST_DATA points at another copy of the same layout. */
+export const dataDir = process.env.VELO_TEST_DATA ?? join(repoRoot, "tests", "data");
 
-export function sharedModel(rel: string): string {
-  const p = join(modelsDir, rel);
-  if (!existsSync(p)) throw new Error(`missing reference file ${p}: the shared folder must sit beside the checkout (or set VELO_SHARED)`);
+export function testData(rel: string): string {
+  const p = join(dataDir, rel);
+  if (!existsSync(p)) throw new Error(`missing test data ${p} (tests/data is part of the repository: is the clone complete?)`);
   return p;
 }

@@ -122,7 +122,7 @@ final class GrammarTests: XCTestCase {
     /// The mask of each state equals, token by token, whether the matcher accepts the token's
     /// bytes, over the whole stories260K vocabulary.
     func testMaskMatchesBruteForce() throws {
-        let file = try ModelFile(path: try sharedModels() + "/stories260K.gguf")
+        let file = try ModelFile(path: try TestData.path("stories260K.gguf"))
         let tok = try file.requireTokenizer()
         let trie = TokenTrie(tokenizer: tok)
         let m = try matcher(#"root ::= "Once" (" " [a-z]+ ("," | "."))* " The end.""#)
@@ -146,13 +146,4 @@ final class GrammarTests: XCTestCase {
         XCTAssertEqual(cached, again.mask(trie))
     }
 
-    private func sharedModels() throws -> String {
-        var shared = ProcessInfo.processInfo.environment["VELO_SHARED"] ?? ""
-        if shared.isEmpty {
-            let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-                .deletingLastPathComponent().deletingLastPathComponent()
-            shared = repo.deletingLastPathComponent().appendingPathComponent("shared").path
-        }
-        return shared + "/models"
-    }
 }

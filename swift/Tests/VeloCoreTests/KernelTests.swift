@@ -380,7 +380,7 @@ final class KernelTests: XCTestCase {
         }
     }
 
-    /// Bytes from ../shared/tools/gguf_write.py (quant_q8_0 / quant_q4_0, which round like
+    /// Bytes from the team's gguf_write.py (quant_q8_0 / quant_q4_0, which round like
     /// ggml's reference) for 128 values from a fixed xorshift32 sequence.
     func testWeightQuantizersMatchGGUFWriteBytes() {
         var s: UInt32 = 2_463_534_242
@@ -398,21 +398,9 @@ final class KernelTests: XCTestCase {
     /// The Q8_0 and Q4_0 copies of stories260K were made from its F32 tensors by the
     /// quantizers of gguf_write.py; quantizing the F32 tensors here must give the same bytes.
     func testStories260KQuantizedTensorsReproduced() throws {
-        // the shared folder: $VELO_SHARED, or ../shared next to the repository
-        var shared = ProcessInfo.processInfo.environment["VELO_SHARED"] ?? ""
-        if shared.isEmpty {
-            // this file is <repo>/swift/Tests/VeloCoreTests/KernelTests.swift
-            var repo = URL(fileURLWithPath: #filePath)
-            for _ in 0..<4 { repo.deleteLastPathComponent() }
-            shared = repo.deletingLastPathComponent().appendingPathComponent("shared").path
-        }
-        let dir = shared + "/models"
-        guard FileManager.default.fileExists(atPath: "\(dir)/stories260K.gguf") else {
-            throw XCTSkip("stories260K models not found in \(dir) (set VELO_SHARED)")
-        }
-        let f32 = try GGUFFile(path: "\(dir)/stories260K.gguf")
+        let f32 = try GGUFFile(path: try TestData.path("stories260K.gguf"))
         for (file, t) in [("stories260K-q8_0.gguf", KType.q8_0), ("stories260K-q4_0.gguf", KType.q4_0)] {
-            let qf = try GGUFFile(path: "\(dir)/\(file)")
+            let qf = try GGUFFile(path: try TestData.path(file))
             var checked = 0
             for info in f32.tensors where info.dims.count == 2 && info.dims[0] % 32 == 0 {
                 guard let qi = qf.tensor(info.name), qi.type.rawValue == UInt32(t) else { continue }

@@ -6,8 +6,6 @@ import XCTest
 /// shrink (context, then batch), refusals with the numbers, and `auto` leaving a GPU that
 /// cannot hold the model for the CPU.
 final class MemoryPlanTests: XCTestCase {
-    static let models = ProcessInfo.processInfo.environment["VELO_SHARED"].flatMap { $0.isEmpty ? nil : $0 + "/models" }
-        ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../../shared/models").standardized.path
 
     /// A GPU with a given amount of free memory that runs nothing (the planner only asks it
     /// about memory and features).
@@ -31,7 +29,7 @@ final class MemoryPlanTests: XCTestCase {
     }
 
     func model() throws -> LanguageModel {
-        try loadLanguageModel(try ModelFile(path: Self.models + "/stories260K.gguf"), contextSize: 2048)
+        try loadLanguageModel(try ModelFile(path: try TestData.path("stories260K.gguf")), contextSize: 2048)
     }
 
     func options(ctx: Int = 0, batch: Int = 1, auto: Bool = false, budget: Int = 0) -> EngineOptions {

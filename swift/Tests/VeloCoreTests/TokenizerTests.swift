@@ -2,7 +2,7 @@ import Foundation
 import VeloCore
 import XCTest
 
-/// Tokenizers against llama.cpp's tokenizer test vectors (../shared/models/vocab), plus
+/// Tokenizers against llama.cpp's tokenizer test vectors (tests/data/vocab), plus
 /// round trips, special tokens, BOS handling and malformed metadata.
 final class TokenizerTests: XCTestCase {
 
@@ -76,7 +76,7 @@ final class TokenizerTests: XCTestCase {
     // MARK: special tokens, BOS/EOS, decoding
 
     func testBOSWithStories260K() throws {
-        let tok = try Tokenizer(gguf: GGUFFile(path: try sharedPath("models/stories260K.gguf")))
+        let tok = try Tokenizer(gguf: GGUFFile(path: try TestData.path("stories260K.gguf")))
         XCTAssertEqual(tok.modelName, "llama")
         XCTAssertTrue(tok.addBOS)
         XCTAssertEqual(tok.bos, 1)
@@ -92,13 +92,13 @@ final class TokenizerTests: XCTestCase {
     /// prompts encode to the recorded ids (with BOS), and the continuation ids render as the
     /// recorded text.
     func testGoldenPrompts() throws {
-        let data = try readFile(try sharedPath("models/golden/greedy_golden.json"))
+        let data = try readFile(try TestData.path("golden/greedy_golden.json"))
         let root = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(data)) as? [String: Any])
         var checked = 0
         for (model, entry) in root.sorted(by: { $0.key < $1.key }) {
             guard let entry = entry as? [String: Any], let file = entry["file"] as? String,
                   let cases = entry["cases"] as? [[String: Any]] else { continue }
-            let tok = try Tokenizer(gguf: GGUFFile(path: try sharedPath("models/" + file)))
+            let tok = try Tokenizer(gguf: GGUFFile(path: try TestData.path(file)))
             for c in cases {
                 let prompt = try XCTUnwrap(c["prompt"] as? String)
                 let ids = try XCTUnwrap(c["prompt_ids_with_bos"] as? [Int]).map(Int32.init)
@@ -303,14 +303,14 @@ final class TokenizerTests: XCTestCase {
 
     private func tokenizer(_ vocab: String) throws -> Tokenizer {
         if let tok = Self.loaded[vocab] { return tok }
-        let tok = try Tokenizer(gguf: GGUFFile(path: try sharedPath("models/vocab/" + vocab)))
+        let tok = try Tokenizer(gguf: GGUFFile(path: try TestData.path("vocab/" + vocab)))
         Self.loaded[vocab] = tok
         return tok
     }
 
     /// The test strings of `X.gguf.inp`: each followed by "\n__ggml_vocab_test__\n".
     private func vectorStrings(_ vocab: String) throws -> [String] {
-        let bytes = try readFile(try sharedPath("models/vocab/\(vocab).inp"))
+        let bytes = try readFile(try TestData.path("vocab/\(vocab).inp"))
         let separator = Array("\n__ggml_vocab_test__\n".utf8)
         var strings: [String] = []
         var start = 0
@@ -330,7 +330,7 @@ final class TokenizerTests: XCTestCase {
 
     /// The expected ids of `X.gguf.out`: one line per string.
     private func expectedIDs(_ vocab: String) throws -> [[Int32]] {
-        let bytes = try readFile(try sharedPath("models/vocab/\(vocab).out"))
+        let bytes = try readFile(try TestData.path("vocab/\(vocab).out"))
         var lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
         if lines.last?.isEmpty == true { lines.removeLast() }
         return lines.map { line in
@@ -338,24 +338,6 @@ final class TokenizerTests: XCTestCase {
         }
     }
 
-    /// `<repo>/../shared/<relative>` (or `$VELO_SHARED/<relative>`); a missing folder fails the test.
-    private func sharedPath(_ relative: String) throws -> String {
-        let shared: String
-        if let env = ProcessInfo.processInfo.environment["VELO_SHARED"], !env.isEmpty {
-            shared = env
-        } else {
-            // This file is <repo>/swift/Tests/VeloCoreTests/TokenizerTests.swift.
-            let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-                .deletingLastPathComponent().deletingLastPathComponent()
-            shared = repo.deletingLastPathComponent().appendingPathComponent("shared").path
-        }
-        let path = shared + "/" + relative
-        guard FileManager.default.fileExists(atPath: path) else {
-            XCTFail("tokenizer test data missing: \(path) (set VELO_SHARED to the shared folder)")
-            throw VeloError(.io, "missing \(path)")
-        }
-        return path
-    }
 
     private func readFile(_ path: String) throws -> [UInt8] {
         guard let data = FileManager.default.contents(atPath: path) else { throw VeloError(.io, "cannot read \(path)") }

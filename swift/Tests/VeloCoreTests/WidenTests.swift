@@ -40,7 +40,7 @@ final class WidenTests: XCTestCase {
     }
 
     func testPassRunsAgainAfterEachWidening() throws {
-        let model = try loadLanguageModel(try ModelFile(path: MemoryPlanTests.models + "/stories260K.gguf"), contextSize: 2048)
+        let model = try loadLanguageModel(try ModelFile(path: try TestData.path("stories260K.gguf")), contextSize: 2048)
         var batch = ForwardBatch()
         batch.tokens = [1, 2, 3]
         batch.positions = [0, 1, 2]
