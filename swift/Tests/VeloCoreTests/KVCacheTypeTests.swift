@@ -455,8 +455,6 @@ final class KVCacheTypeTests: XCTestCase {
 /// same greedy tokens as one buffer and as the CPU, with a draft model packed into the same
 /// pages, and prefix files whose pages read and write across the buffers.
 final class KVPoolBuffersTests: XCTestCase {
-    static let models = ProcessInfo.processInfo.environment["VELO_SHARED"].flatMap { $0.isEmpty ? nil : $0 + "/models" }
-        ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../../shared/models").standardized.path
 
     func greedy(_ engine: Engine, _ prompt: [Int32], _ n: Int) throws -> [Int32] {
         var req = GenerationRequest(prompt: prompt)
@@ -479,13 +477,10 @@ final class KVPoolBuffersTests: XCTestCase {
         }
     }
 
-    #if canImport(Metal)
-    static let gpu = BackendChoice.metal
-    #else
-    static let gpu = BackendChoice.vulkan
-    #endif
+    static let gpu = TestGPU.backend
 
     func engine(_ backend: BackendChoice, bufferBytes: Int?, draft: Bool = false, types: (KVCacheType, KVCacheType) = (.f16, .f16)) throws -> Engine {
+        if backend != .cpu { try TestGPU.require() }
         if let bufferBytes { setenv("VELO_GPU_KV_BUFFER_BYTES", String(bufferBytes), 1) } else { unsetenv("VELO_GPU_KV_BUFFER_BYTES") }
         defer { unsetenv("VELO_GPU_KV_BUFFER_BYTES") }
         var o = EngineOptions()
@@ -498,8 +493,8 @@ final class KVPoolBuffersTests: XCTestCase {
             o.speculation.adaptive = false
             o.speculation.maxDraft = 4
         }
-        let file = try ModelFile(path: Self.models + "/stories260K.gguf")
-        return try Engine(file: file, options: o, draft: draft ? try ModelFile(path: Self.models + "/stories260K-q8_0.gguf") : nil)
+        let file = try ModelFile(path: try TestData.path("stories260K.gguf"))
+        return try Engine(file: file, options: o, draft: draft ? try ModelFile(path: try TestData.path("stories260K-q8_0.gguf")) : nil)
     }
 
     func kvBuffers(_ e: Engine) -> Int { e.statsJSON["kv_buffers"]?.intValue ?? -1 }
