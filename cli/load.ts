@@ -3,8 +3,7 @@ import { totalmem } from "node:os";
 import { basename } from "node:path";
 import { Engine, type EngineOptions } from "../src/engine/engine";
 import { Model } from "../src/engine/model";
-import type { EngineFlags } from "./options";
-import { requireModelPath } from "./options";
+import { type EngineFlags, engineOptions, requireModelPath } from "./options";
 import { chalkStderr } from "chalk";
 import { formatBytes, ProgressBar } from "./progress";
 import { CliError, spinner } from "./ui";
@@ -110,26 +109,11 @@ export async function loadEngine(path: string | undefined, flags: EngineFlags, e
     model = Model.open(file);
     if (flags.spec === "draft" && !flags.draft) throw new CliError("--spec draft needs --draft MODEL", 2);
     if (draftFile) draft = Model.open(draftFile);
-    const engine = Engine.create(
-      model,
-      {
-        threads: flags.threads,
-        backend: flags.backend,
-        device: flags.device,
-        // absent: the model's trained context, shortened to what fits the device
-        ctxSize: flags.ctxSize,
-        prefixCache: flags.prefixCache,
-        pageSize: flags.pageSize,
-        memoryBudgetMb: flags.memoryBudget,
-        cacheTypeK: flags.cacheTypeK,
-        cacheTypeV: flags.cacheTypeV,
-        speculation: flags.spec ?? (flags.draft ? "draft" : "off"),
-        draftMax: flags.draftMax,
-        draftAdaptive: flags.specAdapt,
-        ...extra,
-      },
-      draft,
-    );
+    if (flags.checkTensors) {
+      model.checkTensors();
+      draft?.checkTensors();
+    }
+    const engine = Engine.create(model, { ...engineOptions(flags), ...extra }, draft);
     const loadMs = performance.now() - t0;
     const backend = (engine.stats() as { backend?: string }).backend ?? "cpu";
     const phases = tRead - t0 > 50 ? ` (reading ${((tRead - t0) / 1000).toFixed(2)} s, engine on ${backend} ${((loadMs - (tRead - t0)) / 1000).toFixed(2)} s)` : ` on ${backend}`;

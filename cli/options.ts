@@ -4,7 +4,7 @@ import { type Command, Option } from "commander";
 import { existsSync, readFileSync } from "node:fs";
 import { jsonSchemaToGrammar, SchemaError } from "../src/grammar/json-schema";
 import { looksLikeModel, resolveModel } from "./models";
-import { type KVCacheType, kvCacheTypes } from "../src/engine/engine";
+import { type EngineOptions, type KVCacheType, kvCacheTypes } from "../src/engine/engine";
 import { CliError } from "./ui";
 
 export function envName(flag: string): string {
@@ -86,7 +86,8 @@ export function addEngineOptions(cmd: Command): Command {
     .addOption(opt("-t, --threads <n>", "CPU threads (default: all cores)").argParser(parseIntArg("--threads", 1, 1024)))
     .addOption(opt("-c, --ctx-size <n>", "context size per sequence (default: the model's trained context, shortened to what fits the device)").argParser(parseIntArg("--ctx-size", 2, 1 << 20)))
     .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"))
-    .addOption(opt("--page-size <n>", "tokens per KV cache page (default: 16)").argParser(parseIntArg("--page-size", 1, 4096)));
+    .addOption(opt("--page-size <n>", "tokens per KV cache page (default: 16)").argParser(parseIntArg("--page-size", 1, 4096)))
+    .addOption(opt("--check-tensors", "check every tensor's values for NaN and infinity at load (one read of the file), as llama.cpp's --check-tensors"));
   addCacheTypeOptions(cmd);
   addMemoryBudgetOption(cmd);
   return addBackendOptions(cmd);
@@ -142,6 +143,29 @@ export interface EngineFlags extends SpeculationFlags, CacheTypeFlags {
   ctxSize?: number;
   prefixCache?: boolean;
   pageSize?: number;
+  checkTensors?: boolean;
+}
+
+/**
+ * The engine options the shared engine flags set, for every command that starts an engine
+ * (cli/load.ts, serve): one place, so that no command accepts a flag and drops it.
+ */
+export function engineOptions(f: EngineFlags): EngineOptions {
+  return {
+    threads: f.threads,
+    backend: f.backend,
+    device: f.device,
+    // absent: the model's trained context, shortened to what fits the device
+    ctxSize: f.ctxSize,
+    prefixCache: f.prefixCache,
+    pageSize: f.pageSize,
+    memoryBudgetMb: f.memoryBudget,
+    cacheTypeK: f.cacheTypeK,
+    cacheTypeV: f.cacheTypeV,
+    speculation: f.spec ?? (f.draft ? "draft" : "off"),
+    draftMax: f.draftMax,
+    draftAdaptive: f.specAdapt,
+  };
 }
 
 /** Sampling flags, named as llama.cpp names them. */

@@ -3,7 +3,7 @@ import { Command } from "commander";
 import { existsSync, readFileSync } from "node:fs";
 import { VeloServer } from "../../src/server/server";
 import { preread, reportPlan } from "../load";
-import { addCommandHelpEnv, addEngineOptions, addModelOption, chosenModel, addSpeculationOptions, type EngineFlags, opt, parseIntArg, requireModelPath } from "../options";
+import { addCommandHelpEnv, addEngineOptions, addModelOption, chosenModel, addSpeculationOptions, type EngineFlags, engineOptions, opt, parseIntArg, requireModelPath } from "../options";
 import { action, CliError, spinner } from "../ui";
 
 interface ServeFlags extends EngineFlags {
@@ -59,11 +59,8 @@ export function serveCommand(): Command {
         chatTemplate, maxBodyBytes: f.maxBody << 20, requestTimeoutS: f.requestTimeout, idleTimeoutS: f.idleTimeout, corsOrigins: f.cors,
         modelPath, draftPath, modelId: f.alias, host: f.host, prefixCacheFile: f.prefixCacheFile, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
         // the context: the model's trained one unless given, and the batch unless given, shortened to fit the device
-        engine: { threads: f.threads, maxBatchSize: f.maxBatchSize, batchAuto: cmd.getOptionValueSource("maxBatchSize") === "default",
-          ctxSize: f.ctxSize, kvMemoryMb: f.kvMemory, prefixCache: f.prefixCache,
-          cacheTypeK: f.cacheTypeK, cacheTypeV: f.cacheTypeV, memoryBudgetMb: f.memoryBudget,
-          speculation: f.spec ?? (f.draft ? "draft" : "off"), draftMax: f.draftMax, draftAdaptive: f.specAdapt,
-          backend: f.backend, device: f.device },
+        checkTensors: f.checkTensors,
+        engine: { ...engineOptions(f), maxBatchSize: f.maxBatchSize, batchAuto: cmd.getOptionValueSource("maxBatchSize") === "default", kvMemoryMb: f.kvMemory },
       });
       let http;
       try {

@@ -101,6 +101,11 @@ export class Model {
     check(lib().velo_model_close(h));
   }
 
+  /** Throws when a tensor holds a NaN or an infinity (--check-tensors; one read of the file). */
+  checkTensors(): void {
+    check(lib().velo_model_check_tensors(this.handle));
+  }
+
   info(): ModelInfo {
     this.#info ??= JSON.parse(
       decoder.decode(fillBuffer((n) => new Uint8Array(n), 64 * 1024, (b, cap, len) => lib().velo_model_info(this.handle, b, cap, len))),

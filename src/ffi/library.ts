@@ -13,6 +13,7 @@ const symbols = {
   velo_model_open: { args: [cstring, ptr], returns: i32 },
   velo_model_close: { args: [ptr], returns: i32 },
   velo_model_info: { args: [ptr, ptr, i64, ptr], returns: i32 },
+  velo_model_check_tensors: { args: [ptr], returns: i32 },
   velo_tokenize: { args: [ptr, ptr, i64, u32, ptr, i64, ptr], returns: i32 },
   velo_detokenize: { args: [ptr, ptr, i64, u32, ptr, i64, ptr], returns: i32 },
   velo_token_piece: { args: [ptr, i32, ptr, i64, ptr], returns: i32 },

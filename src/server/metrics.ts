@@ -46,6 +46,7 @@ export class Metrics {
     counter("velo_cached_prompt_tokens_total", "prompt tokens served from kept KV", this.cachedTokens);
     gauge("velo_queue_depth", "requests accepted but not yet running", engine.waiting ?? 0);
     gauge("velo_running_sequences", "sequences in the batch", engine.running ?? 0);
+    gauge("velo_kv_page_size", "tokens per KV page", engine.page_size ?? 0);
     gauge("velo_kv_pages_used", "KV pages in use", engine.kv_pages_used ?? 0);
     gauge("velo_kv_pages_free", "KV pages free", engine.kv_pages_free ?? 0);
     counter("velo_preemptions_total", "sequences preempted for lack of KV pages", engine.preemptions ?? 0);

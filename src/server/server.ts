@@ -48,6 +48,8 @@ export interface ServerOptions {
   idleTimeoutS?: number;
   /** Browser origins allowed by CORS ("*" for any); none (the default): no CORS headers, no preflight. */
   corsOrigins?: string[];
+  /** Check every tensor's values for NaN and infinity before the engine starts (--check-tensors). */
+  checkTensors?: boolean;
 }
 
 export const LIMIT_DEFAULTS = { maxBodyBytes: 8 << 20, requestTimeoutS: 600, idleTimeoutS: 60 } as const;
@@ -147,11 +149,13 @@ export class VeloServer {
   load(): void {
     try {
       this.model = Model.open(this.options.modelPath);
+      if (this.options.checkTensors) this.model.checkTensors();
       const info = this.model.info();
       const piece = (id: number | null | undefined) => (id == null ? "" : new TextDecoder().decode(this.model.pieceBytes(id)));
       const ctx = { bosToken: piece(info.tokenizer?.bos), eosToken: piece(info.tokenizer?.eos) };
       this.template = this.options.chatTemplate !== undefined ? new ChatTemplate(this.options.chatTemplate, ctx) : ChatTemplate.forModel(info.metadata, ctx);
       if (this.options.draftPath) this.draft = Model.open(this.options.draftPath);
+      if (this.options.checkTensors) this.draft?.checkTensors();
       this.engine = Engine.create(this.model, { ...this.options.engine }, this.draft);
       const file = this.options.prefixCacheFile;
       if (file && existsSync(file)) this.prefixTokensLoaded = this.engine.loadPrefix(file);

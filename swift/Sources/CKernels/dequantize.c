@@ -210,6 +210,8 @@ static const dq_fn dq_table[CK_NTYPES] = {
     [CK_TYPE_IQ4_NL] = dq_iq4_nl, [CK_TYPE_IQ4_XS] = dq_iq4_xs,
 };
 
-void ck_dequantize_row(int type, const void *x, float *y, int64_t n) {
-    if (type >= 0 && type < CK_NTYPES && dq_table[type]) dq_table[type](x, y, n);
+int ck_dequantize_row(int type, const void *x, float *y, int64_t n) {
+    if (type < 0 || type >= CK_NTYPES || !dq_table[type]) return 0;
+    dq_table[type](x, y, n);
+    return 1;
 }

@@ -483,6 +483,16 @@ int64_t ck_argmax_f32(const float *x, int64_t n) {
     return 0;
 }
 
+/* Whether no value is a NaN or an infinity (exponent bits all set): a logit row is checked with
+ * it before anything chooses from it, since NaN logits from damaged weights would otherwise make
+ * every comparison false. Integer tests, so the loop vectorizes: microseconds for 128K values. */
+int ck_all_finite_f32(const float *x, int64_t n) {
+    const uint32_t *u = (const uint32_t *)x;
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
+    return bad == 0;
+}
+
 /* The k largest values, optionally among `allowed` (bit i of allowed[i / 64]; NULL: all), sorted
  * descending, ties to the lower index; returns how many were found (fewer than k when fewer are
  * allowed). A min-heap of the best so far; each block of 64 is first tested against the heap's

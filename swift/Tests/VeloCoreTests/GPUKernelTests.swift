@@ -889,9 +889,10 @@ final class GPUKernelTests: XCTestCase {
 
     /// argmax_rows against the host's choice (ck_argmax_f32) on rows built to catch each rule:
     /// the largest value wins wherever it is (first and last index, past the threads' first
-    /// stride), ties go to the first index, NaNs are never picked, a row of -inf gives its first
-    /// -inf, a row of NaNs 0; rows a stride apart (the padding holds a larger value that must
-    /// not be read), a vocabulary like Llama 3's and one smaller than a workgroup.
+    /// stride), ties go to the first index; a row with a NaN or an infinity anywhere gives -1
+    /// (where the host's ck_all_finite_f32 says false); rows a stride apart (the padding holds a
+    /// larger value that must not be read), a vocabulary like Llama 3's and one smaller than a
+    /// workgroup.
     func testArgmaxRows() throws {
         for (n, stride) in [(128_256, 128_256), (1000, 1100), (37, 40)] {
             var rows: [[Float]] = []
@@ -905,10 +906,13 @@ final class GPUKernelTests: XCTestCase {
             row { $0 = [Float](repeating: .nan, count: n) } // nothing: 0
             row { $0 = [Float](repeating: 3, count: n) } // all equal: 0
             row { $0 = [Float](repeating: -1, count: n); $0[n - 1] = .infinity; $0[n / 2] = .infinity }
+            row { $0[n - 1] = -.infinity } // one -inf, at the end: not finite
             var x = [Float](repeating: 1000, count: rows.count * stride)
             for (r, v) in rows.enumerated() { for j in 0..<n { x[r * stride + j] = v[j] } }
-            let want = rows.map { r in r.withUnsafeBufferPointer { Int32(ck_argmax_f32($0.baseAddress!, Int64(n))) } }
-            XCTAssertEqual(Array(want[1...8]), [0, Int32(n - 1), Int32(n / 3), Int32(n - 2), 1, 0, 0, Int32(n / 2)], "the reference's rules, n=\(n)")
+            let want = rows.map { r in
+                r.withUnsafeBufferPointer { ck_all_finite_f32($0.baseAddress!, Int64(n)) != 0 ? Int32(ck_argmax_f32($0.baseAddress!, Int64(n))) : -1 }
+            }
+            XCTAssertEqual(Array(want[1...9]), [0, Int32(n - 1), Int32(n / 3), -1, -1, -1, 0, -1, -1], "the reference's rules, n=\(n)")
             let out = try upload([Int32](repeating: -7, count: rows.count))
             try run(GPUKernels.argmaxRows, [try upload(x), out], [UInt32(n), UInt32(stride)], (rows.count, 1, 1))
             let got = try readBytes(out, rows.count * 4).withUnsafeBytes { Array($0.bindMemory(to: Int32.self)) }

@@ -81,7 +81,7 @@ int64_t ck_block_size(int type);
  * max-abs/min-max fit. */
 void ck_quantize_row(int type, const float *x, void *y, int64_t n);
 /* type -> F32, every supported type (including Q8_1 and Q8_K). */
-void ck_dequantize_row(int type, const void *x, float *y, int64_t n);
+int ck_dequantize_row(int type, const void *x, float *y, int64_t n); /* 0: no dequantizer for the type */
 
 /* One weight row times one activation row in ck_vec_dot_type(wtype) format. */
 float ck_vec_dot(int wtype, int64_t n, const void *w, const void *a);
@@ -104,6 +104,7 @@ void ck_geglu(const float *gate, const float *up, float *y, int64_t n);         
 void ck_softmax(float *x, int64_t n);                                            /* in place */
 void ck_add_f32(const float *a, const float *b, float *y, int64_t n);
 int64_t ck_argmax_f32(const float *x, int64_t n); /* first index of the largest value */
+int ck_all_finite_f32(const float *x, int64_t n); /* 1 when no value is a NaN or an infinity */
 /* the k largest values among allowed (bits; NULL: all), descending, ties to the lower index: how many */
 int64_t ck_top_k_f32(const float *x, int64_t n, const uint64_t *allowed, int64_t k, int32_t *ids, float *vals);
 void ck_f16_to_f32(const uint16_t *x, float *y, int64_t n);

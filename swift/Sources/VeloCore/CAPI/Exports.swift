@@ -57,6 +57,15 @@ public func velo_model_info(_ h: UnsafeMutableRawPointer?, _ out: UnsafeMutableP
     }
 }
 
+/// Checks every tensor's values for NaN and infinity (ModelFile.checkTensors): code 3 names the
+/// first damaged tensor. Reads the whole file once.
+@_cdecl("velo_model_check_tensors")
+public func velo_model_check_tensors(_ h: UnsafeMutableRawPointer?) -> Int32 {
+    CABI.call {
+        try CABI.lookup(h, as: ModelFile.self).checkTensors()
+    }
+}
+
 // MARK: tokenizer
 
 public let VELO_TOKENIZE_ADD_SPECIAL: UInt32 = 1

@@ -201,6 +201,11 @@ public struct Sampler: Sendable {
         Int32(ck_argmax_f32(logits, Int64(n)))
     }
 
+    /// Whether a row holds no NaN and no infinity (CKernels: vectorised).
+    public static func allFinite(_ logits: UnsafePointer<Float>, _ n: Int) -> Bool {
+        ck_all_finite_f32(logits, Int64(n)) != 0
+    }
+
     /// The k largest logits, sorted descending (ties: lower id first, for determinism), among
     /// the `allowed` bits when given.
     static func topCandidates(_ logits: UnsafePointer<Float>, vocab: Int, k: Int, allowed: UnsafePointer<UInt64>? = nil) -> [(id: Int32, logit: Float)] {

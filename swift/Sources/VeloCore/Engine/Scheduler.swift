@@ -261,6 +261,10 @@ final class Scheduler {
                 s.promptDoneAt = now
                 index(s) // concurrent requests with the same prompt can share it from now on
             }
+            guard finiteLogits(o, argmaxOnly: argmaxOnly, argmaxes: argmaxes) else {
+                finishWithText(s, .error, message: Scheduler.nonFiniteLogits)
+                continue
+            }
             if argmaxOnly {
                 // what the sampler would pick: prepare() changes nothing, choose() is the argmax
                 accept(argmaxes?[o.first] ?? Sampler.argmax(self.logits! + o.first * vocab, vocab), for: s, now: now, topLogits: [])
@@ -318,6 +322,19 @@ final class Scheduler {
         specCosts.pauseLength = min(max(specCosts.pauseLength * 2, 8), 1024)
         for o in speculated where o.seq.spec.pausedSteps == 0 { o.seq.spec.pausedSteps = specCosts.pauseLength }
         specCosts.specPerToken = 0 // judge the next attempt on its own
+    }
+
+    static let nonFiniteLogits = "the model computed logits that are not numbers (NaN or infinity): its weights are "
+        + "probably damaged (a corrupted download or a broken fine-tune); --check-tensors checks every tensor's values at load"
+
+    /// Whether an output's logit rows hold only finite numbers. NaN or infinite logits (damaged
+    /// weights, an overflow) would make every comparison of the choice false; the request ends
+    /// with an error instead, and the engine goes on. A row the device chose from is checked by
+    /// argmax_rows itself (-1 for a row with a NaN or an infinity).
+    private func finiteLogits(_ o: Output, argmaxOnly: Bool, argmaxes: UnsafePointer<Int32>?) -> Bool {
+        if argmaxOnly, let a = argmaxes { return a[o.first] >= 0 }
+        let vocab = model.config.vocabSize
+        return (0...o.proposals.count).allSatisfy { Sampler.allFinite(logits! + (o.first + $0) * vocab, vocab) }
     }
 
     /// Whether an output's token is its row's argmax and nothing else of the row is read: no
@@ -440,6 +457,8 @@ final class Scheduler {
     }
 
     private func guessNext(_ a: inout Drafting, logits: UnsafeMutablePointer<Float>, vocab: Int) {
+        // a draft whose logits are not numbers guesses no further (the target decides anyway)
+        guard Sampler.allFinite(logits, vocab) else { a.k = a.proposals.count; return }
         let q = a.s.sampler.probabilities(logits, vocab: vocab, history: (a.s.tokens + a.proposals)[...])
         a.proposals.append(a.s.sampler.draw(q))
         a.q.append(q)
