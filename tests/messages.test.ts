@@ -119,6 +119,14 @@ describe("text", () => {
     const counted = await client.messages.countTokens({ model: MODEL, system, messages });
     expect(counted.input_tokens).toBe(total(long.usage));
   }, 60_000);
+
+  test("count_tokens counts a prompt longer than the context (clients trim by it); generating from it is a 400", async () => {
+    const messages: Anthropic.MessageParam[] = [{ role: "user", content: "Once upon a time ".repeat(1500) }];
+    const counted = await client.messages.countTokens({ model: MODEL, messages });
+    expect(counted.input_tokens).toBeGreaterThan(4096);
+    const err = await create({ model: MODEL, max_tokens: 1, messages }).catch((e) => e);
+    expect(err).toBeInstanceOf(Anthropic.BadRequestError);
+  }, 60_000);
 });
 
 describe("tools", () => {

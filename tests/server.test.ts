@@ -35,6 +35,17 @@ describe("OpenAI API with the official client", () => {
     expect(models.data.map((m) => m.id)).toEqual([MODEL]);
   });
 
+  test("the routes llama-server also serves without /v1: the same answers", async () => {
+    const bare = new OpenAI({ baseURL: server.url, apiKey: "unused", maxRetries: 0 });
+    expect((await bare.models.list()).data.map((m) => m.id)).toEqual([MODEL]);
+    const r = await bare.completions.create({ model: MODEL, prompt: story.prompt, max_tokens: 48, temperature: 0 });
+    expect(r.choices[0]!.text).toBe(story.greedy_text);
+    const chat = { model: MODEL, messages: [{ role: "user" as const, content: "Hi" }], max_tokens: 8, temperature: 0 };
+    expect((await bare.chat.completions.create(chat)).choices[0]!.message.content).toBe((await openai.chat.completions.create(chat)).choices[0]!.message.content);
+    const e = await bare.embeddings.create({ model: MODEL, input: "Once upon a time" });
+    expect(e.data[0]!.embedding).toEqual((await openai.embeddings.create({ model: MODEL, input: "Once upon a time" })).data[0]!.embedding);
+  });
+
   test("text completion matches the golden greedy output", async () => {
     const r = await openai.completions.create({ model: MODEL, prompt: story.prompt, max_tokens: 48, temperature: 0 });
     expect(r.choices[0]!.text).toBe(story.greedy_text);

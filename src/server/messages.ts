@@ -240,7 +240,7 @@ function messageUsage(f: Finish) {
 
 export async function countMessageTokens(server: VeloServer, req: Request): Promise<Response> {
   const body = await parseBody(req, countTokensRequest, "messages.count_tokens");
-  const plan = server.planChat(chatRequest(body), { format: "output_config.format", maxTokens: "max_tokens" });
+  const plan = server.planChat(chatRequest(body), { format: "output_config.format", maxTokens: "max_tokens", countOnly: true });
   return Response.json({ input_tokens: plan.tokens.length });
 }
 

@@ -86,6 +86,10 @@ const routes: Route[] = [
   { method: "POST", path: "/detokenize", handler: (r, s) => s.detokenize(r) },
   { method: "POST", path: "/prefix-cache/save", handler: (r, s) => s.savePrefix(r) },
 ];
+// llama-server also serves these without the /v1 prefix (clients whose base URL lacks it)
+for (const path of ["/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings"]) {
+  routes.push({ ...routes.find((r) => r.path === path)!, path: path.slice("/v1".length) });
+}
 
 const SAMPLING_DEFAULTS: Partial<GenerateRequest> = { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05 };
 
@@ -325,9 +329,10 @@ export class VeloServer {
    * What to run for a chat request (also what /v1/responses and /v1/messages become):
    * the prompt through the template with the tools, the grammar of a forced call or format.
    * `names` are the request's own names of the format and token-limit fields, for errors
-   * (/v1/responses says text.format and max_output_tokens).
+   * (/v1/responses says text.format and max_output_tokens). `countOnly`: the prompt may be
+   * longer than the context (/v1/messages/count_tokens: a count is how clients learn to trim).
    */
-  planChat(body: ChatRequest, names: { format?: string; maxTokens?: string } = {}): Plan {
+  planChat(body: ChatRequest, names: { format?: string; maxTokens?: string; countOnly?: boolean } = {}): Plan {
     const formatParam = names.format ?? "response_format";
     this.checkCommon(body);
     if (body.top_logprobs != null && body.logprobs !== true) throw badRequest("top_logprobs needs logprobs: true", "top_logprobs");
@@ -371,7 +376,7 @@ export class VeloServer {
         throw badRequest((e as Error).message, "messages");
       }
     };
-    const tokens = this.chatTokens(render, messages, "messages");
+    const tokens = this.chatTokens(render, messages, "messages", !names.countOnly);
 
     const format = this.formatConstraint(body, formatParam);
     let grammar: string | undefined;
@@ -479,7 +484,7 @@ export class VeloServer {
    * Tokens of a rendered chat prompt: the template's markup may become control tokens, the
    * messages' own text never does (src/chat/prompt.ts).
    */
-  chatTokens<M extends ChatMessage>(render: (messages: M[]) => string, messages: M[], param: string): number[] {
+  chatTokens<M extends ChatMessage>(render: (messages: M[]) => string, messages: M[], param: string, checkLength = true): number[] {
     let tokens: number[];
     try {
       tokens = tokenizeChat(this.model, render, messages, this.model.info().tokenizer?.bos);
@@ -487,7 +492,7 @@ export class VeloServer {
       if (e instanceof InjectionError) throw badRequest(e.message, param, "control_token_in_message");
       throw e;
     }
-    this.checkLength(tokens.length, param);
+    if (checkLength) this.checkLength(tokens.length, param);
     return tokens;
   }
 
