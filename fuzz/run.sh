@@ -89,10 +89,15 @@ regress() {
   done
 }
 
+# whole files with 8-byte fields overwritten, through velo generate and velo serve (mutate.ts)
+mutate() {
+  "${TC[@]}" "$REPO/node_modules/bun/bin/bun.exe" "$HERE/mutate.ts" --count "$1" --seed "${FUZZ_SEED:-$(date +%j)}" || { echo "fuzz: mutate FAILED (the mutant is in $OUT/mutants/)"; exit 1; }
+}
+
 case "${1:-short}" in
   build) build ;;
-  short) build; seeds; regress; run "${FUZZ_SECONDS:-5}" 0 ;;
-  long) build; seeds; regress; run "${2:-1800}" 1 ;;
+  short) build; seeds; regress; run "${FUZZ_SECONDS:-5}" 0; mutate "${FUZZ_MUTANTS:-20}" ;;
+  long) build; seeds; regress; run "${2:-1800}" 1; mutate "${FUZZ_MUTANTS:-1000}" ;;
   regress) build; regress ;;
   *) echo "usage: fuzz/run.sh build|short|long [SECONDS]|regress" >&2; exit 2 ;;
 esac
