@@ -1,4 +1,5 @@
 import type { Pointer } from "bun:ffi";
+import { appendFileSync } from "node:fs";
 import { cstr, lib } from "../ffi/library";
 import { check, ErrorCode, VeloError } from "./errors";
 import type { Model } from "./model";
@@ -259,6 +260,9 @@ export class Engine {
   /** `draft`: the draft model of speculative decoding (same vocabulary as `model`). */
   static create(model: Model, opts: EngineOptions = {}, draft?: Model): Engine {
     const json = JSON.stringify(engineOptionsJSON(opts));
+    // what crosses the C ABI, one line per engine, for tests/engine-flags.test.ts
+    const log = process.env.VELO_ENGINE_OPTIONS_LOG;
+    if (log) appendFileSync(log, json + "\n");
     const out = new BigUint64Array(1);
     check(lib().velo_engine_create(model.handle, draft ? draft.handle : null, cstr(json), out));
     return new Engine(Number(out[0]) as Pointer, model);
