@@ -63,6 +63,8 @@ test-swift: shaders
 test-bun:
 	bench/setup-llamacpp.sh
 	$(IN_ROOT) $(BUN) node_modules/typescript/bin/tsc -p .
+	@# no import circle in src/ or cli/ (dpdm; -T: type-only imports, which vanish at run time, left out)
+	$(IN_ROOT) $(BUN) node_modules/dpdm/lib/bin/dpdm.js --no-warning --no-tree -T --exit-code circular:1 "src/**/*.ts" "cli/**/*.ts"
 	$(IN_ROOT) $(BUN) test --timeout 120000
 
 # libFuzzer on the C ABI (fuzz/run.sh): a few seconds of each harness and every saved crash

@@ -6,7 +6,8 @@
 import { ErrorCode, VeloError } from "../engine/errors";
 import { ApiError, badRequest } from "./errors";
 import { embeddingsRequest } from "./schemas";
-import { deadlineError, LIMIT_DEFAULTS, parseBody, type VeloServer } from "./server";
+import { deadlineError, LIMIT_DEFAULTS, parseBody } from "./request";
+import type { VeloServer } from "./server";
 
 export async function createEmbeddings(s: VeloServer, req: Request): Promise<Response> {
   const body = await parseBody(req, embeddingsRequest, "embeddings");

@@ -10,7 +10,8 @@ import type { ChoiceDelta } from "./choices";
 import type { Finish } from "../engine/engine";
 import { ApiError, anthropicType, badRequest } from "./errors";
 import { type ChatRequest, jsonObject, name64 } from "./schemas";
-import { deadlineError, parseBody, type VeloServer } from "./server";
+import { deadlineError, parseBody } from "./request";
+import type { VeloServer } from "./server";
 
 const block = z.object({ type: z.string() }).loose();
 const content = z.union([z.string(), z.array(block)]);

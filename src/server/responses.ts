@@ -11,7 +11,8 @@ import type { ChoiceDelta, ChoiceState, FanIn } from "./choices";
 import type { Finish, Generation } from "../engine/engine";
 import { ApiError, badRequest, notFound } from "./errors";
 import { type ChatRequest, jsonObject, name64 } from "./schemas";
-import { deadlineError, parseBody, type VeloServer } from "./server";
+import { deadlineError, parseBody } from "./request";
+import type { VeloServer } from "./server";
 
 // ---- the request ----
 
