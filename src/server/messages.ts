@@ -11,6 +11,7 @@ import type { Finish } from "../engine/engine";
 import { ApiError, anthropicType, badRequest } from "./errors";
 import { type ChatRequest, jsonObject, name64 } from "./schemas";
 import { deadlineError, parseBody } from "./request";
+import { type SseWriter, sseResponse } from "./sse";
 import type { VeloServer } from "./server";
 
 const block = z.object({ type: z.string() }).loose();
@@ -286,51 +287,31 @@ export async function createMessage(server: VeloServer, req: Request): Promise<R
     return Response.json(message(state.finish));
   }
 
-  const enc = new TextEncoder();
-  const cancelAll = () => {
-    for (const g of gens) g.cancel();
-  };
-  const stream = new ReadableStream<Uint8Array>({
-    start: async (controller) => {
-      const send = (e: Event) => controller.enqueue(enc.encode(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`));
-      const keepAlive = setInterval(() => send({ type: "ping" }), 5000);
-      try {
-        send({ type: "message_start", message: message(null) });
-        send({ type: "ping" });
-        let last = 0;
-        for await (const e of fan) {
-          clearInterval(keepAlive);
-          if ("chunk" in e) {
-            last = server.observeTokens(e.chunk.tokens.length, last);
-            tokens.push(...e.chunk.tokens);
-            for (const ev of builder.push(state.push(e.chunk))) send(ev);
-            continue;
-          }
-          server.observeFinish(e.finish);
-          const rest = state.end(e.finish);
-          if (e.finish.reason === "cancelled") return; // the client is gone
-          if (e.finish.reason === "error") {
-            send({ type: "error", error: { type: anthropicType(500), message: e.finish.message ?? "generation failed" } });
-            return;
-          }
-          for (const ev of builder.push(rest)) send(ev);
-          for (const ev of builder.close()) send(ev);
-          const m = message(e.finish);
-          send({ type: "message_delta", delta: { stop_reason: m.stop_reason, stop_sequence: m.stop_sequence }, usage: m.usage });
-          send({ type: "message_stop" });
-        }
-      } catch {
-        cancelAll();
-      } finally {
-        clearInterval(keepAlive);
-        try {
-          controller.close();
-        } catch {
-          // already closed by a disconnect
-        }
+  const send = (w: SseWriter, e: Event) => w.event(e.type, e);
+  return sseResponse(gens, async (w) => {
+    send(w, { type: "message_start", message: message(null) });
+    send(w, { type: "ping" });
+    let last = 0;
+    for await (const e of fan) {
+      w.active();
+      if ("chunk" in e) {
+        last = server.observeTokens(e.chunk.tokens.length, last);
+        tokens.push(...e.chunk.tokens);
+        for (const ev of builder.push(state.push(e.chunk))) send(w, ev);
+        continue;
       }
-    },
-    cancel: () => cancelAll(),
-  });
-  return new Response(stream, { headers: { "Content-Type": "text/event-stream", "Cache-Control": "no-cache", Connection: "keep-alive" } });
+      server.observeFinish(e.finish);
+      const rest = state.end(e.finish);
+      if (e.finish.reason === "cancelled") return; // the client is gone
+      if (e.finish.reason === "error") {
+        send(w, { type: "error", error: { type: anthropicType(500), message: e.finish.message ?? "generation failed" } });
+        return;
+      }
+      for (const ev of builder.push(rest)) send(w, ev);
+      for (const ev of builder.close()) send(w, ev);
+      const m = message(e.finish);
+      send(w, { type: "message_delta", delta: { stop_reason: m.stop_reason, stop_sequence: m.stop_sequence }, usage: m.usage });
+      send(w, { type: "message_stop" });
+    }
+  }, (w) => send(w, { type: "ping" }));
 }

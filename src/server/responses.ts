@@ -12,6 +12,7 @@ import type { Finish, Generation } from "../engine/engine";
 import { ApiError, badRequest, notFound } from "./errors";
 import { type ChatRequest, jsonObject, name64 } from "./schemas";
 import { deadlineError, parseBody } from "./request";
+import { sseResponse } from "./sse";
 import type { VeloServer } from "./server";
 
 // ---- the request ----
@@ -419,53 +420,33 @@ function streamResponse(
   responseObject: (status: string, items: OutputItem[], finish: Finish | null, error?: { code: string; message: string } | null) => ResponseObject,
   remember: (r: ResponseObject) => void,
 ): Response {
-  const enc = new TextEncoder();
   let seq = 0;
-  const cancelAll = () => {
-    for (const g of gens) g.cancel();
-  };
-  const stream = new ReadableStream<Uint8Array>({
-    start: async (controller) => {
-      const send = (e: Event) => controller.enqueue(enc.encode(`event: ${e.type}\ndata: ${JSON.stringify({ ...e, sequence_number: seq++ })}\n\n`));
-      const keepAlive = setInterval(() => controller.enqueue(enc.encode(": keep-alive\n\n")), 5000);
-      try {
-        send({ type: "response.created", response: responseObject("in_progress", [], null) });
-        send({ type: "response.in_progress", response: responseObject("in_progress", [], null) });
-        let last = 0;
-        for await (const e of fan) {
-          clearInterval(keepAlive);
-          if ("chunk" in e) {
-            last = server.observeTokens(e.chunk.tokens.length, last);
-            for (const ev of builder.push(state.push(e.chunk))) send(ev);
-            continue;
-          }
-          server.observeFinish(e.finish);
-          const rest = state.end(e.finish);
-          if (e.finish.reason === "cancelled") return; // the client is gone
-          if (e.finish.reason === "error") {
-            const error = { code: "server_error", message: e.finish.message ?? "generation failed" };
-            send({ type: "response.failed", response: responseObject("failed", builder.items, e.finish, error) });
-            return;
-          }
-          for (const ev of builder.push(rest)) send(ev);
-          const status = e.finish.reason === "length" ? "incomplete" : "completed";
-          for (const ev of builder.finish(status)) send(ev);
-          const r = responseObject(status, builder.items, e.finish);
-          remember(r);
-          send({ type: status === "completed" ? "response.completed" : "response.incomplete", response: r });
-        }
-      } catch {
-        cancelAll();
-      } finally {
-        clearInterval(keepAlive);
-        try {
-          controller.close();
-        } catch {
-          // already closed by a disconnect
-        }
+  return sseResponse(gens, async (w) => {
+    const send = (e: Event) => w.event(e.type, { ...e, sequence_number: seq++ });
+    send({ type: "response.created", response: responseObject("in_progress", [], null) });
+    send({ type: "response.in_progress", response: responseObject("in_progress", [], null) });
+    let last = 0;
+    for await (const e of fan) {
+      w.active();
+      if ("chunk" in e) {
+        last = server.observeTokens(e.chunk.tokens.length, last);
+        for (const ev of builder.push(state.push(e.chunk))) send(ev);
+        continue;
       }
-    },
-    cancel: () => cancelAll(),
+      server.observeFinish(e.finish);
+      const rest = state.end(e.finish);
+      if (e.finish.reason === "cancelled") return; // the client is gone
+      if (e.finish.reason === "error") {
+        const error = { code: "server_error", message: e.finish.message ?? "generation failed" };
+        send({ type: "response.failed", response: responseObject("failed", builder.items, e.finish, error) });
+        return;
+      }
+      for (const ev of builder.push(rest)) send(ev);
+      const status = e.finish.reason === "length" ? "incomplete" : "completed";
+      for (const ev of builder.finish(status)) send(ev);
+      const r = responseObject(status, builder.items, e.finish);
+      remember(r);
+      send({ type: status === "completed" ? "response.completed" : "response.incomplete", response: r });
+    }
   });
-  return new Response(stream, { headers: { "Content-Type": "text/event-stream", "Cache-Control": "no-cache", Connection: "keep-alive" } });
 }

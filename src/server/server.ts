@@ -17,6 +17,7 @@ import { countMessageTokens, createMessage } from "./messages";
 import { createResponse, ResponseStore } from "./responses";
 import { Metrics } from "./metrics";
 import { deadlineError, keepBody, LIMIT_DEFAULTS, parseBody, readBody } from "./request";
+import { sseResponse } from "./sse";
 import {
   type ChatRequest, chatRequest, type CompletionRequest, completionRequest, detokenizeRequest, savePrefixRequest, tokenizeRequest,
 } from "./schemas";
@@ -646,92 +647,71 @@ export class VeloServer {
 
 
   stream(fan: FanIn, states: ChoiceState[], gens: Generation[], base: { id: string; object: string; created: number; model: string }, kind: "chat" | "text", includeUsage: boolean): Response {
-    const enc = new TextEncoder();
     const object = kind === "chat" ? "chat.completion.chunk" : "text_completion";
-    const frame = (choices: unknown[], extra: object = {}) => enc.encode(`data: ${JSON.stringify({ ...base, object, choices, ...extra })}\n\n`);
     const wantLogprobs = states[0]!.opts.logprobs !== null;
-    const cancelAll = () => {
-      for (const g of gens) g.cancel();
-    };
-    const stream = new ReadableStream<Uint8Array>({
-      start: async (controller) => {
-        // comments keep proxies and clients from timing out during a long prefill
-        const keepAlive = setInterval(() => controller.enqueue(enc.encode(": keep-alive\n\n")), 5000);
-        const lasts = new Array<number>(states.length).fill(0);
-        // logprobs of tokens whose text has not been sent yet go with the next frame of their choice
-        const pendingChat: ChatLogprob[][] = states.map(() => []);
-        const pendingLegacy: LegacyLogprobs[][] = states.map(() => []);
-        const logprobsOf = (i: number) => {
-          if (!wantLogprobs) return null;
-          if (kind === "chat") {
-            const content = pendingChat[i]!.splice(0);
-            return content.length ? { content, refusal: null } : null;
-          }
-          return mergeLegacy(pendingLegacy[i]!.splice(0));
-        };
-        const send = (i: number, d: ChoiceDelta, reason: string | null) => {
-          pendingChat[i]!.push(...d.chat);
-          if (d.legacy) pendingLegacy[i]!.push(d.legacy);
-          if (kind === "text") {
-            if (d.content || reason || (d.legacy && pendingLegacy[i]!.length)) controller.enqueue(frame([{ index: i, text: d.content, logprobs: logprobsOf(i), finish_reason: reason }]));
-            return;
-          }
-          if (d.content) controller.enqueue(frame([{ index: i, delta: { content: d.content }, logprobs: logprobsOf(i), finish_reason: null }]));
-          // one tool-call delta per frame, as OpenAI sends them
-          for (const t of d.toolCalls) {
-            if (t.id) {
-              controller.enqueue(frame([{ index: i, delta: { tool_calls: [{ index: t.index, id: t.id, type: "function", function: { name: t.function.name, arguments: "" } }] }, logprobs: logprobsOf(i), finish_reason: null }]));
-              if (!t.function.arguments) continue;
-            }
-            controller.enqueue(frame([{ index: i, delta: { tool_calls: [{ index: t.index, function: { arguments: t.function.arguments } }] }, logprobs: logprobsOf(i), finish_reason: null }]));
-          }
-          const rest = logprobsOf(i);
-          if (rest && !reason) controller.enqueue(frame([{ index: i, delta: {}, logprobs: rest, finish_reason: null }]));
-          if (reason) controller.enqueue(frame([{ index: i, delta: {}, logprobs: rest, finish_reason: reason }]));
-        };
-        try {
-          if (kind === "chat") {
-            for (let i = 0; i < states.length; i++) controller.enqueue(frame([{ index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]));
-          }
-          let error: string | null = null;
-          let cancelled = false;
-          for await (const e of fan) {
-            clearInterval(keepAlive);
-            const s = states[e.index]!;
-            if ("chunk" in e) {
-              lasts[e.index] = this.observeTokens(e.chunk.tokens.length, lasts[e.index]!);
-              const d = s.push(e.chunk);
-              // text-less tokens wait for the next frame (their logprobs are kept)
-              send(e.index, d, null);
-              continue;
-            }
-            this.observeFinish(e.finish);
-            const d = s.end(e.finish);
-            if (e.finish.reason === "cancelled") cancelled = true;
-            else if (e.finish.reason === "error") error ??= e.finish.message ?? "generation failed";
-            else send(e.index, d, finishReason(e.finish, s.toolCalls.length > 0));
-          }
-          if (cancelled) return; // the client is gone
-          if (error) {
-            controller.enqueue(enc.encode(`data: ${JSON.stringify({ error: { message: error, type: "server_error", param: null, code: "generation_failed" } })}\n\n`));
-          } else if (includeUsage) {
-            controller.enqueue(frame([], { usage: usage(states.map((s) => s.finish!)) }));
-          }
-          controller.enqueue(enc.encode("data: [DONE]\n\n"));
-        } catch {
-          cancelAll();
-        } finally {
-          clearInterval(keepAlive);
-          try {
-            controller.close();
-          } catch {
-            // already closed by a disconnect
-          }
+    return sseResponse(gens, async (w) => {
+      const frame = (choices: unknown[], extra: object = {}) => w.data({ ...base, object, choices, ...extra });
+      const lasts = new Array<number>(states.length).fill(0);
+      // logprobs of tokens whose text has not been sent yet go with the next frame of their choice
+      const pendingChat: ChatLogprob[][] = states.map(() => []);
+      const pendingLegacy: LegacyLogprobs[][] = states.map(() => []);
+      const logprobsOf = (i: number) => {
+        if (!wantLogprobs) return null;
+        if (kind === "chat") {
+        const content = pendingChat[i]!.splice(0);
+        return content.length ? { content, refusal: null } : null;
+      }
+      return mergeLegacy(pendingLegacy[i]!.splice(0));
+      };
+      const send = (i: number, d: ChoiceDelta, reason: string | null) => {
+      pendingChat[i]!.push(...d.chat);
+      if (d.legacy) pendingLegacy[i]!.push(d.legacy);
+      if (kind === "text") {
+        if (d.content || reason || (d.legacy && pendingLegacy[i]!.length)) frame([{ index: i, text: d.content, logprobs: logprobsOf(i), finish_reason: reason }]);
+        return;
+      }
+      if (d.content) frame([{ index: i, delta: { content: d.content }, logprobs: logprobsOf(i), finish_reason: null }]);
+      // one tool-call delta per frame, as OpenAI sends them
+      for (const t of d.toolCalls) {
+        if (t.id) {
+          frame([{ index: i, delta: { tool_calls: [{ index: t.index, id: t.id, type: "function", function: { name: t.function.name, arguments: "" } }] }, logprobs: logprobsOf(i), finish_reason: null }]);
+          if (!t.function.arguments) continue;
         }
-      },
-      cancel: () => cancelAll(),
+        frame([{ index: i, delta: { tool_calls: [{ index: t.index, function: { arguments: t.function.arguments } }] }, logprobs: logprobsOf(i), finish_reason: null }]);
+      }
+      const rest = logprobsOf(i);
+      if (rest && !reason) frame([{ index: i, delta: {}, logprobs: rest, finish_reason: null }]);
+      if (reason) frame([{ index: i, delta: {}, logprobs: rest, finish_reason: reason }]);
+      };
+      if (kind === "chat") {
+        for (let i = 0; i < states.length; i++) frame([{ index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]);
+      }
+      let error: string | null = null;
+      let cancelled = false;
+      for await (const e of fan) {
+        w.active();
+        const s = states[e.index]!;
+        if ("chunk" in e) {
+          lasts[e.index] = this.observeTokens(e.chunk.tokens.length, lasts[e.index]!);
+          const d = s.push(e.chunk);
+          // text-less tokens wait for the next frame (their logprobs are kept)
+          send(e.index, d, null);
+          continue;
+        }
+        this.observeFinish(e.finish);
+        const d = s.end(e.finish);
+        if (e.finish.reason === "cancelled") cancelled = true;
+        else if (e.finish.reason === "error") error ??= e.finish.message ?? "generation failed";
+        else send(e.index, d, finishReason(e.finish, s.toolCalls.length > 0));
+      }
+      if (cancelled) return; // the client is gone
+      if (error) {
+        w.data({ error: { message: error, type: "server_error", param: null, code: "generation_failed" } });
+      } else if (includeUsage) {
+        frame([], { usage: usage(states.map((s) => s.finish!)) });
+      }
+      w.write("data: [DONE]\n\n");
     });
-    return new Response(stream, { headers: { "Content-Type": "text/event-stream", "Cache-Control": "no-cache", Connection: "keep-alive" } });
   }
 
   /** A token's text and bytes (cached: logprobs name up to 21 tokens per generated token). */
