@@ -4,7 +4,7 @@ import Glibc
 import Darwin
 #endif
 
-/// One loaded model served by one engine thread (ARCHITECTURE §2). Callers never block on a
+/// One loaded model served by one engine thread. Callers never block on a
 /// forward pass: `submit` queues a request, `poll` drains the events produced so far, and
 /// `cancel` asks for a request to stop. Everything crossing threads goes through `lock`.
 public final class Engine: @unchecked Sendable {

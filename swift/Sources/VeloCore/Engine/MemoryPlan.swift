@@ -5,8 +5,8 @@ import Glibc
 import Darwin
 #endif
 
-/// What an engine will hold in memory on its device, worked out before anything is allocated
-/// (ARCHITECTURE §4): the weights, the KV pool and the scratch of the forward pass, against
+/// What an engine will hold in memory on its device, worked out before anything is allocated:
+/// the weights, the KV pool and the scratch of the forward pass, against
 /// what the device has free. Defaults the caller left open (the context; the batch when it is
 /// only a default) shrink until the plan fits, context first, then batch; a configuration that
 /// cannot fit is refused with the numbers; with `--backend auto` a GPU that cannot hold the

@@ -34,7 +34,7 @@ public struct EngineOptions: Sendable {
     public init() {}
 }
 
-/// The continuous-batching step loop (ARCHITECTURE §3), single-threaded: the engine thread
+/// The continuous-batching step loop, single-threaded: the engine thread
 /// calls `step()`; each step admits waiting requests while pages are free, forms one batch
 /// (a decode token for every running sequence plus prefill chunks within the token budget),
 /// runs one forward pass, samples and emits events.

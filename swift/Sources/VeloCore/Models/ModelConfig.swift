@@ -1,6 +1,6 @@
 /// Hyper-parameters of a decoder-only transformer, read from GGUF metadata
 /// (`{arch}.embedding_length`, `.block_count`, …), and every architecture quirk as a field with
-/// the Llama default: an architecture file only changes what differs (ARCHITECTURE §models).
+/// the Llama default: an architecture file only changes what differs (docs/development.md, "Adding an architecture").
 public struct ModelConfig: Sendable {
     public enum RopeStyle: Sendable { case normal, neox }
     /// The gate's activation in the gated MLP.
