@@ -164,13 +164,39 @@ describe(`weight types: ${SHAPE} --pure files`, () => {
   }
 });
 
+/**
+ * How llama.cpp's CPU build treats F16 weights on this machine. On AVX-512 machines its sgemm
+ * takes float activations: the float64 pass lands within 2e-4 (measured 5e-6). On AVX2-only ones
+ * (an AMD EPYC, 2026-12-02) it rounds them to float16 (ggml's vec_dot_type), which moves the
+ * logits by up to 5.2e-3 of the top one; the float64 pass with that rounding ("ggml-f16") lands
+ * within 1.9e-3, the rest of that path (measured, not emulated) stays unexplained: rtol 3e-3 there.
+ */
+const F16_ROUNDED_RTOL = 3e-3;
+const f16Rounding = () =>
+  once("f16 rounding", async () => {
+    const ref = await llamaCpp("f16");
+    if (compareRuns(ref, await float64("f16", "ggml"), tolerance("F16", "reference")).ok) return "ggml" as const;
+    if (compareRuns(ref, await float64("f16", "ggml-f16"), { rtol: F16_ROUNDED_RTOL }).ok) return "ggml-f16" as const;
+    throw new Error("llama.cpp's F16 products match neither float activations nor activations rounded to f16");
+  });
+
 describe("weight types against llama.cpp, CPU backend", () => {
   for (const [type, ggml] of TYPES) {
     test(`${type}: Velo's CPU backend against llama.cpp`, async () => {
-      expectAgree(`${type} on the CPU against llama.cpp`, await llamaCpp(type), await velo(type, "cpu"), tolerance(ggml, "llama.cpp"), 1 / 3);
+      const cpu = await velo(type, "cpu");
+      if (type === "f16" && (await f16Rounding()) === "ggml-f16") {
+        // Velo's F16 products take float activations: against the float64 pass that does too,
+        // tightly, and against llama.cpp within what its rounding to f16 moves (4.8e-3 measured)
+        expectAgree("f16 on the CPU against the float64 reference (float activations)", await float64(type, "float"), cpu, tolerance(ggml, "llama.cpp"), 1 / 3);
+        expectAgree("f16 on the CPU against llama.cpp (activations rounded to f16 there)", await llamaCpp(type), cpu, { rtol: 0.01 }, 1 / 3);
+        return;
+      }
+      expectAgree(`${type} on the CPU against llama.cpp`, await llamaCpp(type), cpu, tolerance(ggml, "llama.cpp"), 1 / 3);
     }, SLOW);
     test(`${type}: the float64 reference (llama.cpp's activation rounding) against llama.cpp`, async () => {
-      expectAgree(`${type}: the float64 reference against llama.cpp`, await llamaCpp(type), await float64(type, "ggml"), tolerance(ggml, "reference"), 1 / 3);
+      const mode = type === "f16" ? await f16Rounding() : "ggml";
+      const tol = mode === "ggml-f16" ? { rtol: F16_ROUNDED_RTOL } : tolerance(ggml, "reference");
+      expectAgree(`${type}: the float64 reference (${mode}) against llama.cpp`, await llamaCpp(type), await float64(type, mode), tol, 1 / 3);
     }, SLOW);
   }
 });

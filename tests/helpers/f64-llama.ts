@@ -10,9 +10,10 @@
 //   weight type (type_traits_cpu[type].vec_dot_type): to Q8_K blocks of 256 for the K-quants and
 //   IQ4_XS (quantize_row_q8_K_ref), to Q8_0 blocks of 32 for IQ4_NL and the 32-value types
 //   (x86 quantize_row_q8_0: 127/amax, round to nearest even, scale stored in f16), not at all
-//   for F32 and F16 weights. (ggml's vec_dot_type for F16 is F16, but the prebuilt llama.cpp
-//   that tests/weight-types.test.ts runs lands within 5e-6 of float activations on F16 weights,
-//   and 4.8e-3 from activations rounded to f16.) The rest stays float64, so this mode lands
+//   for F32 and F16 weights. (ggml's vec_dot_type for F16 is F16, but on AVX-512 machines the
+//   prebuilt llama.cpp lands within 5e-6 of float activations on F16 weights: its sgemm takes
+//   them as they are; on AVX2-only ones it rounds them to f16, which "ggml-f16" does.) The rest
+//   stays float64, so this mode lands
 //   where llama.cpp does up to float32 rounding (and the occasional activation that rounds the
 //   other way because of it).
 // Only what tests/weight-types.test.ts's test shapes use: LLM_ARCH_LLAMA (RMSNorm, RoPE on
@@ -229,10 +230,12 @@ function q80(x: Float64Array): Float64Array {
   return y;
 }
 
-/** What a product with a weight of `type` sees of the activations `x` in llama.cpp's CPU backend. */
-function ggmlActivations(type: GGMLTypeName, x: Float64Array): Float64Array {
+/** What a product with a weight of `type` sees of the activations `x` in llama.cpp's CPU backend
+ * (`f16`: F16 weights' activations rounded to float16, ggml's vec_dot_type for them). */
+function ggmlActivations(type: GGMLTypeName, x: Float64Array, f16: boolean): Float64Array {
   switch (type) {
-    case "F32": case "F16": return x;
+    case "F32": return x;
+    case "F16": return f16 ? x.map((v) => Math.f16round(v)) : x;
     case "Q2_K": case "Q3_K": case "Q4_K": case "Q5_K": case "Q6_K": case "IQ4_XS": return q8K(x);
     case "Q4_0": case "Q5_0": case "Q8_0": case "IQ4_NL": return q80(x);
     // Q8_1 (quantize_row_q8_1): Q8_0's values, and s = d·Σq for the weight's min, which llama.cpp
@@ -246,7 +249,7 @@ function ggmlActivations(type: GGMLTypeName, x: Float64Array): Float64Array {
 
 interface Matrix { type: GGMLTypeName; rows: number; cols: number; w: Float32Array }
 
-export type Activations = "float" | "ggml";
+export type Activations = "float" | "ggml" | "ggml-f16";
 
 export class F64Llama {
   readonly dim: number; readonly ffn: number; readonly layers: number; readonly heads: number; readonly kvHeads: number;
@@ -304,7 +307,7 @@ export class F64Llama {
   /** y = W x, W's input rounded as `mode` says. */
   private matvec(name: string, x: Float64Array, mode: Activations): Float64Array {
     const m = this.matrix(name);
-    const a = mode === "ggml" ? ggmlActivations(m.type, x) : x;
+    const a = mode === "float" ? x : ggmlActivations(m.type, x, mode === "ggml-f16");
     const y = new Float64Array(m.rows), w = m.w, n = m.cols;
     for (let r = 0; r < m.rows; r++) {
       let s = 0;
