@@ -67,13 +67,15 @@ test-bun:
 	$(IN_ROOT) $(BUN) node_modules/dpdm/lib/bin/dpdm.js --no-warning --no-tree -T --exit-code circular:1 "src/**/*.ts" "cli/**/*.ts"
 	$(IN_ROOT) $(BUN) test --timeout 120000
 
-# libFuzzer on the C ABI (fuzz/run.sh): a few seconds of each harness and every saved crash
-# replayed; `make fuzz` runs each for FUZZ_SECONDS (default 1800) with kept corpora.
+# libFuzzer on the C ABI (fuzz/run.sh), against a coverage-instrumented library (.build-fuzz): a
+# few seconds of each harness, every saved crash replayed, 20 whole-file mutants; `make fuzz`
+# runs each harness to FUZZ_RUNS executions (default 1,000,000) or FUZZ_SECONDS (default 7200)
+# with kept corpora, then 1000 mutants.
 test-fuzz:
 	fuzz/run.sh short
 
 fuzz:
-	fuzz/run.sh long $${FUZZ_SECONDS:-1800}
+	fuzz/run.sh long $${FUZZ_SECONDS:-7200}
 
 # The arm64 NEON kernels (CKernels), built for aarch64 with clang and checked against the scalar
 # ones under qemu-aarch64 (natively on arm64 and macOS machines); the build root carries the

@@ -1,5 +1,5 @@
 // libFuzzer harness: a GGUF file from arbitrary bytes through velo_model_open, then whatever a
-// client does with an opened model (info, tokenize, detokenize, pieces). Errors are fine; a
+// client does with an opened model (info, the tensor check, tokenize, detokenize, pieces). Errors are fine; a
 // crash, a hang or a sanitizer report is a bug.
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static uint8_t buf[1 << 16];
     int64_t len = 0;
     velo_model_info(m, buf, sizeof buf, &len);
+    velo_model_check_tensors(m); // every tensor's values read, dequantized
     int32_t ids[256];
     int64_t n = 0;
     const char *text = "Hello world <|eot_id|> \xff\xfe caf\xc3\xa9";

@@ -15,8 +15,9 @@ import { FuzzedDataProvider } from "@jazzer.js/core";
 import { type ChatMessage, ChatTemplate, type Role } from "../src/chat/template";
 import type { Tool } from "../src/chat/tools";
 
-// this runs as fuzz/.build/template-bundle.cjs: the repository is two folders up
-const dir = process.env.VELO_TEMPLATES ?? join(process.env.VELO_TEST_DATA ?? join(__dirname, "..", "..", "tests", "data"), "templates");
+// fuzz/run.sh says where (VELO_TEMPLATES); else beside this file's folder (bun's bundle keeps
+// the source file's __dirname, fuzz/)
+const dir = process.env.VELO_TEMPLATES ?? join(process.env.VELO_TEST_DATA ?? join(__dirname, "..", "tests", "data"), "templates");
 const templates = readdirSync(dir).filter((f) => f.endsWith(".jinja")).sort()
   .map((f) => new ChatTemplate(readFileSync(join(dir, f), "utf8"), { bosToken: "<s>", eosToken: "</s>" }));
 const roles: Role[] = ["system", "user", "assistant", "tool"];
