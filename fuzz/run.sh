@@ -5,7 +5,7 @@
 #   fuzz/run.sh short                 each harness for FUZZ_SECONDS (default 5) from its seeds, then 20 whole-file
 #                                     mutants (mutate.ts, seed FUZZ_SEED, default 1); part of make test
 #   fuzz/run.sh long [SECONDS]        each harness until FUZZ_RUNS executions (default 1,000,000) or SECONDS
-#                                     (default 7200), corpora kept in fuzz/.corpus; then 1000 mutants
+#                                     (default 7200), corpora kept in fuzz/corpus (in the repository); then 1000 mutants
 #   fuzz/run.sh again [SECONDS]       as long, on the harnesses and seeds already built (FUZZ_HARNESSES="gguf tokenize")
 #   fuzz/run.sh regress               every saved crash in fuzz/regressions/<name>/ replayed (must not crash)
 #
@@ -83,10 +83,12 @@ run() {
   local secs=$1 keep=$2 total=0
   for h in "${HARNESSES[@]}"; do
     local corpus=$OUT/corpus-$h
-    [ "$keep" = 1 ] && corpus=$HERE/.corpus/$h
-    mkdir -p "$corpus"
+    # the kept corpora (fuzz/corpus/, in the repository) grow in long runs and seed short ones
+    local kept=$HERE/corpus/$h
+    [ "$keep" = 1 ] && corpus=$kept
+    mkdir -p "$corpus" "$kept"
     local log=$OUT/$h.log
-    (cd "$OUT" && "${TC[@]}" env ASAN_OPTIONS=detect_leaks=0 VELO_MODELS_DIR="$MODELS" VELO_TEMPLATES="$MODELS/templates" $(harness "$h") "$corpus" "$OUT/seeds/$h" \
+    (cd "$OUT" && "${TC[@]}" env ASAN_OPTIONS=detect_leaks=0 VELO_MODELS_DIR="$MODELS" VELO_TEMPLATES="$MODELS/templates" $(harness "$h") "$corpus" "$OUT/seeds/$h" $([ "$keep" = 1 ] || echo "$kept") \
       $(options "$h") -max_total_time="$secs" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -timeout=20 -rss_limit_mb=4096 -max_len=65536 -artifact_prefix="$OUT/crash-$h-") >"$log" 2>&1 \
       || { tail -30 "$log"; echo "fuzz: $h FAILED (input in $OUT/crash-$h-*)"; exit 1; }
     local execs cov; execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
