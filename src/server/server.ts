@@ -52,7 +52,6 @@ export interface ServerOptions {
   checkTensors?: boolean;
 }
 
-
 type Handler = (req: Request, ctx: VeloServer, param: string) => Promise<Response> | Response;
 interface Route {
   method: "GET" | "POST" | "DELETE";
@@ -658,30 +657,30 @@ export class VeloServer {
       const logprobsOf = (i: number) => {
         if (!wantLogprobs) return null;
         if (kind === "chat") {
-        const content = pendingChat[i]!.splice(0);
-        return content.length ? { content, refusal: null } : null;
-      }
-      return mergeLegacy(pendingLegacy[i]!.splice(0));
+          const content = pendingChat[i]!.splice(0);
+          return content.length ? { content, refusal: null } : null;
+        }
+        return mergeLegacy(pendingLegacy[i]!.splice(0));
       };
       const send = (i: number, d: ChoiceDelta, reason: string | null) => {
-      pendingChat[i]!.push(...d.chat);
-      if (d.legacy) pendingLegacy[i]!.push(d.legacy);
-      if (kind === "text") {
-        if (d.content || reason || (d.legacy && pendingLegacy[i]!.length)) frame([{ index: i, text: d.content, logprobs: logprobsOf(i), finish_reason: reason }]);
-        return;
-      }
-      if (d.content) frame([{ index: i, delta: { content: d.content }, logprobs: logprobsOf(i), finish_reason: null }]);
-      // one tool-call delta per frame, as OpenAI sends them
-      for (const t of d.toolCalls) {
-        if (t.id) {
-          frame([{ index: i, delta: { tool_calls: [{ index: t.index, id: t.id, type: "function", function: { name: t.function.name, arguments: "" } }] }, logprobs: logprobsOf(i), finish_reason: null }]);
-          if (!t.function.arguments) continue;
+        pendingChat[i]!.push(...d.chat);
+        if (d.legacy) pendingLegacy[i]!.push(d.legacy);
+        if (kind === "text") {
+          if (d.content || reason || (d.legacy && pendingLegacy[i]!.length)) frame([{ index: i, text: d.content, logprobs: logprobsOf(i), finish_reason: reason }]);
+          return;
         }
-        frame([{ index: i, delta: { tool_calls: [{ index: t.index, function: { arguments: t.function.arguments } }] }, logprobs: logprobsOf(i), finish_reason: null }]);
-      }
-      const rest = logprobsOf(i);
-      if (rest && !reason) frame([{ index: i, delta: {}, logprobs: rest, finish_reason: null }]);
-      if (reason) frame([{ index: i, delta: {}, logprobs: rest, finish_reason: reason }]);
+        if (d.content) frame([{ index: i, delta: { content: d.content }, logprobs: logprobsOf(i), finish_reason: null }]);
+        // one tool-call delta per frame, as OpenAI sends them
+        for (const t of d.toolCalls) {
+          if (t.id) {
+            frame([{ index: i, delta: { tool_calls: [{ index: t.index, id: t.id, type: "function", function: { name: t.function.name, arguments: "" } }] }, logprobs: logprobsOf(i), finish_reason: null }]);
+            if (!t.function.arguments) continue;
+          }
+          frame([{ index: i, delta: { tool_calls: [{ index: t.index, function: { arguments: t.function.arguments } }] }, logprobs: logprobsOf(i), finish_reason: null }]);
+        }
+        const rest = logprobsOf(i);
+        if (rest && !reason) frame([{ index: i, delta: {}, logprobs: rest, finish_reason: null }]);
+        if (reason) frame([{ index: i, delta: {}, logprobs: rest, finish_reason: reason }]);
       };
       if (kind === "chat") {
         for (let i = 0; i < states.length; i++) frame([{ index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]);

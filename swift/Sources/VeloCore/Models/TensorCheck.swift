@@ -13,12 +13,12 @@ extension ModelFile {
             var row = [Float](repeating: 0, count: n)
             let base = gguf.data(of: info)
             for r in 0..<rows {
-                let bad = row.withUnsafeMutableBufferPointer { y -> Int? in
-                    guard ck_dequantize_row(Int32(info.type.rawValue), base + r * rowBytes, y.baseAddress, Int64(n)) != 0 else { return -1 }
-                    guard ck_all_finite_f32(y.baseAddress, Int64(n)) == 0 else { return nil }
-                    return y.firstIndex { !$0.isFinite }
+                let bad: Int? = try row.withUnsafeMutableBufferPointer { y in
+                    guard ck_dequantize_row(Int32(info.type.rawValue), base + r * rowBytes, y.baseAddress, Int64(n)) != 0 else {
+                        throw VeloError(.unsupported, "tensor \(info.name): Velo cannot read \(info.type) values, so cannot check them")
+                    }
+                    return ck_all_finite_f32(y.baseAddress, Int64(n)) != 0 ? nil : y.firstIndex { !$0.isFinite }
                 }
-                if bad == -1 { throw VeloError(.unsupported, "tensor \(info.name): Velo cannot read \(info.type) values, so cannot check them") }
                 if let j = bad {
                     throw VeloError(.invalidFile, "tensor \(info.name) (\(info.type)) holds \(row[j].isNaN ? "a NaN" : "an infinity") "
                         + "at row \(r), column \(j): the file is damaged (a corrupted download or a broken fine-tune)")
