@@ -10,6 +10,7 @@ final class MemoryPlanTests: XCTestCase {
     /// A GPU with a given amount of free memory that runs nothing (the planner only asks it
     /// about memory and features).
     final class FakeGPU: GPUDevice {
+        let api = "fake"
         let name = "Fake GPU"
         let isSoftware = false
         let maxBindingBytes = 1 << 30

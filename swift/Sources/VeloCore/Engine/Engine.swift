@@ -93,9 +93,12 @@ public final class Engine: @unchecked Sendable {
             plan = cpu
         }
         guard let plan else { throw VeloError(.outOfMemory, MemoryPlanner.refusal(smallest, gpu: gpu != nil)) }
+        guard plan.kvPages > 0 else { throw VeloError(.invalidArgument, "the KV memory budget is smaller than one page") }
+        // the page and token budgets are decided here, once: the scheduler takes them as they are
         o.contextSize = plan.contextSize
         o.maxBatchSize = plan.maxBatchSize
         o.kvPages = plan.kvPages
+        o.batchTokens = plan.batchTokens
         return plan
     }
 
@@ -261,7 +264,7 @@ public final class Engine: @unchecked Sendable {
     public func resetProfile() throws {
         let snapshot = try onEngineThread { scheduler -> JSON in
             scheduler.profiler.reset()
-            scheduler.clearGrammarOverhead()
+            scheduler.selector.clearGrammarOverhead()
             return scheduler.statsJSON
         }
         locked { stats = snapshot }
@@ -271,8 +274,8 @@ public final class Engine: @unchecked Sendable {
     /// when the driver has not cached them): benchmarks call it before timing anything.
     public func waitForKernels() throws {
         try onEngineThread { scheduler in
-            scheduler.forwardOps.settleKernels(wait: true)
-            scheduler.draft?.ops.settleKernels(wait: true)
+            scheduler.runners.target.settleKernels(wait: true)
+            scheduler.runners.draft?.ops.settleKernels(wait: true)
         }
     }
 
@@ -314,7 +317,7 @@ public final class Engine: @unchecked Sendable {
             for s in newSeqs { scheduler.submit(s) }
             for id in newCancels { scheduler.cancel(id) }
             if stop {
-                for s in scheduler.waiting + scheduler.running { scheduler.cancel(s.id) }
+                for s in scheduler.inFlight { scheduler.cancel(s.id) }
                 scheduler.step() // finishes the cancelled ones and frees their pages
                 publish()
                 return

@@ -25,6 +25,9 @@ public struct MemoryPlan: Sendable {
     public var contextSize = 0
     public var maxBatchSize = 0
     public var kvPages = 0
+    /// Most tokens in one forward pass: the option, raised to a decode row (and its guesses)
+    /// for every sequence.
+    public var batchTokens = 0
     public var typeLabel = "f16"
     /// What was changed from the request and why ("context 131072 → 16384 to fit").
     public var notes: [String] = []
@@ -54,6 +57,7 @@ public struct MemoryPlan: Sendable {
             ("needed_bytes", .int(neededBytes)), ("free_bytes", .int(freeBytes)), ("total_bytes", .int(totalBytes)),
             ("budget_bytes", .int(budgetBytes)),
             ("context_size", .int(contextSize)), ("max_batch_size", .int(maxBatchSize)), ("kv_pages", .int(kvPages)),
+            ("batch_tokens", .int(batchTokens)),
             ("kv_types", .string(typeLabel)),
             ("notes", .array(notes.map { .string($0) })), ("summary", .string(summary)),
         ])
@@ -109,10 +113,10 @@ struct MemoryPlanner {
 
     var specRows: Int { options.speculation.mode == .off ? 1 : options.speculation.maxDraft + 1 }
 
-    /// Tokens of the largest forward pass (as the scheduler sets it).
+    /// Tokens of the largest forward pass.
     func batchTokens(_ batch: Int) -> Int { max(options.batchTokens, batch, batch * specRows) }
 
-    /// KV pages for `batch` sequences of `ctx` positions (as the scheduler counts them).
+    /// KV pages for `batch` sequences of `ctx` positions (the pool's size: computed here only).
     func kvPages(ctx: Int, batch: Int) -> Int {
         let o = options, c = model.config
         if o.kvPages > 0 { return o.kvPages }
@@ -150,16 +154,13 @@ struct MemoryPlanner {
         p.contextSize = ctx
         p.maxBatchSize = batch
         p.kvPages = kvPages(ctx: ctx, batch: batch)
+        p.batchTokens = batchTokens(batch)
         p.kvBytes = p.kvPages * pageBytes
         p.weightsBytes = Self.weightBytes(model) + (draft.map(Self.weightBytes) ?? 0)
         p.scratchBytes = scratch(ctx: ctx, batch: batch, gpu: gpu)
         p.typeLabel = options.cacheTypeK == options.cacheTypeV ? options.cacheTypeK.rawValue : "\(options.cacheTypeK.rawValue)/\(options.cacheTypeV.rawValue)"
         if let gpu {
-            #if canImport(Metal)
-            p.backend = "metal"
-            #else
-            p.backend = "vulkan"
-            #endif
+            p.backend = gpu.api
             p.device = gpu.name
             let m = gpu.memory
             (p.freeBytes, p.totalBytes) = m

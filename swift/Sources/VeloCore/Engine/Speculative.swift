@@ -64,7 +64,6 @@ struct SpeculationStats {
 struct SpeculationCosts {
     var plain = 0.0
     var verify = [Double](repeating: 0, count: 17)
-    var draftStep = 0.0
     /// Measured wall time per emitted token: plain decode steps, and steps that speculated.
     var plainPerToken = 0.0
     var specPerToken = 0.0
@@ -95,6 +94,141 @@ struct SpeculationCosts {
             }
         }
         return best
+    }
+}
+
+/// Speculation's bookkeeping around the step: which sequences guess this step and how many
+/// tokens (the adaptive k, the pauses), the verification of guesses against the target's
+/// logits, and the measured gate that pauses guessing when it does not pay. Where guesses
+/// come from is the proposer's business.
+final class Speculator {
+    let options: SpeculationOptions
+    let contextSize: Int
+    let proposer: Proposer
+    private(set) var costs = SpeculationCosts()
+    private(set) var stats = SpeculationStats()
+
+    init(options: SpeculationOptions, contextSize: Int, proposer: Proposer) {
+        self.options = options
+        self.contextSize = contextSize
+        self.proposer = proposer
+    }
+
+    /// Guesses for every decoding sequence that speculates this step.
+    func guesses(for running: [Sequence]) -> [ObjectIdentifier: Guesses] {
+        var chosen: [(seq: Sequence, k: Int)] = []
+        // a grammar's mask depends on each accepted token: constrained sequences do not guess
+        for s in running where s.pending == 1 && !s.cancelled && s.matcher == nil && s.embedding == nil {
+            if s.spec.pausedSteps > 0 {
+                s.spec.pausedSteps -= 1
+                stats.pausedSteps += 1
+                continue
+            }
+            // plain decoding's speed is the yardstick: measure it before guessing
+            if costs.plain == 0 && options.adaptive { continue }
+            let k = options.adaptive ? s.spec.k : options.maxDraft
+            let room = contextSize - s.tokens.count - 1
+            if room >= 1 { chosen.append((s, max(1, min(k, options.maxDraft, room)))) }
+        }
+        return chosen.isEmpty ? [:] : proposer.propose(chosen)
+    }
+
+    /// A sequence starts (or starts again after preemption) where the engine's verdict stands.
+    func admitted(_ s: Sequence) {
+        if options.adaptive { s.spec.pausedSteps = costs.pauseLength }
+    }
+
+    /// Checks the guesses against the target's logits, left to right: guess d is kept with
+    /// probability min(1, p(d) / q(d)); the first refused one is replaced by a draw from the
+    /// leftover mass max(0, p - q), and if all are kept the last row gives one more token.
+    /// With greedy settings p and q are one-hot, so this is an exact-match test. `accept`
+    /// takes each token as the sequence's next.
+    func verify(_ e: StepPlan.Entry, logits: UnsafeMutablePointer<Float>, vocab: Int, accept: (Int32) -> Void) {
+        let s = e.seq
+        let k = e.proposals.count
+        var kept = 0
+        for i in 0...k {
+            if s.finishedFlag { break }
+            let p = s.sampler.probabilities(logits + (e.firstLogitRow! + i) * vocab, vocab: vocab, history: s.tokens[...])
+            if i == k {
+                accept(s.sampler.draw(p))
+                break
+            }
+            let d = e.proposals[i]
+            let pd = p.first { $0.id == d }?.p ?? 0
+            let qd = e.q[i].first { $0.id == d }?.p ?? 1
+            let ok = s.sampler.uniform() < min(1, pd / qd)
+            stats.record(position: i, accepted: ok)
+            s.spec.drafted += 1
+            if ok {
+                kept += 1
+                s.spec.accepted += 1
+                // the guess's K/V were computed in this pass: they count from now on
+                s.computed += 1
+                s.table.length = s.computed
+                accept(d)
+                continue
+            }
+            var rest: [Int32: Double] = [:]
+            for c in p { rest[c.id] = c.p }
+            for c in e.q[i] { rest[c.id] = max(0, (rest[c.id] ?? 0) - c.p) }
+            let residual = rest.filter { $0.value > 0 }.map { (id: $0.key, p: $0.value) }.sorted { $0.id < $1.id }
+            accept(s.sampler.draw(residual.isEmpty ? p : residual))
+            break
+        }
+        s.spec.draftComputed = min(s.spec.draftComputed, s.computed)
+        stats.specSteps += 1
+        adapt(s, kept: kept, k: k)
+    }
+
+    /// Follows the acceptance rate: picks the k with the best expected speed-up, and pauses
+    /// speculation for the sequence (for longer each time) when no k beats plain decoding.
+    private func adapt(_ s: Sequence, kept: Int, k: Int) {
+        s.spec.acceptRate = 0.7 * s.spec.acceptRate + 0.3 * Double(kept) / Double(k)
+        guard options.adaptive else { return }
+        let best = costs.best(maxK: options.maxDraft, acceptance: s.spec.acceptRate, draftCostPerToken: proposer.stepNanos)
+        if best.speedup < 1 {
+            s.spec.pausedSteps = s.spec.pauseLength
+            s.spec.pauseLength = min(s.spec.pauseLength * 2, 256)
+            s.spec.k = 2
+            s.spec.acceptRate = max(s.spec.acceptRate, 0.5) // give it a fair chance when it resumes
+        } else {
+            s.spec.k = best.k
+        }
+    }
+
+    /// Step times for the adaptive model: plain decode steps, and verification steps by k.
+    func recordStepTime(_ ns: Double, outputs: [StepPlan.Entry], batch: ForwardBatch) {
+        guard !outputs.isEmpty, batch.count == outputs.reduce(0, { $0 + 1 + $1.proposals.count }) else { return }
+        let ks = Set(outputs.map { $0.proposals.count })
+        guard ks.count == 1, let k = ks.first else { return }
+        if k == 0 { costs.plain = SpeculationCosts.ema(costs.plain, ns) }
+        else if k < costs.verify.count { costs.verify[k] = SpeculationCosts.ema(costs.verify[k], ns) }
+    }
+
+    /// The measured gate over the model-based choice of k: the wall time per emitted token of
+    /// steps that speculated (drafting, the draft's catch-up after a pause, and verification)
+    /// against that of plain decode steps. When speculating costs more per token, every
+    /// sequence that speculated pauses, for twice as long each time it happens again.
+    func judge(_ outputs: [StepPlan.Entry], ns: Double, emitted: Int) {
+        let decoding = outputs.filter { $0.seq.generated > 0 || !$0.proposals.isEmpty }
+        guard emitted > 0, !decoding.isEmpty, decoding.count == outputs.count else { return }
+        let perToken = ns / Double(emitted)
+        let speculated = decoding.filter { !$0.proposals.isEmpty }
+        if speculated.isEmpty {
+            costs.plainPerToken = SpeculationCosts.ema(costs.plainPerToken, perToken)
+            return
+        }
+        costs.specPerToken = SpeculationCosts.ema(costs.specPerToken, perToken)
+        guard options.adaptive, costs.plainPerToken > 0 else { return }
+        guard costs.specPerToken > costs.plainPerToken else {
+            costs.pauseLength = max(costs.pauseLength / 2, 0)
+            return
+        }
+        // the verdict is the engine's: new sequences start from it instead of learning again
+        costs.pauseLength = min(max(costs.pauseLength * 2, 8), 1024)
+        for o in speculated where o.seq.spec.pausedSteps == 0 { o.seq.spec.pausedSteps = costs.pauseLength }
+        costs.specPerToken = 0 // judge the next attempt on its own
     }
 }
 

@@ -9,6 +9,8 @@ import Darwin
 /// and one command buffer per step in which every dispatch binds its buffers and a small
 /// parameter block, with each dispatch ordered after the one before.
 protocol GPUDevice: AnyObject {
+    /// The API it runs through, as the stats and the backend option name it: "vulkan", "metal".
+    var api: String { get }
     /// The device, as its driver names it.
     var name: String { get }
     /// A CPU implementation of the API (lavapipe): correct, and slow.

@@ -9,6 +9,7 @@ import Foundation
 /// ones before it. Buffer N of a kernel is `[[buffer(N)]]`; its parameter block is set with
 /// `setBytes` at the index after its buffers.
 final class MetalDevice: GPUDevice {
+    let api = "metal"
     let name: String
     let isSoftware = false
     /// One memory: kernels write readback buffers in place.

@@ -12,6 +12,7 @@ import Darwin
 /// whose dispatches bind their buffers with push descriptors; a timeline semaphore says when
 /// a step is done.
 final class VulkanDevice: GPUDevice {
+    let api = "vulkan"
     let name: String
     let isSoftware: Bool
     let stagesReadback: Bool
