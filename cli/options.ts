@@ -4,7 +4,8 @@ import { type Command, Option } from "commander";
 import { existsSync, readFileSync } from "node:fs";
 import { jsonSchemaToGrammar, SchemaError } from "../src/grammar/json-schema";
 import { looksLikeModel, resolveModel } from "./models";
-import { type EngineOptions, type KVCacheType, kvCacheTypes } from "../src/engine/engine";
+import type { EngineOptions, KVCacheType } from "../src/engine/engine";
+import { type EngineCommand, type EngineOptionSpec, engineOptionTable } from "../src/engine/options";
 import { CliError } from "./ui";
 
 export function envName(flag: string): string {
@@ -80,52 +81,27 @@ export function addCommandHelpEnv(cmd: Command): Command {
   return cmd.addHelpText("after", "\nEvery option can also be set with a VELO_* environment variable (e.g. --ctx-size → VELO_CTX_SIZE).");
 }
 
-/** Engine settings every model-running command shares. */
+/** The CLI flag of an engine option (its table entry: src/engine/options.ts). */
+function engineFlag(spec: EngineOptionSpec): Option {
+  const o = opt(spec.flag!, spec.help ?? "");
+  const long = spec.flag!.split(/[ ,|]+/).find((f) => f.startsWith("--"))!;
+  if (spec.type === "int") o.argParser(parseIntArg(long, spec.min ?? 0, spec.max));
+  if (spec.type === "choice") o.choices([...spec.choices!]);
+  if (spec.cliDefault !== undefined) o.default(spec.cliDefault);
+  return o;
+}
+
+/** The engine options' flags that `cmd` takes (every table entry naming the command), and --check-tensors. */
 export function addEngineOptions(cmd: Command): Command {
-  cmd
-    .addOption(opt("-t, --threads <n>", "CPU threads (default: all cores)").argParser(parseIntArg("--threads", 1, 1024)))
-    .addOption(opt("-c, --ctx-size <n>", "context size per sequence (default: the model's trained context, shortened to what fits the device)").argParser(parseIntArg("--ctx-size", 2, 1 << 20)))
-    .addOption(opt("--no-prefix-cache", "do not reuse KV pages of earlier prompts"))
-    .addOption(opt("--page-size <n>", "tokens per KV cache page (default: 16)").argParser(parseIntArg("--page-size", 1, 4096)))
-    .addOption(opt("--check-tensors", "check every tensor's values for NaN and infinity at load (one read of the file), as llama.cpp's --check-tensors"));
-  addCacheTypeOptions(cmd);
-  addMemoryBudgetOption(cmd);
-  return addBackendOptions(cmd);
+  for (const spec of engineOptionTable) {
+    if (spec.flag && spec.commands?.includes(cmd.name() as EngineCommand)) cmd.addOption(engineFlag(spec));
+  }
+  return cmd.addOption(opt("--check-tensors", "check every tensor's values for NaN and infinity at load (one read of the file), as llama.cpp's --check-tensors"));
 }
 
-/** --memory-budget: how much of the device the engine may plan for. */
-export function addMemoryBudgetOption(cmd: Command): Command {
-  return cmd.addOption(opt("--memory-budget <MiB>", "memory the model may use on its device: GPU memory, or RAM on the CPU (default: what the device has free)")
-    .argParser(parseIntArg("--memory-budget", 1, 1 << 24)));
-}
-
-/** --cache-type-k / --cache-type-v (llama.cpp's names): how K and V are stored in the KV cache. */
-export function addCacheTypeOptions(cmd: Command): Command {
-  return cmd
-    .addOption(opt("--cache-type-k <type>", "how keys are stored in the KV cache: f32, f16, q8_0 or q4_0").choices([...kvCacheTypes]).default("f16"))
-    .addOption(opt("--cache-type-v <type>", "how values are stored in the KV cache: f32, f16, q8_0 or q4_0").choices([...kvCacheTypes]).default("f16"));
-}
-
-export interface CacheTypeFlags {
-  cacheTypeK?: KVCacheType;
-  cacheTypeV?: KVCacheType;
-}
-
-/** --backend and --device (every command that runs a model). */
-export function addBackendOptions(cmd: Command): Command {
-  return cmd
-    .addOption(opt("--backend <name>", "where the model runs: auto (Metal on macOS, else a Vulkan GPU if there is one, else the CPU), cpu, vulkan or metal")
-      .choices(["auto", "cpu", "vulkan", "metal"]).default("auto"))
-    .addOption(opt("--device <n>", "which GPU of the backend, counted from 0 (default: the first real GPU)").argParser(parseIntArg("--device", 0, 1024)));
-}
-
-/** Speculative decoding flags (generate, chat, serve, bench). */
+/** --draft: the draft model of speculative decoding (the --spec flags are engine options). */
 export function addSpeculationOptions(cmd: Command): Command {
-  return cmd
-    .addOption(opt("--draft <model>", "speculative decoding with this draft model (same vocabulary)"))
-    .addOption(opt("--spec <mode>", "speculative decoding: off, ngram (prompt lookup) or draft").choices(["off", "ngram", "draft"]))
-    .addOption(opt("--draft-max <n>", "most tokens guessed per step").default(8).argParser(parseIntArg("--draft-max", 1, 16)))
-    .addOption(opt("--no-spec-adapt", "always guess --draft-max tokens (no adaptation, no switching off)"));
+  return cmd.addOption(opt("--draft <model>", "speculative decoding with this draft model (same vocabulary)"));
 }
 
 export interface SpeculationFlags {
@@ -135,7 +111,7 @@ export interface SpeculationFlags {
   specAdapt?: boolean;
 }
 
-export interface EngineFlags extends SpeculationFlags, CacheTypeFlags {
+export interface EngineFlags extends SpeculationFlags {
   memoryBudget?: number;
   threads?: number;
   backend?: "auto" | "cpu" | "vulkan" | "metal";
@@ -144,28 +120,25 @@ export interface EngineFlags extends SpeculationFlags, CacheTypeFlags {
   prefixCache?: boolean;
   pageSize?: number;
   checkTensors?: boolean;
+  cacheTypeK?: KVCacheType;
+  cacheTypeV?: KVCacheType;
+  maxBatchSize?: number;
+  kvMemory?: number;
+  profile?: boolean;
 }
 
 /**
- * The engine options the shared engine flags set, for every command that starts an engine
- * (cli/load.ts, serve): one place, so that no command accepts a flag and drops it.
+ * The engine options the engine flags set, for every command that starts an engine
+ * (cli/load.ts, serve): each table entry's flag read by the attribute name commander gives it,
+ * so that no command accepts a flag and drops it. The speculation mode defaults to draft when
+ * a draft model is given.
  */
 export function engineOptions(f: EngineFlags): EngineOptions {
-  return {
-    threads: f.threads,
-    backend: f.backend,
-    device: f.device,
-    // absent: the model's trained context, shortened to what fits the device
-    ctxSize: f.ctxSize,
-    prefixCache: f.prefixCache,
-    pageSize: f.pageSize,
-    memoryBudgetMb: f.memoryBudget,
-    cacheTypeK: f.cacheTypeK,
-    cacheTypeV: f.cacheTypeV,
-    speculation: f.spec ?? (f.draft ? "draft" : "off"),
-    draftMax: f.draftMax,
-    draftAdaptive: f.specAdapt,
-  };
+  const flags = f as Record<string, unknown>;
+  const o: Record<string, unknown> = {};
+  for (const spec of engineOptionTable) if (spec.flag) o[spec.name] = flags[new Option(spec.flag).attributeName()];
+  o.speculation = f.spec ?? (f.draft ? "draft" : "off");
+  return o as EngineOptions;
 }
 
 /** Sampling flags, named as llama.cpp names them. */

@@ -28,6 +28,10 @@ const FLAGS: Record<string, { args: string[]; key: string; value: unknown }> = {
   spec: { args: ["--spec", "ngram"], key: "speculation", value: "ngram" },
   draftMax: { args: ["--draft-max", "3"], key: "draft_max", value: 3 },
   specAdapt: { args: ["--no-spec-adapt"], key: "draft_adaptive", value: false },
+  // serve's batch; bench's --max-batch-size is its sweep's largest batch, which its engine gets
+  maxBatchSize: { args: ["--max-batch-size", "2"], key: "max_batch_size", value: 2 },
+  kvMemory: { args: ["--kv-memory", "2"], key: "kv_memory_mb", value: 2 },
+  profile: { args: ["--profile"], key: "profile", value: true },
 };
 // flags that reach the engine by other ways than its options: checked elsewhere
 const ELSEWHERE: Record<string, string> = {
@@ -54,7 +58,7 @@ const commands = {
 
 for (const [name, c] of Object.entries(commands)) {
   test(`velo ${name}: every engine flag it takes reaches the engine`, async () => {
-    const taken = c.make().options.map((o) => o.attributeName()).filter((a) => ENGINE_FLAGS.has(a) || /^(ctx|cache|page|prefix|spec|draft|memory|backend|thread)/i.test(a));
+    const taken = c.make().options.map((o) => o.attributeName()).filter((a) => ENGINE_FLAGS.has(a) || /^(ctx|cache|page|prefix|spec|draft|memory|backend|thread|maxBatch|kv|profile|batch)/i.test(a));
     const unknown = taken.filter((a) => !ENGINE_FLAGS.has(a));
     expect(unknown).toEqual([]); // a new engine flag: add it to FLAGS (or ELSEWHERE, saying where it is checked)
     const flags = taken.filter((a) => a in FLAGS);

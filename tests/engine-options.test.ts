@@ -1,21 +1,36 @@
-// Engine options are defined once: every key the TypeScript side can send is one the library
-// reads, and every key the library reads is one the TypeScript side sends; unknown keys are
-// refused by name; each option reaches the engine.
+// Engine options are defined once (src/engine/options.ts): every key the TypeScript side can
+// send is one the library reads, and the reverse, with the same types and bounds; unknown keys
+// are refused by name; each option reaches the engine.
 import { describe, expect, test } from "bun:test";
 import { Engine, engineOptionsJSON, type EngineOptions } from "../src/engine/engine";
 import { check } from "../src/engine/errors";
 import { Model } from "../src/engine/model";
+import { engineOptionTable } from "../src/engine/options";
 import { cstr, lib } from "../src/ffi/library";
 import { testData } from "./helpers/paths";
 
 describe("engine options", () => {
   test("the keys TypeScript sends are the keys the library accepts, and the reverse", () => {
     const sent = Object.keys(engineOptionsJSON({})).sort();
-    const accepted = Engine.optionKeys().sort();
+    const accepted = Engine.optionsSchema().map((o) => o.key).sort();
     expect(sent).toEqual(accepted);
     expect(sent).toContain("ctx_size");
     expect(sent).toContain("cache_type_k");
     expect(sent).toContain("memory_budget_mb");
+  });
+
+  test("the table's types, bounds and choices are the library's", () => {
+    const lib = new Map(Engine.optionsSchema().map((o) => [o.key, o]));
+    for (const spec of engineOptionTable) {
+      const l = lib.get(spec.key)!;
+      expect({ key: spec.key, type: l.type }).toEqual({ key: spec.key, type: spec.type === "choice" ? "string" : spec.type });
+      if (spec.type === "int") {
+        // the same ceiling, and a floor the library takes (its own may be lower: 0 is "the default")
+        expect({ key: spec.key, max: spec.max }).toEqual({ key: spec.key, max: l.max });
+        expect({ key: spec.key, minTaken: spec.min! >= l.min! }).toEqual({ key: spec.key, minTaken: true });
+      }
+      if (spec.type === "choice") expect({ key: spec.key, choices: [...spec.choices!] }).toEqual({ key: spec.key, choices: l.choices! });
+    }
   });
 
   test("a key the library does not know is refused by name", () => {

@@ -175,7 +175,6 @@ export function benchCommand(): Command {
     .addOption(opt("-r, --repetitions <n>", "repetitions of each test").default(5).argParser(parseIntArg("--repetitions", 1, 1000)))
     .addOption(opt("-d, --n-depth <n>", "run each test after this many tokens of context, as llama-bench -d (their prefill is not timed)").default(0).argParser(parseIntArg("--n-depth", 0, 1 << 20)))
     .addOption(opt("--max-batch-size <n>", "batched decoding: 1, 2, 4 … n concurrent sequences (prompt -p, generation -n)").argParser(parseIntArg("--max-batch-size", 1, 1024)))
-    .addOption(opt("--profile", "also report where the time went, by kind of op"))
     .addOption(opt("--json", "print the results as JSON"));
   addModelOption(cmd);
   addEngineOptions(cmd);

@@ -12,7 +12,6 @@ interface ServeFlags extends EngineFlags {
   port: number;
   apiKey?: string;
   maxBatchSize: number;
-  kvMemory?: number;
   maxQueue: number;
   alias?: string;
   prefixCache: boolean;
@@ -31,8 +30,6 @@ export function serveCommand(): Command {
     .addOption(opt("--host <addr>", "address to bind (127.0.0.1 keeps it local)").default("127.0.0.1"))
     .addOption(opt("--port <n>", "port").default(8080).argParser(parseIntArg("--port", 0, 65535)))
     .addOption(opt("--api-key <key>", "require 'Authorization: Bearer <key>'"))
-    .addOption(opt("--max-batch-size <n>", "sequences decoded together (default 8, fewer if they do not fit at the context)").default(8).argParser(parseIntArg("--max-batch-size", 1, 1024)))
-    .addOption(opt("--kv-memory <MiB>", "KV cache budget (default: max-batch-size full contexts)").argParser(parseIntArg("--kv-memory", 1, 1 << 24)))
     .addOption(opt("--max-queue <n>", "requests that may wait beyond the batch before 503").default(64).argParser(parseIntArg("--max-queue", 0, 1 << 20)))
     .addOption(opt("--alias <id>", "model id clients use (default: the file name)"))
     .addOption(opt("--prefix-cache-file <path>", "load this saved prefix at start; POST /prefix-cache/save writes it"))
@@ -60,7 +57,7 @@ export function serveCommand(): Command {
         modelPath, draftPath, modelId: f.alias, host: f.host, prefixCacheFile: f.prefixCacheFile, port: f.port, apiKey: f.apiKey, maxQueue: f.maxQueue,
         // the context: the model's trained one unless given, and the batch unless given, shortened to fit the device
         checkTensors: f.checkTensors,
-        engine: { ...engineOptions(f), maxBatchSize: f.maxBatchSize, batchAuto: cmd.getOptionValueSource("maxBatchSize") === "default", kvMemoryMb: f.kvMemory },
+        engine: { ...engineOptions(f), batchAuto: cmd.getOptionValueSource("maxBatchSize") === "default" },
       });
       let http;
       try {

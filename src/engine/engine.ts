@@ -3,11 +3,13 @@ import { appendFileSync } from "node:fs";
 import { cstr, lib } from "../ffi/library";
 import { check, ErrorCode, VeloError } from "./errors";
 import type { Model } from "./model";
+import { engineOptionsJSON, kvCacheTypes } from "./options";
 
+export { engineOptionsJSON, kvCacheTypes };
 /** KV cache storage types (llama.cpp's names). */
-export type KVCacheType = "f32" | "f16" | "q8_0" | "q4_0";
-export const kvCacheTypes: readonly KVCacheType[] = ["f32", "f16", "q8_0", "q4_0"];
+export type KVCacheType = (typeof kvCacheTypes)[number];
 
+/** Engine settings; each is described once, in ./options.ts (its JSON key, bounds, flag). */
 export interface EngineOptions {
   threads?: number;
   /** Positions per sequence; absent or 0: the model's trained context, shortened to fit the device. */
@@ -41,34 +43,13 @@ export interface EngineOptions {
   device?: number;
 }
 
-/**
- * The engine options as the library reads them (velo_engine_create's JSON): every key is here
- * even when its value is undefined (JSON.stringify leaves those out), so Object.keys of
- * engineOptionsJSON({}) is every key this side can send; the library refuses keys it does not
- * know, and Engine.optionKeys() lists the ones it does (tests/engine-options.test.ts checks the
- * two lists are the same).
- */
-export function engineOptionsJSON(opts: EngineOptions): Record<string, unknown> {
-  return {
-    threads: opts.threads,
-    ctx_size: opts.ctxSize,
-    max_batch_size: opts.maxBatchSize,
-    batch_auto: opts.batchAuto,
-    memory_budget_mb: opts.memoryBudgetMb,
-    batch_tokens: opts.batchTokens,
-    kv_pages: opts.kvPages,
-    kv_memory_mb: opts.kvMemoryMb,
-    cache_type_k: opts.cacheTypeK,
-    cache_type_v: opts.cacheTypeV,
-    page_size: opts.pageSize,
-    prefix_cache: opts.prefixCache,
-    profile: opts.profile,
-    speculation: opts.speculation,
-    draft_max: opts.draftMax,
-    draft_adaptive: opts.draftAdaptive,
-    backend: opts.backend,
-    device: opts.device,
-  };
+/** One engine option as the library reads it. */
+export interface LibraryOptionSchema {
+  key: string;
+  type: "int" | "bool" | "string";
+  min?: number;
+  max?: number;
+  choices?: string[];
 }
 
 /** Scheduler counters and gauges (velo_engine_stats). */
@@ -268,11 +249,11 @@ export class Engine {
     return new Engine(Number(out[0]) as Pointer, model);
   }
 
-  /** The engine option keys the library accepts (velo_engine_option_keys). */
-  static optionKeys(): string[] {
-    const buf = new Uint8Array(4096);
+  /** How the library reads engine options (velo_engine_options_schema): each key, its type, bounds and choices. */
+  static optionsSchema(): LibraryOptionSchema[] {
+    const buf = new Uint8Array(16384);
     const out = new BigInt64Array(1);
-    check(lib().velo_engine_option_keys(buf, buf.length, out));
+    check(lib().velo_engine_options_schema(buf, buf.length, out));
     return JSON.parse(decoder.decode(buf.subarray(0, Number(out[0]))));
   }
 

@@ -28,7 +28,7 @@ const symbols = {
   velo_engine_wait_kernels: { args: [ptr], returns: i32 },
   velo_engine_save_prefix: { args: [ptr, ptr, i64, cstring, ptr], returns: i32 },
   velo_engine_load_prefix: { args: [ptr, cstring, ptr], returns: i32 },
-  velo_engine_option_keys: { args: [ptr, i64, ptr], returns: i32 },
+  velo_engine_options_schema: { args: [ptr, i64, ptr], returns: i32 },
   velo_engine_submit_embedding: { args: [ptr, ptr, i64, ptr], returns: i32 },
   velo_engine_take_embedding: { args: [ptr, i64, ptr, i64, ptr], returns: i32 },
 } as const;

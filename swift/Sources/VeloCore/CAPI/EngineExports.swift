@@ -2,12 +2,13 @@
 // Options and requests cross as small JSON documents; events come back as JSON lines.
 
 /// Reads numbers and flags out of a JSON object with type and range checks, naming the
-/// offending field in the error. Every key asked for is logged (`asked`), so a reader that asks
-/// for all its keys on every call (as engineOptions does) can refuse the others and list them.
+/// offending field in the error. Every key asked for is logged with its type and bounds
+/// (`schema`), so a reader that asks for all its keys on every call (as engineOptions does) can
+/// refuse the others, list them, and describe itself.
 struct JSONFields {
     let object: JSON
     let what: String
-    final class Log { var keys: [String] = [] }
+    final class Log { var keys: [String] = []; var schema: [JSON] = [] }
     let log = Log()
     var asked: [String] { log.keys }
 
@@ -18,6 +19,11 @@ struct JSONFields {
         return pairs.map(\.0).filter { !known.contains($0) }
     }
 
+    private func ask(_ key: String, _ type: String, _ more: [(String, JSON)] = []) {
+        log.keys.append(key)
+        log.schema.append(.object([("key", .string(key)), ("type", .string(type))] + more))
+    }
+
     init(_ text: String, what: String) throws {
         let parsed = try JSON.parse(text)
         guard case .object = parsed else { throw VeloError(.invalidArgument, "\(what) must be a JSON object") }
@@ -26,7 +32,7 @@ struct JSONFields {
     }
 
     func int(_ key: String, _ range: ClosedRange<Int>) throws -> Int? {
-        log.keys.append(key)
+        ask(key, "int", [("min", .int(range.lowerBound)), ("max", .int(range.upperBound))])
         guard let v = object[key], v != .null else { return nil }
         guard let i = v.intValue else { throw VeloError(.invalidArgument, "\(key) must be an integer") }
         guard range.contains(i) else { throw VeloError(.invalidArgument, "\(key) must be between \(range.lowerBound) and \(range.upperBound), got \(i)") }
@@ -34,7 +40,7 @@ struct JSONFields {
     }
 
     func float(_ key: String, _ range: ClosedRange<Double>) throws -> Float? {
-        log.keys.append(key)
+        ask(key, "number", [("min", .number(range.lowerBound)), ("max", .number(range.upperBound))])
         guard let v = object[key], v != .null else { return nil }
         guard let d = v.doubleValue, d.isFinite else { throw VeloError(.invalidArgument, "\(key) must be a number") }
         guard range.contains(d) else { throw VeloError(.invalidArgument, "\(key) must be between \(range.lowerBound) and \(range.upperBound), got \(d)") }
@@ -42,14 +48,15 @@ struct JSONFields {
     }
 
     func bool(_ key: String) throws -> Bool? {
-        log.keys.append(key)
+        ask(key, "bool")
         guard let v = object[key], v != .null else { return nil }
         guard let b = v.boolValue else { throw VeloError(.invalidArgument, "\(key) must be true or false") }
         return b
     }
 
-    func string(_ key: String) throws -> String? {
-        log.keys.append(key)
+    /// `choices`: the values the caller accepts (for the schema; the caller checks them).
+    func string(_ key: String, choices: [String]? = nil) throws -> String? {
+        ask(key, "string", choices.map { [("choices", .array($0.map { .string($0) }))] } ?? [])
         guard let v = object[key], v != .null else { return nil }
         guard let s = v.stringValue else { throw VeloError(.invalidArgument, "\(key) must be a string") }
         return s
@@ -67,8 +74,8 @@ func engineOptions(from text: String) throws -> EngineOptions {
     return o
 }
 
-/// Every key engine options accept.
-var engineOptionKeys: [String] { (try? readEngineOptions("{}").1.asked) ?? [] }
+/// How engine options are read: each key with its type and bounds or choices.
+var engineOptionsSchema: JSON { .array((try? readEngineOptions("{}").1.log.schema) ?? []) }
 
 private func readEngineOptions(_ text: String) throws -> (EngineOptions, JSONFields) {
     let f = try JSONFields(text, what: "engine options")
@@ -87,17 +94,18 @@ private func readEngineOptions(_ text: String) throws -> (EngineOptions, JSONFie
     if let v = try f.int("kv_pages", 0...1 << 24) { o.kvPages = v }
     if let v = try f.int("page_size", 1...4096) { o.pageSize = v }
     if let v = try f.int("kv_memory_mb", 0...1 << 24) { o.kvMemoryBytes = v << 20 }
-    if let t = try f.string("cache_type_k") { o.cacheTypeK = try KVCacheType.parse(t, what: "cache_type_k") }
-    if let t = try f.string("cache_type_v") { o.cacheTypeV = try KVCacheType.parse(t, what: "cache_type_v") }
+    let kvTypes = KVCacheType.allCases.map(\.rawValue)
+    if let t = try f.string("cache_type_k", choices: kvTypes) { o.cacheTypeK = try KVCacheType.parse(t, what: "cache_type_k") }
+    if let t = try f.string("cache_type_v", choices: kvTypes) { o.cacheTypeV = try KVCacheType.parse(t, what: "cache_type_v") }
     o.profile = try f.bool("profile") ?? false
     o.prefixCache = try f.bool("prefix_cache") ?? true
-    if let mode = try f.string("speculation") {
+    if let mode = try f.string("speculation", choices: SpeculationOptions.Mode.allCases.map(\.rawValue)) {
         guard let m = SpeculationOptions.Mode(rawValue: mode) else { throw VeloError(.invalidArgument, "speculation must be off, ngram or draft") }
         o.speculation.mode = m
     }
     if let k = try f.int("draft_max", 1...16) { o.speculation.maxDraft = k }
     if let a = try f.bool("draft_adaptive") { o.speculation.adaptive = a }
-    if let b = try f.string("backend") {
+    if let b = try f.string("backend", choices: BackendChoice.allCases.map(\.rawValue)) {
         guard let c = BackendChoice(rawValue: b) else { throw VeloError(.invalidArgument, "backend must be auto, cpu, vulkan or metal (got '\(b)')") }
         o.backend = c
     }
@@ -169,10 +177,11 @@ func generationRequest(from text: String, tokenizer: Tokenizer) throws -> Genera
     return r
 }
 
-/// The keys engine options accept, as a JSON array of strings.
-@_cdecl("velo_engine_option_keys")
-public func velo_engine_option_keys(_ out: UnsafeMutablePointer<UInt8>?, _ cap: Int64, _ outLen: UnsafeMutablePointer<Int64>?) -> Int32 {
-    CABI.call { try copyOut(Array(JSON.array(engineOptionKeys.map { .string($0) }).serialized.utf8), out, Int(cap), outLen) }
+/// How engine options are read, as a JSON array: {key, type ("int", "bool", "string"), min and
+/// max (ints), choices (strings)} for each key velo_engine_create accepts.
+@_cdecl("velo_engine_options_schema")
+public func velo_engine_options_schema(_ out: UnsafeMutablePointer<UInt8>?, _ cap: Int64, _ outLen: UnsafeMutablePointer<Int64>?) -> Int32 {
+    CABI.call { try copyOut(Array(engineOptionsSchema.serialized.utf8), out, Int(cap), outLen) }
 }
 
 /// Starts an engine for `model`; `draft` (nullable) is the draft model of speculative decoding.

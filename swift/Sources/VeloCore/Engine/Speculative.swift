@@ -4,7 +4,7 @@
 /// unchanged. The number of guesses follows the measured acceptance and speed, and turns
 /// itself off for a sequence when guessing would be slower than plain decoding.
 public struct SpeculationOptions: Sendable {
-    public enum Mode: String, Sendable { case off, ngram, draft }
+    public enum Mode: String, Sendable, CaseIterable { case off, ngram, draft }
     public var mode: Mode = .off
     /// Most tokens proposed per step.
     public var maxDraft = 8

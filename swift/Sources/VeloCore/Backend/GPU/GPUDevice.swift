@@ -139,7 +139,7 @@ struct GPUBinding {
 }
 
 /// Which GPU API, and which device of it, the engine runs on.
-public enum BackendChoice: String, Sendable {
+public enum BackendChoice: String, Sendable, CaseIterable {
     case auto, cpu, vulkan, metal
 }
 
