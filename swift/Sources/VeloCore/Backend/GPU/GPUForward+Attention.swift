@@ -5,8 +5,8 @@ extension GPUForward {
     func rope(_ a: Activation, heads: Int, rope r: Int) {
         let c = config
         dispatch(GPUKernels.rope, [act(a), tokpos, GPUBinding(ropeFreqs[r])],
-                 [UInt32(n), UInt32(heads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
-                  c.ropes[r].magnitude.bitPattern, UInt32(stride(a))],
+                 GPUParams.Rope(rows: UInt32(n), heads: UInt32(heads), headDim: UInt32(c.headDim), ropeDim: UInt32(c.ropeDim),
+                                neox: c.ropeStyle == .neox ? 1 : 0, magnitude: c.ropes[r].magnitude, rowStride: UInt32(stride(a))),
                  (n, heads, 1), .rope)
     }
 
@@ -18,7 +18,8 @@ extension GPUForward {
     func storeKV(layer: Int) {
         let ps = kv.pageSize
         dispatch(kvStoreKernel, [act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab],
-                 [UInt32(n), UInt32(kvDim), UInt32(ps)] + kvParams(layer) + [UInt32(stride(.k))],
+                 GPUParams.KVStore(n: UInt32(n), kvDim: UInt32(kvDim), pageSize: UInt32(ps), pageStride: UInt32(kvPlaces[layer].pageStride),
+                                   layerOff: UInt32(kvPlaces[layer].layerOff), kvStride: UInt32(stride(.k))),
                  (n, (kvDim + 63) / 64, 1), .attention)
     }
 
@@ -41,9 +42,10 @@ extension GPUForward {
             return
         }
         dispatch(ropeStoreKernel, [act(.q), act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
-                 [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(c.headDim), UInt32(c.ropeDim), c.ropeStyle == .neox ? 1 : 0,
-                  c.ropes[r].magnitude.bitPattern, UInt32(kvDim), UInt32(ps)] + kvParams(layer) + [
-                  UInt32(stride(.q)), UInt32(stride(.k))],
+                 GPUParams.RopeStore(n: UInt32(n), heads: UInt32(heads), kvHeads: UInt32(kvHeads), headDim: UInt32(c.headDim), ropeDim: UInt32(c.ropeDim),
+                                     neox: c.ropeStyle == .neox ? 1 : 0, magnitude: c.ropes[r].magnitude, kvDim: UInt32(kvDim), pageSize: UInt32(ps),
+                                     pageStride: UInt32(kvPlaces[layer].pageStride), layerOff: UInt32(kvPlaces[layer].layerOff),
+                                     qStride: UInt32(stride(.q)), kvStride: UInt32(stride(.k))),
                  (n, heads + kvHeads, 1), .rope)
     }
 

@@ -60,7 +60,7 @@ extension GPUForward {
         let key = rowsKey(x, rows: rows, xStride: xStride, k: k)
         if q8Source.map({ $0 != key }) ?? true {
             dispatch(GPUKernels.quantizeQ8, [x, GPUBinding(q8.values), GPUBinding(q8.scales)],
-                     [UInt32(k), UInt32(rows), UInt32(xStride)], GPUKernels.quantizeQ8Groups(k: k, m: rows), op)
+                     GPUParams.QuantizeQ8(k: UInt32(k), m: UInt32(rows), xStride: UInt32(xStride)), GPUKernels.quantizeQ8Groups(k: k, m: rows), op)
             holdQ8(key)
         }
     }
@@ -108,7 +108,7 @@ extension GPUForward {
             let kp = GPUKernels.f16Row(w.cols)
             let key = rowsKey(x, rows: rows, xStride: xStride, k: w.cols)
             if x16Source.map({ $0 != key }) ?? true {
-                dispatch(GPUKernels.toF16, [x, GPUBinding(x16)], [UInt32(w.cols), UInt32(rows), UInt32(xStride), UInt32(kp)],
+                dispatch(GPUKernels.toF16, [x, GPUBinding(x16)], GPUParams.ToF16(k: UInt32(w.cols), m: UInt32(rows), xStride: UInt32(xStride), kp: UInt32(kp)),
                          GPUKernels.toF16Groups(k: w.cols, m: rows), op)
                 x16Source = key
             }
@@ -142,7 +142,8 @@ extension GPUForward {
                 } else {
                     let b = batchKernel ? [wb, GPUBinding(x16), planes, planes, GPUBinding(splitDone!)] : [wb, GPUBinding(x16), planes]
                     dispatch(kernel, b, p16 + [UInt32(plane)] + (batchKernel ? [UInt32(w.rows), 1] : []), (g.0, g.1, splits), op)
-                    dispatch(GPUKernels.sumSplits, [planes, y], [UInt32(w.rows), UInt32(rows), UInt32(yStride), UInt32(splits), UInt32(plane)],
+                    dispatch(GPUKernels.sumSplits, [planes, y],
+                             GPUParams.SumSplits(n: UInt32(w.rows), m: UInt32(rows), yStride: UInt32(yStride), splits: UInt32(splits), plane: UInt32(plane)),
                              (min((plane + 255) / 256, 65535), 1, 1), op)
                 }
             } else {
@@ -159,7 +160,7 @@ extension GPUForward {
 
     func glu(_ a: ModelConfig.FFNActivation) {
         let count = n * config.ffnDim
-        dispatch(GPUKernels.swiglu, [act(.gate), act(.up)], [UInt32(count), UInt32(a.rawValue)], ((count + 255) / 256, 1, 1), .mlpActivation)
+        dispatch(GPUKernels.swiglu, [act(.gate), act(.up)], GPUParams.GLU(count: UInt32(count), act: UInt32(a.rawValue)), ((count + 255) / 256, 1, 1), .mlpActivation)
     }
 
     /// One matvec in GLU mode for decode; for prefill the interleaved product into gluScratch,
@@ -182,11 +183,11 @@ extension GPUForward {
             let count = n * ffn
             if let x16 = f16Copy(width: ffn) {
                 // with to_f16's copy for the down product
-                dispatch(GPUKernels.swigluPairsF16, [s, act(.gate), GPUBinding(x16)], [UInt32(count), UInt32(a.rawValue)],
+                dispatch(GPUKernels.swigluPairsF16, [s, act(.gate), GPUBinding(x16)], GPUParams.GLU(count: UInt32(count), act: UInt32(a.rawValue)),
                          (min((count / 2 + 255) / 256, 65535), 1, 1), .mlpActivation)
                 x16Source = rowsKey(act(.gate), rows: n, xStride: ffn, k: ffn)
             } else {
-                dispatch(GPUKernels.swigluPairs, [s, act(.gate)], [UInt32(count), UInt32(a.rawValue)], (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
+                dispatch(GPUKernels.swigluPairs, [s, act(.gate)], GPUParams.GLU(count: UInt32(count), act: UInt32(a.rawValue)), (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
             }
         }
     }
@@ -200,7 +201,8 @@ extension GPUForward {
         let x = act(src), xs = stride(src)
         multiply(l.router, x, rows: n, xStride: xs, into: GPUBinding(m.router), yStride: e.count, op: .matmul)
         dispatch(GPUKernels.moeRoute, [GPUBinding(m.router), GPUBinding(m.routing)],
-                 [UInt32(n), UInt32(e.count), UInt32(e.used), e.normalizeWeights ? 1 : 0, UInt32(m.cap)], (1, 1, 1), .other)
+                 GPUParams.MoERoute(tokens: UInt32(n), experts: UInt32(e.count), used: UInt32(e.used), normalize: e.normalizeWeights ? 1 : 0, cap: UInt32(m.cap)),
+                 (1, 1, 1), .other)
         let pairs = n * e.used, gate = expertStacks[l.gate[0].data]!
         if gate.expert.rows == h {
             // gate and up apart
@@ -214,7 +216,7 @@ extension GPUForward {
             // interleaved products (2·ffn a pair, in `up`), then swiglu_pairs
             expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.up), yStride: 2 * h)
             let count = pairs * h
-            dispatch(GPUKernels.swigluPairs, [GPUBinding(m.up), GPUBinding(m.gate)], [UInt32(count), UInt32(ModelConfig.FFNActivation.silu.rawValue)],
+            dispatch(GPUKernels.swigluPairs, [GPUBinding(m.up), GPUBinding(m.gate)], GPUParams.GLU(count: UInt32(count), act: UInt32(ModelConfig.FFNActivation.silu.rawValue)),
                      (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
         }
         expertProduct(expertStacks[l.down[0].data]!, GPUBinding(m.gate), xStride: h, gather: false, into: GPUBinding(m.output), yStride: d)
@@ -229,7 +231,7 @@ extension GPUForward {
         }
         dispatch(GPUKernels.moeCombine,
                  [act(dst), GPUBinding(m.output), m.section(.slot), m.section(.weight), shared.out, shared.gate],
-                 [UInt32(d), UInt32(e.used), l.shared == nil ? 0 : 1, UInt32(stride(dst)), UInt32(n)],
+                 GPUParams.MoECombine(width: UInt32(d), used: UInt32(e.used), sharedExpert: l.shared == nil ? 0 : 1, yStride: UInt32(stride(dst)), tokens: UInt32(n)),
                  GPUKernels.moeCombineGroups(tokens: n, width: d, shared: l.shared != nil), .other)
     }
 
@@ -263,7 +265,7 @@ extension GPUForward {
             let xRows = gather ? n : n * e.used, kp = GPUKernels.f16Row(w.cols)
             let key = rowsKey(x, rows: xRows, xStride: xStride, k: w.cols)
             if x16Source.map({ $0 != key }) ?? true {
-                dispatch(GPUKernels.toF16, [x, GPUBinding(x16)], [UInt32(w.cols), UInt32(xRows), UInt32(xStride), UInt32(kp)],
+                dispatch(GPUKernels.toF16, [x, GPUBinding(x16)], GPUParams.ToF16(k: UInt32(w.cols), m: UInt32(xRows), xStride: UInt32(xStride), kp: UInt32(kp)),
                          GPUKernels.toF16Groups(k: w.cols, m: xRows), .matmul)
                 x16Source = key
             }
@@ -281,7 +283,7 @@ extension GPUForward {
     }
 
     private func swiglu(_ gate: GPUBinding, _ up: GPUBinding, count: Int) {
-        dispatch(GPUKernels.swiglu, [gate, up], [UInt32(count), UInt32(ModelConfig.FFNActivation.silu.rawValue)],
+        dispatch(GPUKernels.swiglu, [gate, up], GPUParams.GLU(count: UInt32(count), act: UInt32(ModelConfig.FFNActivation.silu.rawValue)),
                  (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
     }
 
@@ -298,10 +300,10 @@ extension GPUForward {
         multiply(output, act(.xn), rows: rows, xStride: config.dim, into: target, yStride: config.vocabSize, op: .output)
         let count = rows * config.vocabSize
         if softcap > 0 {
-            dispatch(GPUKernels.softcap, [target], [UInt32(count), softcap.bitPattern], (min((count + 255) / 256, 65535), 1, 1), .output)
+            dispatch(GPUKernels.softcap, [target], GPUParams.Softcap(count: UInt32(count), cap: softcap), (min((count + 255) / 256, 65535), 1, 1), .output)
         }
         if batch.argmaxes {
-            dispatch(GPUKernels.argmaxRows, [target, GPUBinding(argmaxBuffer)], [UInt32(config.vocabSize), UInt32(config.vocabSize)], (rows, 1, 1), .output)
+            dispatch(GPUKernels.argmaxRows, [target, GPUBinding(argmaxBuffer)], GPUParams.ArgmaxRows(n: UInt32(config.vocabSize), stride: UInt32(config.vocabSize)), (rows, 1, 1), .output)
             argmaxesMade = true
         }
         if let staged, batch.hostLogits { device.copy(staged, to: logitsBuffer, bytes: count * 4, op: .output) }

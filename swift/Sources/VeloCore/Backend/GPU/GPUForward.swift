@@ -519,6 +519,10 @@ final class GPUForward: ForwardOps {
         device.dispatch(p, buffers, params: params, groups: groups, op: op)
     }
 
+    func dispatch(_ k: GPUKernels.Kernel, _ buffers: [GPUBinding], _ params: some KernelParams, _ groups: (Int, Int, Int), _ op: Profiler.Op) {
+        dispatch(k, buffers, params.words, groups, op)
+    }
+
     /// The held Q|K|V product as it was, when the op after it is not rope_store.
     func flushQKV() {
         guard let p = pendingQKV else { return }
@@ -623,7 +627,7 @@ final class GPUForward: ForwardOps {
     func embed(_ table: WeightMatrix, scale: Float) {
         dispatch(GPUKernels.getRows(table.type),
                  [GPUBinding(weights[table.data]!), input(sections.tokens, maxTokens), act(.x)],
-                 [UInt32(table.cols), UInt32(table.rowBytes), UInt32(n), scale.bitPattern], (n, 1, 1), .embed)
+                 GPUParams.GetRows(k: UInt32(table.cols), rowBytes: UInt32(table.rowBytes), n: UInt32(n), scale: scale), (n, 1, 1), .embed)
     }
 
     func rmsNorm(_ src: Activation, _ w: WeightVector, into dst: Activation) {
@@ -634,14 +638,15 @@ final class GPUForward: ForwardOps {
     func norm(_ src: Activation, _ w: WeightVector, rows: Int, selection: GPUBinding?, into dst: GPUBinding) {
         dispatch(GPUKernels.rmsNorm,
                  [act(src), GPUBinding(vectors[w.name]!), dst, selection ?? input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
-                 [UInt32(config.dim), UInt32(rows), config.normEps.bitPattern, selection != nil ? 1 : 0, UInt32(config.dim), 1, UInt32(config.dim)],
+                 GPUParams.RMSNorm(n: UInt32(config.dim), rows: UInt32(rows), eps: config.normEps, useRowsel: selection != nil ? 1 : 0,
+                                   xStride: UInt32(config.dim), heads: 1, yStride: UInt32(config.dim)),
                  (rows, 1, 1), .norm)
     }
 
     func headNorm(_ a: Activation, _ w: WeightVector, heads: Int) {
         let s = UInt32(stride(a))
         dispatch(GPUKernels.rmsNorm, [act(a), GPUBinding(vectors[w.name]!), act(a), input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
-                 [UInt32(config.headDim), UInt32(n * heads), config.normEps.bitPattern, 0, s, UInt32(heads), s],
+                 GPUParams.RMSNorm(n: UInt32(config.headDim), rows: UInt32(n * heads), eps: config.normEps, useRowsel: 0, xStride: s, heads: UInt32(heads), yStride: s),
                  (n * heads, 1, 1), .norm)
     }
 
@@ -654,7 +659,7 @@ final class GPUForward: ForwardOps {
             return
         }
         let width = b.values.count
-        dispatch(GPUKernels.addBias, [act(a), GPUBinding(vectors[b.name]!)], [UInt32(width), UInt32(n), UInt32(stride(a))],
+        dispatch(GPUKernels.addBias, [act(a), GPUBinding(vectors[b.name]!)], GPUParams.AddBias(n: UInt32(width), rows: UInt32(n), stride: UInt32(stride(a))),
                  ((width + 255) / 256, n, 1), .other)
     }
 
@@ -664,7 +669,7 @@ final class GPUForward: ForwardOps {
             residualProduct(p.w, p.src, residual: dst, norm: w, out: out)
             return
         }
-        let dim = config.dim, params = [UInt32(dim), UInt32(n), config.normEps.bitPattern]
+        let dim = config.dim, params = GPUParams.AddRMSNorm(n: UInt32(dim), rows: UInt32(n), eps: config.normEps)
         let bindings = [act(dst), act(src), GPUBinding(vectors[w.name]!), act(out)]
         if let q8, n <= matvecMaxRows, dim % 32 == 0, dim <= GPUKernels.addRMSNormQ8MaxWidth, dim <= q8Width {
             // the norm also as 8-bit blocks, for the matvec_dot products that read it next
@@ -681,7 +686,7 @@ final class GPUForward: ForwardOps {
 
     func add(_ dst: Activation, _ src: Activation) {
         let count = n * config.dim
-        dispatch(GPUKernels.add, [act(dst), act(src)], [UInt32(count)], ((count + 255) / 256, 1, 1), .other)
+        dispatch(GPUKernels.add, [act(dst), act(src)], GPUParams.Add(count: UInt32(count)), ((count + 255) / 256, 1, 1), .other)
     }
 
     func hidden(norm w: WeightVector) {
