@@ -10,6 +10,9 @@ struct JSONFields {
     let what: String
     final class Log { var keys: [String] = []; var schema: [JSON] = [] }
     let log = Log()
+    /// Whether `ask` also records each field's type and bounds (only for the schema: requests
+    /// are read on every submit and need the keys alone).
+    var describe = false
     var asked: [String] { log.keys }
 
     /// The object's keys nothing asked for.
@@ -21,6 +24,7 @@ struct JSONFields {
 
     private func ask(_ key: String, _ type: String, _ more: [(String, JSON)] = []) {
         log.keys.append(key)
+        guard describe else { return }
         log.schema.append(.object([("key", .string(key)), ("type", .string(type))] + more))
     }
 
@@ -75,10 +79,11 @@ func engineOptions(from text: String) throws -> EngineOptions {
 }
 
 /// How engine options are read: each key with its type and bounds or choices.
-var engineOptionsSchema: JSON { .array((try? readEngineOptions("{}").1.log.schema) ?? []) }
+var engineOptionsSchema: JSON { .array((try? readEngineOptions("{}", describe: true).1.log.schema) ?? []) }
 
-private func readEngineOptions(_ text: String) throws -> (EngineOptions, JSONFields) {
-    let f = try JSONFields(text, what: "engine options")
+private func readEngineOptions(_ text: String, describe: Bool = false) throws -> (EngineOptions, JSONFields) {
+    var f = try JSONFields(text, what: "engine options")
+    f.describe = describe
     var o = EngineOptions()
     if let v = try f.int("threads", 0...1024), v > 0 { o.threads = v }
     // 0 or absent: the model's trained context, shortened to fit the device
