@@ -65,8 +65,8 @@ async function compare(configs: { opts: EngineOptions; useDraft: boolean }[]) {
 
 const [plain, adaptive, fixed] = (await compare([
   { opts: {}, useDraft: false },
-  { opts: { speculation: spec, draftMax: k }, useDraft: spec === "draft" },
-  { opts: { speculation: spec, draftMax: k, draftAdaptive: false }, useDraft: spec === "draft" },
+  { opts: { spec, draftMax: k }, useDraft: spec === "draft" },
+  { opts: { spec, draftMax: k, specAdapt: false }, useDraft: spec === "draft" },
 ]))!;
 
 // verification cost: one forward over k+1 tokens vs one decode step (prefill of k+1 tokens at

@@ -27,6 +27,19 @@ export function parseIntArg(name: string, min: number, max = Number.MAX_SAFE_INT
   };
 }
 
+const SIZE_UNITS: Record<string, number> = { "": 2 ** 20, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30, t: 2 ** 40 };
+
+/** A size in bytes: 8G, 512M, 1.5g, 64K (binary units, an optional trailing B or iB); a bare number is MiB. */
+export function parseSizeArg(name: string, min: number, max = Number.MAX_SAFE_INTEGER) {
+  return (value: string): number => {
+    const m = /^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?$/i.exec(value.trim());
+    if (!m) throw new CliError(`${name} must be a size such as 8G, 512M or 4096 (MiB), got '${value}'`, 2);
+    const n = Math.round(Number(m[1]) * SIZE_UNITS[m[2]!.toLowerCase()]!);
+    if (n < min || n > max) throw new CliError(`${name} must be between ${min / 2 ** 20} MiB and ${max / 2 ** 40} TiB, got '${value}'`, 2);
+    return n;
+  };
+}
+
 export function parseFloatArg(name: string, min: number, max: number) {
   return (value: string): number => {
     const n = Number(value);
@@ -85,7 +98,7 @@ export function addCommandHelpEnv(cmd: Command): Command {
 function engineFlag(spec: EngineOptionSpec): Option {
   const o = opt(spec.flag!, spec.help ?? "");
   const long = spec.flag!.split(/[ ,|]+/).find((f) => f.startsWith("--"))!;
-  if (spec.type === "int") o.argParser(parseIntArg(long, spec.min ?? 0, spec.max));
+  if (spec.type === "int") o.argParser(spec.unit === "bytes" ? parseSizeArg(long, spec.min ?? 0, spec.max) : parseIntArg(long, spec.min ?? 0, spec.max));
   if (spec.type === "choice") o.choices([...spec.choices!]);
   if (spec.cliDefault !== undefined) o.default(spec.cliDefault);
   return o;
@@ -136,8 +149,9 @@ export interface EngineFlags extends SpeculationFlags {
 export function engineOptions(f: EngineFlags): EngineOptions {
   const flags = f as Record<string, unknown>;
   const o: Record<string, unknown> = {};
-  for (const spec of engineOptionTable) if (spec.flag) o[spec.name] = flags[new Option(spec.flag).attributeName()];
-  o.speculation = f.spec ?? (f.draft ? "draft" : "off");
+  // the table's names are commander's attribute names (tests/engine-flags.test.ts)
+  for (const spec of engineOptionTable) if (spec.flag) o[spec.name] = flags[spec.name];
+  o.spec = f.spec ?? (f.draft ? "draft" : "off");
   return o as EngineOptions;
 }
 

@@ -12,6 +12,9 @@ import { chatCommand } from "../cli/commands/chat";
 import { embedCommand } from "../cli/commands/embed";
 import { generateCommand } from "../cli/commands/generate";
 import { serveCommand } from "../cli/commands/serve";
+import { Option } from "commander";
+import { parseSizeArg } from "../cli/options";
+import { engineOptionTable } from "../src/engine/options";
 import { runCli } from "./helpers/cli";
 import { testData } from "./helpers/paths";
 
@@ -23,14 +26,14 @@ const FLAGS: Record<string, { args: string[]; key: string; value: unknown }> = {
   pageSize: { args: ["--page-size", "32"], key: "page_size", value: 32 },
   cacheTypeK: { args: ["--cache-type-k", "q8_0"], key: "cache_type_k", value: "q8_0" },
   cacheTypeV: { args: ["--cache-type-v", "q4_0"], key: "cache_type_v", value: "q4_0" },
-  memoryBudget: { args: ["--memory-budget", "3000"], key: "memory_budget_mb", value: 3000 },
+  memoryBudget: { args: ["--memory-budget", "3000"], key: "memory_budget", value: 3000 * 2 ** 20 },
   backend: { args: ["--backend", "cpu"], key: "backend", value: "cpu" },
-  spec: { args: ["--spec", "ngram"], key: "speculation", value: "ngram" },
+  spec: { args: ["--spec", "ngram"], key: "spec", value: "ngram" },
   draftMax: { args: ["--draft-max", "3"], key: "draft_max", value: 3 },
-  specAdapt: { args: ["--no-spec-adapt"], key: "draft_adaptive", value: false },
+  specAdapt: { args: ["--no-spec-adapt"], key: "spec_adapt", value: false },
   // serve's batch; bench's --max-batch-size is its sweep's largest batch, which its engine gets
   maxBatchSize: { args: ["--max-batch-size", "2"], key: "max_batch_size", value: 2 },
-  kvMemory: { args: ["--kv-memory", "2"], key: "kv_memory_mb", value: 2 },
+  kvMemory: { args: ["--kv-memory", "2M"], key: "kv_memory", value: 2 * 2 ** 20 },
   profile: { args: ["--profile"], key: "profile", value: true },
 };
 // flags that reach the engine by other ways than its options: checked elsewhere
@@ -92,3 +95,21 @@ for (const [name, c] of Object.entries(commands)) {
     expect(got).toEqual(want);
   }, 60_000);
 }
+
+test("one name per option: the field is its flag's camelCase, the JSON key the field's snake_case", () => {
+  for (const spec of engineOptionTable) {
+    expect({ field: spec.name, key: spec.key }).toEqual({ field: spec.name, key: spec.name.replace(/[A-Z]/g, (c) => "_" + c.toLowerCase()) });
+    if (!spec.flag) continue;
+    const attr: string = new Option(spec.flag).attributeName();
+    expect({ flag: spec.flag, field: spec.name as string }).toEqual({ flag: spec.flag, field: attr });
+  }
+});
+
+test("sizes: binary units, a bare number is MiB, bad or out-of-range values are refused by name", () => {
+  const p = parseSizeArg("--memory-budget", 2 ** 20, 2 ** 44);
+  expect([p("8G"), p("512M"), p("1.5g"), p("4096"), p("2GiB"), p("64 MB"), p("1T")]).toEqual([8 * 2 ** 30, 512 * 2 ** 20, 1.5 * 2 ** 30, 4096 * 2 ** 20, 2 * 2 ** 30, 64 * 2 ** 20, 2 ** 40]);
+  expect(() => p("8X")).toThrow(/--memory-budget must be a size such as 8G/);
+  expect(() => p("-1")).toThrow(/must be a size/);
+  expect(() => p("12K")).toThrow(/--memory-budget must be between 1 MiB and 16 TiB, got '12K'/);
+  expect(() => p("17T")).toThrow(/between 1 MiB and 16 TiB/);
+});

@@ -16,7 +16,7 @@ describe("engine options", () => {
     expect(sent).toEqual(accepted);
     expect(sent).toContain("ctx_size");
     expect(sent).toContain("cache_type_k");
-    expect(sent).toContain("memory_budget_mb");
+    expect(sent).toContain("memory_budget");
   });
 
   test("the table's types, bounds and choices are the library's", () => {
@@ -47,12 +47,12 @@ describe("engine options", () => {
   test("every option reaches the engine", () => {
     const m = Model.open(testData("stories260K.gguf"));
     try {
-      const opts: Required<Omit<EngineOptions, "kvMemoryMb" | "device">> = {
-        threads: 2, ctxSize: 96, maxBatchSize: 3, batchAuto: false, memoryBudgetMb: 4096, batchTokens: 40, kvPages: 30,
-        pageSize: 8, cacheTypeK: "q8_0", cacheTypeV: "f32", prefixCache: false, profile: true, speculation: "ngram", draftMax: 5,
-        draftAdaptive: false, backend: "cpu",
+      const opts: Required<Omit<EngineOptions, "kvMemory" | "device">> = {
+        threads: 2, ctxSize: 96, maxBatchSize: 3, batchAuto: false, memoryBudget: 4096 * 2 ** 20, batchTokens: 40, kvPages: 30,
+        pageSize: 8, cacheTypeK: "q8_0", cacheTypeV: "f32", prefixCache: false, profile: true, spec: "ngram", draftMax: 5,
+        specAdapt: false, backend: "cpu",
       };
-      // every key but two that exclude others (kv_memory_mb: with kv_pages; device: a GPU)
+      // every key but two that exclude others (kv_memory: with kv_pages; device: a GPU)
       expect(Object.keys(opts).length).toBe(Object.keys(engineOptionsJSON({})).length - 2);
       const e = Engine.create(m, opts);
       try {
@@ -70,8 +70,8 @@ describe("engine options", () => {
       } finally {
         e.close();
       }
-      // kv_memory_mb instead of kv_pages: pages of 8 positions × 5 layers × (34 + 128) bytes
-      const e2 = Engine.create(m, { ctxSize: 96, kvMemoryMb: 1, pageSize: 8, cacheTypeK: "q8_0", cacheTypeV: "f32" });
+      // kv_memory instead of kv_pages: pages of 8 positions × 5 layers × (34 + 128) bytes
+      const e2 = Engine.create(m, { ctxSize: 96, kvMemory: 2 ** 20, pageSize: 8, cacheTypeK: "q8_0", cacheTypeV: "f32" });
       try {
         expect(e2.stats().kv_pages_total).toBe(Math.floor((1 << 20) / (8 * 5 * (34 + 128))));
       } finally {

@@ -235,7 +235,7 @@ describe(`${backend} backend`, () => {
     const plain = await greedy("stories260K.gguf", { ctxSize: 256, backend }, c.prompt_ids_with_bos, 40);
     const model = Model.open(testData("stories260K.gguf"));
     const draft = Model.open(testData("stories260K-q8_0.gguf"));
-    const engine = Engine.create(model, { ctxSize: 256, backend, speculation: "draft", draftAdaptive: false, draftMax: 4 }, draft);
+    const engine = Engine.create(model, { ctxSize: 256, backend, spec: "draft", specAdapt: false, draftMax: 4 }, draft);
     try {
       const r = await engine.submit({ promptTokens: c.prompt_ids_with_bos, maxTokens: 40, temperature: 0, ignoreEos: true }).collect();
       expect(r.tokens).toEqual(plain);

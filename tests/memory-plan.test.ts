@@ -66,7 +66,7 @@ describe("the memory plan", () => {
       expect(e.stats().context_size).toBe(131072);
       expect(e.stats().memory!.notes).toEqual([]);
     });
-    withEngine(long, { threads: 2, memoryBudgetMb: 160 }, (e) => {
+    withEngine(long, { threads: 2, memoryBudget: 160 * 2 ** 20 }, (e) => {
       const p = e.stats().memory!;
       expect(p.context_size).toBeLessThan(131072);
       expect(p.context_size).toBeGreaterThanOrEqual(4096);
@@ -79,7 +79,7 @@ describe("the memory plan", () => {
 
   test("then a default batch shrinks; an explicit one is kept or refused with the numbers", () => {
     // 6 layers of 2 KV heads of 64 in f16: 3 KiB a position; at 4096 positions 12 MiB a sequence
-    withEngine(long, { threads: 2, maxBatchSize: 8, batchAuto: true, memoryBudgetMb: 80 }, (e) => {
+    withEngine(long, { threads: 2, maxBatchSize: 8, batchAuto: true, memoryBudget: 80 * 2 ** 20 }, (e) => {
       const p = e.stats().memory!;
       expect(p.context_size).toBe(4096);
       expect(p.max_batch_size).toBeGreaterThan(1);
@@ -88,7 +88,7 @@ describe("the memory plan", () => {
       expect(e.stats().max_batch_size).toBe(p.max_batch_size);
     });
     // the batch asked for by name stays; the context goes below 4096 instead
-    withEngine(long, { threads: 2, maxBatchSize: 8, memoryBudgetMb: 80 }, (e) => {
+    withEngine(long, { threads: 2, maxBatchSize: 8, memoryBudget: 80 * 2 ** 20 }, (e) => {
       const p = e.stats().memory!;
       expect(p.max_batch_size).toBe(8);
       expect(p.context_size).toBeLessThan(4096);
@@ -96,15 +96,15 @@ describe("the memory plan", () => {
     });
     const m = Model.open(long);
     try {
-      expect(() => Engine.create(m, { threads: 2, ctxSize: 65536, maxBatchSize: 8, memoryBudgetMb: 80 })).toThrow(
+      expect(() => Engine.create(m, { threads: 2, ctxSize: 65536, maxBatchSize: 8, memoryBudget: 80 * 2 ** 20 })).toThrow(
         /^not enough memory on CPU \(.*\): weights [\d.]+ MiB \+ KV 1\.5 GiB \(f16, 8 × 65536\) \+ scratch [\d.]+ MiB = [\d.]+ GiB, but 80\.0 MiB is usable .* Lower --ctx-size or --max-batch-size, or store K\/V in fewer bits/,
       );
-      expect(() => Engine.create(m, { threads: 2, memoryBudgetMb: 1 })).toThrow(/The weights alone do not fit/);
+      expect(() => Engine.create(m, { threads: 2, memoryBudget: 1 * 2 ** 20 })).toThrow(/The weights alone do not fit/);
       // q8_0 K/V fit where f16 does not
-      withEngine(long, { threads: 2, ctxSize: 16384, memoryBudgetMb: 80, cacheTypeK: "q8_0", cacheTypeV: "q8_0" }, (e) => {
+      withEngine(long, { threads: 2, ctxSize: 16384, memoryBudget: 80 * 2 ** 20, cacheTypeK: "q8_0", cacheTypeV: "q8_0" }, (e) => {
         expect(e.stats().memory!.summary).toMatch(/KV [\d.]+ MiB \(q8_0, 1 × 16384\)/);
       });
-      expect(() => Engine.create(m, { threads: 2, ctxSize: 16384, memoryBudgetMb: 50, cacheTypeK: "f16", cacheTypeV: "f16" })).toThrow(/not enough memory/);
+      expect(() => Engine.create(m, { threads: 2, ctxSize: 16384, memoryBudget: 50 * 2 ** 20, cacheTypeK: "f16", cacheTypeV: "f16" })).toThrow(/not enough memory/);
     } finally {
       m.close();
     }

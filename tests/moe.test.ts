@@ -109,7 +109,7 @@ describe("mixture-of-experts models in the engine", () => {
       const m = Model.open(file);
       const d = spec ? Model.open(modelFile("llama", "q8_0")) : undefined;
       try {
-        const e = Engine.create(m, { ctxSize: 512, threads: 2, backend: "cpu", ...(spec ? { speculation: "draft", draftAdaptive: false, draftMax: 4 } as const : {}) }, d);
+        const e = Engine.create(m, { ctxSize: 512, threads: 2, backend: "cpu", ...(spec ? { spec: "draft", specAdapt: false, draftMax: 4 } as const : {}) }, d);
         try {
           const r = await e.submit({ promptTokens: PROMPTS[1]!, maxTokens: 48, temperature: 0, ignoreEos: true }).collect();
           return { tokens: r.tokens, drafted: r.finish.usage.drafted_tokens };

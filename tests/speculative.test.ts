@@ -33,11 +33,11 @@ describe("greedy speculation is exact", () => {
   });
 
   const cases: [string, EngineOptions, string | null][] = [
-    ["Q8_0 draft, k = 8", { speculation: "draft", draftAdaptive: false }, "stories260K-q8_0.gguf"],
-    ["Q4_0 draft, k = 8", { speculation: "draft", draftAdaptive: false }, "stories260K-q4_0.gguf"],
-    ["Q4_0 draft, k = 3", { speculation: "draft", draftAdaptive: false, draftMax: 3 }, "stories260K-q4_0.gguf"],
-    ["Q8_0 draft, adaptive", { speculation: "draft" }, "stories260K-q8_0.gguf"],
-    ["prompt lookup (ngram)", { speculation: "ngram", draftAdaptive: false }, null],
+    ["Q8_0 draft, k = 8", { spec: "draft", specAdapt: false }, "stories260K-q8_0.gguf"],
+    ["Q4_0 draft, k = 8", { spec: "draft", specAdapt: false }, "stories260K-q4_0.gguf"],
+    ["Q4_0 draft, k = 3", { spec: "draft", specAdapt: false, draftMax: 3 }, "stories260K-q4_0.gguf"],
+    ["Q8_0 draft, adaptive", { spec: "draft" }, "stories260K-q8_0.gguf"],
+    ["prompt lookup (ngram)", { spec: "ngram", specAdapt: false }, null],
   ];
   for (const [name, opts, draft] of cases) {
     test(name, async () => {
@@ -55,11 +55,11 @@ describe("greedy speculation is exact", () => {
       withSpec({ ctxSize: 1100, ...opts }, draft, (e) => e.submit({ prompt: "Once upon a time", maxTokens: 1024, temperature: 0, ignoreEos: true }).collect());
     const plain = await long({}, null);
     expect(plain.tokens.length).toBe(1024);
-    const spec = await long({ speculation: "draft", draftAdaptive: false }, "stories260K-q8_0.gguf");
+    const spec = await long({ spec: "draft", specAdapt: false }, "stories260K-q8_0.gguf");
     expect(spec.finish.reason).toBe("length");
     expect(spec.tokens).toEqual(plain.tokens);
     // a pool with room for the target alone: the draft gives its pages back instead
-    const tight = await long({ speculation: "draft", draftAdaptive: false, kvPages: 69 }, "stories260K-q8_0.gguf");
+    const tight = await long({ spec: "draft", specAdapt: false, kvPages: 69 }, "stories260K-q8_0.gguf");
     expect(tight.tokens).toEqual(plain.tokens);
   });
 
@@ -68,7 +68,7 @@ describe("greedy speculation is exact", () => {
     const run = (opts: EngineOptions, draft: string | null) =>
       withSpec({ ...opts, maxBatchSize: 4 }, draft, (e) =>
         Promise.all(prompts.map((p) => e.submit({ prompt: p, maxTokens: 64, temperature: 0, ignoreEos: true }).collect().then((r) => r.tokens))));
-    expect(await run({ speculation: "draft", draftAdaptive: false }, "stories260K-q4_0.gguf")).toEqual(await run({}, null));
+    expect(await run({ spec: "draft", specAdapt: false }, "stories260K-q4_0.gguf")).toEqual(await run({}, null));
   });
 });
 
@@ -76,7 +76,7 @@ describe("acceptance", () => {
   test("close to llama.cpp's for the stories260K pair (it accepted 113 and 104 guesses over 128 tokens)", async () => {
     const acc: Record<string, { drafted: number; accepted: number }> = {};
     for (const draft of ["stories260K-q8_0.gguf", "stories260K-q4_0.gguf"]) {
-      acc[draft] = await withSpec({ speculation: "draft", draftAdaptive: false, draftMax: 8 }, draft, async (e) => {
+      acc[draft] = await withSpec({ spec: "draft", specAdapt: false, draftMax: 8 }, draft, async (e) => {
         await greedy(e, 128);
         return e.stats().speculation!;
       });
@@ -92,8 +92,8 @@ describe("acceptance", () => {
   test("a draft with a different vocabulary is refused", async () => {
     const m = Model.open(testData("stories260K.gguf"));
     const d = Model.open(testData("tiny-random-llama3-bpe.gguf"));
-    expect(() => Engine.create(m, { speculation: "draft" }, d)).toThrow(/vocabulary/);
-    expect(() => Engine.create(m, { speculation: "draft" })).toThrow(/needs a draft model/);
+    expect(() => Engine.create(m, { spec: "draft" }, d)).toThrow(/vocabulary/);
+    expect(() => Engine.create(m, { spec: "draft" })).toThrow(/needs a draft model/);
     d.close();
     m.close();
   });
@@ -137,8 +137,8 @@ describe("sampled speculation keeps the target's distribution", () => {
   }
 
   for (const [name, opts, draft] of [
-    ["prompt lookup", { speculation: "ngram", draftAdaptive: false, draftMax: 4 }, null],
-    ["Q4_0 draft", { speculation: "draft", draftAdaptive: false, draftMax: 4 }, "stories260K-q4_0.gguf"],
+    ["prompt lookup", { spec: "ngram", specAdapt: false, draftMax: 4 }, null],
+    ["Q4_0 draft", { spec: "draft", specAdapt: false, draftMax: 4 }, "stories260K-q4_0.gguf"],
   ] as [string, EngineOptions, string | null][]) {
     test(name, async () => {
       const plain = await sample({}, null, 0);

@@ -99,7 +99,7 @@ export async function runEmbeddingReference(model: string, inputs: number[][], o
 export async function runVelo(model: string, prompts: number[][], opts: RunOptions & { backend?: EngineOptions["backend"]; engine?: Partial<EngineOptions> } = {}): Promise<PromptRun[]> {
   const m = Model.open(model);
   try {
-    const engine = Engine.create(m, { ...opts.engine, ctxSize: opts.ctx ?? 512, threads: opts.threads ?? 2, backend: opts.backend ?? "cpu", prefixCache: false, speculation: "off" });
+    const engine = Engine.create(m, { ...opts.engine, ctxSize: opts.ctx ?? 512, threads: opts.threads ?? 2, backend: opts.backend ?? "cpu", prefixCache: false, spec: "off" });
     try {
       const runs: PromptRun[] = [];
       for (const prompt of prompts) {

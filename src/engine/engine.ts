@@ -17,12 +17,12 @@ export interface EngineOptions {
   maxBatchSize?: number;
   /** maxBatchSize is only a default: the engine may lower it (after the context) to fit the device. */
   batchAuto?: boolean;
-  /** Pretend the device (GPU memory, or RAM for the CPU) has this many MiB free (default: ask it). */
-  memoryBudgetMb?: number;
+  /** Pretend the device (GPU memory, or RAM for the CPU) has this many bytes free (default: ask it). */
+  memoryBudget?: number;
   batchTokens?: number;
   kvPages?: number;
-  /** KV budget in MiB (used when kvPages is not given). */
-  kvMemoryMb?: number;
+  /** KV budget in bytes (used when kvPages is not given). */
+  kvMemory?: number;
   /** How K and V are stored in the KV pages (llama.cpp's --cache-type-k/-v; default f16). */
   cacheTypeK?: KVCacheType;
   cacheTypeV?: KVCacheType;
@@ -32,11 +32,11 @@ export interface EngineOptions {
   /** Time every kind of op; reported as stats().profile_ms. */
   profile?: boolean;
   /** Speculative decoding: guesses from a draft model or from the context (prompt lookup). */
-  speculation?: "off" | "ngram" | "draft";
+  spec?: "off" | "ngram" | "draft";
   /** Most guesses per step (default 8). */
   draftMax?: number;
   /** Adapt the number of guesses and switch off when it does not pay (default true). */
-  draftAdaptive?: boolean;
+  specAdapt?: boolean;
   /** Where forward passes run (default auto: Metal on macOS, a Vulkan GPU, else the CPU). */
   backend?: "auto" | "cpu" | "vulkan" | "metal";
   /** Which GPU of the backend. */

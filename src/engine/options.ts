@@ -1,11 +1,13 @@
 // Every engine option, once (as llama.cpp's common/arg.cpp defines its options): its field in
 // EngineOptions, its key in velo_engine_create's JSON, its type and the bounds a user may give,
-// and, where users set it, its CLI flag, help and the commands that take it. Derived from this
-// table: the JSON the library reads (engineOptionsJSON), the CLI's engine flags, their VELO_*
-// variables and what they set (cli/options.ts), docs/flags.md (scripts/flags-doc.ts). The
-// library's own reader (swift/Sources/VeloCore/CAPI/EngineExports.swift) describes itself
-// through velo_engine_options_schema, and tests/engine-options.test.ts holds the two to the
-// same keys, types and bounds.
+// and, where users set it, its CLI flag, help and the commands that take it. One name per
+// option: the field is the flag's camelCase and the key its snake_case (the library's Swift
+// field too), held so by tests/engine-flags.test.ts. Derived from this table: the JSON the
+// library reads (engineOptionsJSON), the CLI's engine flags, their VELO_* variables and what
+// they set (cli/options.ts), docs/flags.md (scripts/flags-doc.ts). The library's own reader
+// (swift/Sources/VeloCore/CAPI/EngineExports.swift) describes itself through
+// velo_engine_options_schema, and tests/engine-options.test.ts holds the two to the same keys,
+// types and bounds.
 import type { EngineOptions } from "./engine";
 
 export type EngineCommand = "generate" | "chat" | "serve" | "bench" | "embed";
@@ -15,6 +17,8 @@ export interface EngineOptionSpec {
   /** The key in velo_engine_create's JSON. */
   key: string;
   type: "int" | "bool" | "choice";
+  /** Ints in bytes: the flag takes a size (8G, 512M; a bare number is MiB). */
+  unit?: "bytes";
   /** Bounds a user may give (ints). The library's lower bound may be below (0: its default). */
   min?: number;
   max?: number;
@@ -31,6 +35,7 @@ export interface EngineOptionSpec {
 /** KV cache storage types (llama.cpp's names). */
 export const kvCacheTypes = ["f32", "f16", "q8_0", "q4_0"] as const;
 
+const MIB = 2 ** 20;
 const RUN: readonly EngineCommand[] = ["generate", "chat", "serve", "bench", "embed"];
 const DECODE: readonly EngineCommand[] = ["generate", "chat", "serve", "bench"];
 
@@ -46,14 +51,14 @@ export const engineOptionTable: readonly EngineOptionSpec[] = [
   },
   { name: "batchAuto", key: "batch_auto", type: "bool" },
   {
-    name: "memoryBudgetMb", key: "memory_budget_mb", type: "int", min: 1, max: 1 << 24, flag: "--memory-budget <MiB>", commands: RUN,
-    help: "memory the model may use on its device: GPU memory, or RAM on the CPU (default: what the device has free)",
+    name: "memoryBudget", key: "memory_budget", type: "int", unit: "bytes", min: MIB, max: 2 ** 44, flag: "--memory-budget <size>", commands: RUN,
+    help: "memory the model may use on its device, e.g. 8G or 512M (a bare number is MiB): GPU memory, or RAM on the CPU (default: what the device has free)",
   },
   { name: "batchTokens", key: "batch_tokens", type: "int", min: 1, max: 1 << 16 },
   { name: "kvPages", key: "kv_pages", type: "int", min: 1, max: 1 << 24 },
   {
-    name: "kvMemoryMb", key: "kv_memory_mb", type: "int", min: 1, max: 1 << 24, flag: "--kv-memory <MiB>", commands: ["serve"],
-    help: "KV cache budget (default: max-batch-size full contexts)",
+    name: "kvMemory", key: "kv_memory", type: "int", unit: "bytes", min: MIB, max: 2 ** 44, flag: "--kv-memory <size>", commands: ["serve"],
+    help: "KV cache budget, e.g. 4G (a bare number is MiB; default: max-batch-size full contexts)",
   },
   {
     name: "cacheTypeK", key: "cache_type_k", type: "choice", choices: kvCacheTypes, flag: "--cache-type-k <type>", commands: RUN, cliDefault: "f16",
@@ -67,12 +72,12 @@ export const engineOptionTable: readonly EngineOptionSpec[] = [
   { name: "prefixCache", key: "prefix_cache", type: "bool", flag: "--no-prefix-cache", commands: RUN, help: "do not reuse KV pages of earlier prompts" },
   { name: "profile", key: "profile", type: "bool", flag: "--profile", commands: ["bench"], help: "also report where the time went, by kind of op" },
   {
-    name: "speculation", key: "speculation", type: "choice", choices: ["off", "ngram", "draft"], flag: "--spec <mode>", commands: DECODE,
+    name: "spec", key: "spec", type: "choice", choices: ["off", "ngram", "draft"], flag: "--spec <mode>", commands: DECODE,
     help: "speculative decoding: off, ngram (prompt lookup) or draft (default: draft with --draft, else off)",
   },
   { name: "draftMax", key: "draft_max", type: "int", min: 1, max: 16, flag: "--draft-max <n>", commands: DECODE, cliDefault: 8, help: "most tokens guessed per step" },
   {
-    name: "draftAdaptive", key: "draft_adaptive", type: "bool", flag: "--no-spec-adapt", commands: DECODE,
+    name: "specAdapt", key: "spec_adapt", type: "bool", flag: "--no-spec-adapt", commands: DECODE,
     help: "always guess --draft-max tokens (no adaptation, no switching off)",
   },
   {

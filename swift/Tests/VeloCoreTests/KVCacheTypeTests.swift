@@ -489,9 +489,9 @@ final class KVPoolBuffersTests: XCTestCase {
         o.threads = 2
         (o.cacheTypeK, o.cacheTypeV) = types
         if draft {
-            o.speculation.mode = .draft
-            o.speculation.adaptive = false
-            o.speculation.maxDraft = 4
+            o.spec.mode = .draft
+            o.spec.adapt = false
+            o.spec.draftMax = 4
         }
         let file = try ModelFile(path: try TestData.path("stories260K.gguf"))
         return try Engine(file: file, options: o, draft: draft ? try ModelFile(path: try TestData.path("stories260K-q8_0.gguf")) : nil)

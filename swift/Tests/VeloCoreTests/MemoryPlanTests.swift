@@ -38,7 +38,7 @@ final class MemoryPlanTests: XCTestCase {
         o.contextSize = ctx
         o.maxBatchSize = batch
         o.batchAuto = auto
-        o.memoryBudgetBytes = budget
+        o.memoryBudget = budget
         o.threads = 2
         return o
     }

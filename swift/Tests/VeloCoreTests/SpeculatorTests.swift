@@ -7,11 +7,11 @@ import XCTest
 final class SpeculatorTests: XCTestCase {
     private let vocab = 8
 
-    private func speculator(adaptive: Bool = false, maxDraft: Int = 3, context: Int = 64) -> Speculator {
+    private func speculator(adaptive: Bool = false, draftMax: Int = 3, context: Int = 64) -> Speculator {
         var o = SpeculationOptions()
         o.mode = .ngram
-        o.maxDraft = maxDraft
-        o.adaptive = adaptive
+        o.draftMax = draftMax
+        o.adapt = adaptive
         return Speculator(options: o, contextSize: context, proposer: PromptLookupProposer())
     }
 
@@ -80,7 +80,7 @@ final class SpeculatorTests: XCTestCase {
     }
 
     func testWhoGuessesThisStep() {
-        let sp = speculator(maxDraft: 3)
+        let sp = speculator(draftMax: 3)
         let a = seq([1, 2, 3, 1, 2])
         let paused = seq([1, 2, 3, 1, 2])
         paused.spec.pausedSteps = 2

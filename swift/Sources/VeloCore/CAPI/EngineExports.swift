@@ -94,22 +94,22 @@ private func readEngineOptions(_ text: String, describe: Bool = false) throws ->
     if let v = try f.int("max_batch_size", 1...1024) { o.maxBatchSize = v }
     // max_batch_size is a default the engine may lower (after the context) to fit the device
     o.batchAuto = try f.bool("batch_auto") ?? false
-    if let v = try f.int("memory_budget_mb", 0...1 << 24) { o.memoryBudgetBytes = v << 20 }
+    if let v = try f.int("memory_budget", 0...1 << 44) { o.memoryBudget = v }
     if let v = try f.int("batch_tokens", 1...1 << 16) { o.batchTokens = v }
     if let v = try f.int("kv_pages", 0...1 << 24) { o.kvPages = v }
     if let v = try f.int("page_size", 1...4096) { o.pageSize = v }
-    if let v = try f.int("kv_memory_mb", 0...1 << 24) { o.kvMemoryBytes = v << 20 }
+    if let v = try f.int("kv_memory", 0...1 << 44) { o.kvMemory = v }
     let kvTypes = KVCacheType.allCases.map(\.rawValue)
     if let t = try f.string("cache_type_k", choices: kvTypes) { o.cacheTypeK = try KVCacheType.parse(t, what: "cache_type_k") }
     if let t = try f.string("cache_type_v", choices: kvTypes) { o.cacheTypeV = try KVCacheType.parse(t, what: "cache_type_v") }
     o.profile = try f.bool("profile") ?? false
     o.prefixCache = try f.bool("prefix_cache") ?? true
-    if let mode = try f.string("speculation", choices: SpeculationOptions.Mode.allCases.map(\.rawValue)) {
-        guard let m = SpeculationOptions.Mode(rawValue: mode) else { throw VeloError(.invalidArgument, "speculation must be off, ngram or draft") }
-        o.speculation.mode = m
+    if let mode = try f.string("spec", choices: SpeculationOptions.Mode.allCases.map(\.rawValue)) {
+        guard let m = SpeculationOptions.Mode(rawValue: mode) else { throw VeloError(.invalidArgument, "spec must be off, ngram or draft") }
+        o.spec.mode = m
     }
-    if let k = try f.int("draft_max", 1...16) { o.speculation.maxDraft = k }
-    if let a = try f.bool("draft_adaptive") { o.speculation.adaptive = a }
+    if let k = try f.int("draft_max", 1...16) { o.spec.draftMax = k }
+    if let a = try f.bool("spec_adapt") { o.spec.adapt = a }
     if let b = try f.string("backend", choices: BackendChoice.allCases.map(\.rawValue)) {
         guard let c = BackendChoice(rawValue: b) else { throw VeloError(.invalidArgument, "backend must be auto, cpu, vulkan or metal (got '\(b)')") }
         o.backend = c
@@ -199,9 +199,9 @@ public func velo_engine_create(_ model: UnsafeMutableRawPointer?, _ draft: Unsaf
         let file = try CABI.lookup(model, as: ModelFile.self)
         let draftFile = try draft.map { try CABI.lookup($0, as: ModelFile.self) }
         var options = try engineOptions(from: optionsJSON.map { String(cString: $0) } ?? "{}")
-        if draftFile != nil && options.speculation.mode == .off { options.speculation.mode = .draft }
-        if options.speculation.mode == .draft && draftFile == nil {
-            throw VeloError(.invalidArgument, "speculation 'draft' needs a draft model")
+        if draftFile != nil && options.spec.mode == .off { options.spec.mode = .draft }
+        if options.spec.mode == .draft && draftFile == nil {
+            throw VeloError(.invalidArgument, "spec 'draft' needs a draft model")
         }
         out.pointee = CABI.register(try Engine(file: file, options: options, draft: draftFile))
     }

@@ -40,7 +40,7 @@ public final class Engine: @unchecked Sendable {
         var model = try loadLanguageModel(file, contextSize: first)
         var draftModel = try draft.map { try loadLanguageModel($0, contextSize: first) }
         var gpu = try openGPUDevice(o.backend, index: o.device)
-        let plan = try Engine.plan(&o, model: model, draft: o.speculation.mode == .draft ? draftModel : nil, gpu: &gpu)
+        let plan = try Engine.plan(&o, model: model, draft: o.spec.mode == .draft ? draftModel : nil, gpu: &gpu)
         if o.contextSize != first {
             model = try loadLanguageModel(file, contextSize: o.contextSize)
             draftModel = try draft.map { try loadLanguageModel($0, contextSize: o.contextSize) }

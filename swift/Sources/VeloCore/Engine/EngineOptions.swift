@@ -9,13 +9,14 @@ public struct EngineOptions: Sendable {
     /// maxBatchSize is a default the engine may lower (after the context) to fit the device.
     public var batchAuto = false
     /// Pretend the device (GPU memory, or RAM for the CPU) has this many bytes free (0: ask it).
-    public var memoryBudgetBytes = 0
+    public var memoryBudget = 0
     /// Most tokens in one forward pass (prefill chunks are cut to fit).
     public var batchTokens = 512
     public var pageSize = 16
-    /// KV pages in the pool; 0 = from kvMemoryBytes, or enough for maxBatchSize full contexts.
+    /// KV pages in the pool; 0 = from kvMemory, or enough for maxBatchSize full contexts.
     public var kvPages = 0
-    public var kvMemoryBytes = 0
+    /// KV budget in bytes (used when kvPages is 0).
+    public var kvMemory = 0
     /// How K and V are stored in the pages (llama.cpp's --cache-type-k / --cache-type-v).
     public var cacheTypeK = KVCacheType.f16
     public var cacheTypeV = KVCacheType.f16
@@ -23,7 +24,7 @@ public struct EngineOptions: Sendable {
     public var prefixCache = true
     /// Time every kind of op (reported in the stats).
     public var profile = false
-    public var speculation = SpeculationOptions()
+    public var spec = SpeculationOptions()
     /// Where forward passes run: the CPU, or a GPU through Vulkan or Metal.
     public var backend = BackendChoice.auto
     /// Which GPU of the backend (nil: the first real one).

@@ -111,7 +111,7 @@ struct MemoryPlanner {
         return b
     }
 
-    var specRows: Int { options.speculation.mode == .off ? 1 : options.speculation.maxDraft + 1 }
+    var specRows: Int { options.spec.mode == .off ? 1 : options.spec.draftMax + 1 }
 
     /// Tokens of the largest forward pass.
     func batchTokens(_ batch: Int) -> Int { max(options.batchTokens, batch, batch * specRows) }
@@ -120,7 +120,7 @@ struct MemoryPlanner {
     func kvPages(ctx: Int, batch: Int) -> Int {
         let o = options, c = model.config
         if o.kvPages > 0 { return o.kvPages }
-        if o.kvMemoryBytes > 0 { return o.kvMemoryBytes / pageBytes }
+        if o.kvMemory > 0 { return o.kvMemory / pageBytes }
         var pages = batch * ((ctx + o.pageSize - 1) / o.pageSize)
         if let d = draft?.config {
             let share = Double(d.layers * d.kvDim) / Double(c.layers * c.kvDim)
@@ -174,9 +174,9 @@ struct MemoryPlanner {
             // the pool and scratch must fit in RAM not in use; the mapped weights with them in RAM
             p.budgetBytes = min(h.available / 10 * 9 + p.weightsBytes, h.total / 20 * 19)
         }
-        if options.memoryBudgetBytes > 0 {
+        if options.memoryBudget > 0 {
             // a budget the caller gives (tests, a shared GPU): all of it usable
-            (p.freeBytes, p.budgetBytes) = (options.memoryBudgetBytes, options.memoryBudgetBytes)
+            (p.freeBytes, p.budgetBytes) = (options.memoryBudget, options.memoryBudget)
         }
         return p
     }

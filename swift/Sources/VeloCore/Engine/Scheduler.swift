@@ -39,7 +39,7 @@ final class Scheduler {
         guard o.contextSize >= 2 else { throw VeloError(.invalidArgument, "context size must be at least 2") }
         guard o.maxBatchSize >= 1 else { throw VeloError(.invalidArgument, "max batch size must be at least 1") }
         guard o.kvPages > 0, o.batchTokens >= o.maxBatchSize else { throw VeloError(.internalError, "the engine's page and token budgets were not planned") }
-        if o.speculation.mode == .draft && draftModel == nil {
+        if o.spec.mode == .draft && draftModel == nil {
             throw VeloError(.invalidArgument, "draft speculation needs a draft model")
         }
         self.model = model
@@ -51,18 +51,18 @@ final class Scheduler {
         cache = o.prefixCache ? RadixCache(pool: kv) : nil
         planner = StepPlanner(limits: .init(sequences: o.maxBatchSize, tokens: o.batchTokens, context: o.contextSize), kv: kv, cache: cache)
         profiler = Profiler(enabled: o.profile)
-        let spec = o.speculation.mode == .off ? 0 : o.speculation.maxDraft
-        runners = try ModelRunners.make(model: model, draft: o.speculation.mode == .draft ? draftModel : nil, kv: kv, gpu: gpu,
+        let spec = o.spec.mode == .off ? 0 : o.spec.draftMax
+        runners = try ModelRunners.make(model: model, draft: o.spec.mode == .draft ? draftModel : nil, kv: kv, gpu: gpu,
                                         options: o, logitRows: o.maxBatchSize * (spec + 1), profiler: profiler)
         selector = TokenSelector(tokenizer: tokenizer, vocab: c.vocabSize)
         let planner = self.planner
-        switch o.speculation.mode {
+        switch o.spec.mode {
         case .off: speculator = nil
-        case .ngram: speculator = Speculator(options: o.speculation, contextSize: o.contextSize, proposer: PromptLookupProposer())
+        case .ngram: speculator = Speculator(options: o.spec, contextSize: o.contextSize, proposer: PromptLookupProposer())
         case .draft:
             let d = runners.draft!
             let proposer = DraftModelProposer(model: d.model, ops: d.ops, kv: kv, maxTokens: o.batchTokens, evict: { planner.evictCached($0) })
-            speculator = Speculator(options: o.speculation, contextSize: o.contextSize, proposer: proposer)
+            speculator = Speculator(options: o.spec, contextSize: o.contextSize, proposer: proposer)
         }
     }
 
@@ -276,7 +276,7 @@ final class Scheduler {
         pairs.append(("grammar", selector.grammarStats.json))
         pairs.append(("kernel_ms", profiler.enabled ? profiler.kernelJSON : .null))
         pairs.append(("speculation", speculator?.stats.json ?? .null))
-        pairs.append(("speculation_mode", .string(options.speculation.mode.rawValue)))
+        pairs.append(("speculation_mode", .string(options.spec.mode.rawValue)))
         pairs.append(("memory", plan.json))
         return .object(pairs)
     }

@@ -7,10 +7,10 @@ public struct SpeculationOptions: Sendable {
     public enum Mode: String, Sendable, CaseIterable { case off, ngram, draft }
     public var mode: Mode = .off
     /// Most tokens proposed per step.
-    public var maxDraft = 8
-    /// Adapt k and switch off when it does not pay; false keeps k = maxDraft (for measuring
+    public var draftMax = 8
+    /// Adapt k and switch off when it does not pay; false keeps k = draftMax (for measuring
     /// acceptance the way llama.cpp reports it).
-    public var adaptive = true
+    public var adapt = true
     public init() {}
 }
 
@@ -125,17 +125,17 @@ final class Speculator {
                 continue
             }
             // plain decoding's speed is the yardstick: measure it before guessing
-            if costs.plain == 0 && options.adaptive { continue }
-            let k = options.adaptive ? s.spec.k : options.maxDraft
+            if costs.plain == 0 && options.adapt { continue }
+            let k = options.adapt ? s.spec.k : options.draftMax
             let room = contextSize - s.tokens.count - 1
-            if room >= 1 { chosen.append((s, max(1, min(k, options.maxDraft, room)))) }
+            if room >= 1 { chosen.append((s, max(1, min(k, options.draftMax, room)))) }
         }
         return chosen.isEmpty ? [:] : proposer.propose(chosen)
     }
 
     /// A sequence starts (or starts again after preemption) where the engine's verdict stands.
     func admitted(_ s: Sequence) {
-        if options.adaptive { s.spec.pausedSteps = costs.pauseLength }
+        if options.adapt { s.spec.pausedSteps = costs.pauseLength }
     }
 
     /// Checks the guesses against the target's logits, left to right: guess d is kept with
@@ -185,8 +185,8 @@ final class Speculator {
     /// speculation for the sequence (for longer each time) when no k beats plain decoding.
     private func adapt(_ s: Sequence, kept: Int, k: Int) {
         s.spec.acceptRate = 0.7 * s.spec.acceptRate + 0.3 * Double(kept) / Double(k)
-        guard options.adaptive else { return }
-        let best = costs.best(maxK: options.maxDraft, acceptance: s.spec.acceptRate, draftCostPerToken: proposer.stepNanos)
+        guard options.adapt else { return }
+        let best = costs.best(maxK: options.draftMax, acceptance: s.spec.acceptRate, draftCostPerToken: proposer.stepNanos)
         if best.speedup < 1 {
             s.spec.pausedSteps = s.spec.pauseLength
             s.spec.pauseLength = min(s.spec.pauseLength * 2, 256)
@@ -220,7 +220,7 @@ final class Speculator {
             return
         }
         costs.specPerToken = SpeculationCosts.ema(costs.specPerToken, perToken)
-        guard options.adaptive, costs.plainPerToken > 0 else { return }
+        guard options.adapt, costs.plainPerToken > 0 else { return }
         guard costs.specPerToken > costs.plainPerToken else {
             costs.pauseLength = max(costs.pauseLength / 2, 0)
             return
