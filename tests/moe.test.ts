@@ -37,7 +37,7 @@ import { describe, expect, test } from "bun:test";
 import { randomPrompts, runVelo, type Tolerance } from "../bench/llamacpp/reference";
 import { Engine } from "../src/engine/engine";
 import { Model } from "../src/engine/model";
-import { checkAgainstLlamaCpp, GPU_SLOW, gpuBackend, N_GEN, PROMPTS, SLOW } from "./helpers/llamacpp-check";
+import { checkAgainstLlamaCpp, expectBatchedAsAlone, GPU_SLOW, gpuBackend, N_GEN, PROMPTS, SLOW } from "./helpers/llamacpp-check";
 import { synthModel } from "./helpers/synth-models";
 
 type Arch = "mixtral" | "qwen3moe" | "qwen2moe" | "llama";
@@ -82,26 +82,7 @@ describe(`a long prompt against llama.cpp, ${gpuBackend} backend: many rows an e
 describe("mixture-of-experts models in the engine", () => {
   // each sequence's greedy tokens alone, then the three prompts in one batch, then the longest
   // again, its prompt now served by the prefix cache
-  test("batched decoding and the prefix cache give each sequence its own tokens", async () => {
-    const file = modelFile("qwen2moe", "q8_0");
-    const alone = await runVelo(file, PROMPTS, { nGen: N_GEN, top: 1, ctx: 512, threads: 2, backend: "cpu" });
-    const m = Model.open(file);
-    try {
-      const e = Engine.create(m, { ctxSize: 512, threads: 2, backend: "cpu", maxBatchSize: 4, prefixCache: true });
-      try {
-        const greedy = (p: number[]) => e.submit({ promptTokens: p, maxTokens: N_GEN, temperature: 0, ignoreEos: true }).collect();
-        const batched = await Promise.all(PROMPTS.map(greedy));
-        expect(batched.map((r) => r.tokens)).toEqual(alone.map((r) => r.tokens));
-        const again = await greedy(PROMPTS[2]!);
-        expect(again.finish.usage.cached_tokens).toBeGreaterThan(0);
-        expect(again.tokens).toEqual(alone[2]!.tokens);
-      } finally {
-        e.close();
-      }
-    } finally {
-      m.close();
-    }
-  }, SLOW);
+  test("batched decoding and the prefix cache give each sequence its own tokens", () => expectBatchedAsAlone(modelFile("qwen2moe", "q8_0")), SLOW);
 
   test("speculative decoding with a dense draft is exact", async () => {
     const file = modelFile("mixtral", "q8_0");

@@ -9,6 +9,8 @@
 //   bun src/gguf/synth.ts OUT.gguf --shape test256 --type q2_k --pure   (every 2-D weight in Q2_K)
 //   bun src/gguf/synth.ts OUT.gguf --arch qwen3 --shape test --type f32 --pooling 3   (an embedding model: last-token pooling)
 //   bun src/gguf/synth.ts OUT.gguf --arch mixtral|qwen3moe|qwen2moe --shape test --type q8_0   (mixtures of experts)
+//   bun src/gguf/synth.ts OUT.gguf --arch gpt-oss --shape test|20b --type q8_0   (experts in MXFP4, as the files ship)
+//   bun src/gguf/synth.ts OUT.gguf --arch qwen35 --shape test --type q8_0   (Gated DeltaNet layers between gated attention)
 // Weights are random but well-formed: quantized blocks are made directly (random quants,
 // scales chosen so each weight has a standard deviation near 0.02, like a fresh init; on test
 // shapes 1/√(row length), with norm gains and biases random too), so activations stay finite
@@ -27,7 +29,7 @@ const SPM_VOCAB = "vocab/ggml-vocab-llama-spm.gguf";
 const LLAMA3_VOCAB = "vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf";
 const PHI3_VOCAB = "vocab/ggml-vocab-phi-3.gguf";
 
-export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3" | "mixtral" | "qwen3moe" | "qwen2moe";
+export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3" | "mixtral" | "qwen3moe" | "qwen2moe" | "gpt-oss" | "qwen35";
 
 export interface Shape {
   dim: number; ffn: number; layers: number; heads: number; kvHeads: number;
@@ -76,6 +78,14 @@ export interface Shape {
    * gated MLP of `ffn` (Mixtral: the shape's ffn); `shared`: a shared expert's width (Qwen2-MoE).
    */
   experts?: { count: number; used: number; ffn?: number; shared?: number };
+  /** rope.scaling.type "yarn" with this factor over `origCtx` (gpt-oss). */
+  yarn?: number;
+  /**
+   * Gated DeltaNet layers (Qwen3.5, Qwen3-Next): every `interval`-th layer is full attention, the
+   * others linear attention of `kHeads` key heads and `vHeads` value heads of `state` each, a
+   * causal convolution of `conv` taps over their Q|K|V.
+   */
+  deltaNet?: { interval: number; kHeads: number; vHeads: number; state: number; conv: number };
 }
 
 // Test shapes: 128-wide, a few layers (Gemma 3: 6, so layer 5 is a global one), the llama-spm
@@ -165,6 +175,21 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     "a2.7b": { dim: 2048, ffn: 5632, layers: 24, heads: 16, kvHeads: 16, ropeBase: 1e6, ctx: 8192, eps: 1e-6, vocab: LLAMA3_VOCAB, experts: { count: 60, used: 4, ffn: 1408, shared: 5632 } },
     test: { ...TEST_BASE, ffn: 256, ropeBase: 1e6, eps: 1e-6, biasSigma: 0.1, experts: { count: 12, used: 4, ffn: 64, shared: 256 } },
     "test-all": { ...TEST_BASE, ffn: 256, ropeBase: 1e6, eps: 1e-6, biasSigma: 0.1, experts: { count: 4, used: 4, ffn: 64, shared: 256 } },
+  },
+  qwen35: {
+    // Qwen3.5-9B: 32 layers, every 4th full attention (16 heads of 256, 4 KV heads, a quarter
+    // of each head rotated); linear layers of 16 key heads and 32 value heads of 128
+    "9b": { dim: 4096, ffn: 12288, layers: 32, heads: 16, kvHeads: 4, headDim: 256, ropeDim: 64, ropeBase: 1e7, ctx: 262144, eps: 1e-6, vocab: LLAMA3_VOCAB, deltaNet: { interval: 4, kHeads: 16, vHeads: 32, state: 128, conv: 4 } },
+    // two of each value head per key head (the tiled order), 16 of 64 head values rotated
+    test: { ...TEST_BASE, ffn: 256, layers: 4, heads: 4, kvHeads: 2, headDim: 64, ropeDim: 16, ropeBase: 1e7, eps: 1e-6, deltaNet: { interval: 4, kHeads: 2, vHeads: 4, state: 32, conv: 4 } },
+  },
+  "gpt-oss": {
+    // gpt-oss-20b: 24 layers of 32 experts of 2880, 4 per token; 64 query heads of 64 (wider
+    // than the model), windows of 128 on every other layer, YaRN ×32 over 4096 (its o200k
+    // vocabulary is not in tests/data: llama3's stands in, so the output matrix is smaller)
+    "20b": { dim: 2880, ffn: 2880, layers: 24, heads: 64, kvHeads: 8, headDim: 64, ropeBase: 150000, ctx: 131072, vocab: LLAMA3_VOCAB, swa: 128, yarn: 32, origCtx: 4096, experts: { count: 32, used: 4, ffn: 2880 } },
+    // queries wider than the model (6 × 32 > 128), windows of 8, YaRN ×8 over 256
+    test: { ...TEST_BASE, layers: 4, heads: 6, kvHeads: 2, headDim: 32, ropeBase: 150000, swa: 8, yarn: 8, origCtx: 256, biasSigma: 0.1, experts: { count: 8, used: 4, ffn: 64 } },
   },
 };
 
@@ -317,6 +342,19 @@ const QUANT: Partial<Record<GGMLTypeName, QuantPlan>> = {
   IQ4_XS: { d: 0, rms: rmsOf(-32, 31) * iq4Rms },
 };
 
+// MXFP4: an E8M0 scale byte (2^(e-127)) and 32 nibbles indexing ggml's kvalues_mxfp4, the
+// E2M1 values doubled (so a block's value is kvalues[q]·2^(e-128)); the scales spread over 4
+// powers of two around the target.
+const MXFP4_LEVELS = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+const mxfp4Rms = Math.sqrt(MXFP4_LEVELS.reduce((s, v) => s + v * v, 0) / 16);
+
+function mxfp4Tensor(elements: number, seed: number, sigma: number): Uint8Array {
+  const bytes = randomBytes((elements / 32) * 17, seed);
+  const e0 = Math.round(Math.log2(sigma / mxfp4Rms)) + 128 - 2;
+  for (let o = 0; o < bytes.length; o += 17) bytes[o] = e0 + (bytes[o]! & 3);
+  return bytes;
+}
+
 const f16Bits = (values: number[]) => new Uint16Array(Float16Array.from(values).buffer);
 
 function quantizedTensor(type: GGMLTypeName, elements: number, seed: number, sigma: number): Uint8Array {
@@ -368,6 +406,7 @@ function floatTensor(type: "F32" | "F16" | "BF16", elements: number, seed: numbe
 
 function tensorData(type: GGMLTypeName, elements: number, seed: number, sigma = SIGMA): Uint8Array {
   if (type === "F32" || type === "F16" || type === "BF16") return floatTensor(type, elements, seed, sigma);
+  if (type === "MXFP4") return mxfp4Tensor(elements, seed, sigma);
   return quantizedTensor(type, elements, seed, sigma);
 }
 
@@ -468,7 +507,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   if ((arch === "qwen2" || arch === "phi3" || arch === "llama" || arch === "llama31" || arch === "mixtral" || arch === "qwen2moe") && qDim !== dim) {
     throw new Error(`${arch}: heads × head size must equal the width (${heads} × ${headDim} ≠ ${dim})`);
   }
-  if (arch !== "phi3" && !arch.startsWith("gemma") && ropeDim !== headDim) {
+  if (arch !== "phi3" && !arch.startsWith("gemma") && arch !== "qwen35" && ropeDim !== headDim) {
     throw new Error(`${arch}: llama.cpp rotates whole heads (rope.dimension_count must be ${headDim})`);
   }
 
@@ -508,6 +547,37 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       add("rope.freq_base", meta.f32(shape.ropeBase));
       add("attention.key_length", meta.u32(headDim));
       add("attention.value_length", meta.u32(headDim));
+      break;
+    case "qwen35": {
+      // Qwen3NextModel's keys (and _Qwen35MRopeMixin's sections: text positions turn every
+      // section alike)
+      const dn = shape.deltaNet!;
+      add("rope.freq_base", meta.f32(shape.ropeBase));
+      add("attention.key_length", meta.u32(headDim));
+      add("attention.value_length", meta.u32(headDim));
+      add("ssm.conv_kernel", meta.u32(dn.conv));
+      add("ssm.state_size", meta.u32(dn.state));
+      add("ssm.group_count", meta.u32(dn.kHeads));
+      add("ssm.time_step_rank", meta.u32(dn.vHeads));
+      add("ssm.inner_size", meta.u32(dn.state * dn.vHeads));
+      add("full_attention_interval", meta.u32(dn.interval));
+      add("rope.dimension_count", meta.u32(ropeDim));
+      const pairs = ropeDim / 2, third = Math.ceil(pairs / 3);
+      add("rope.dimension_sections", meta.arr("i32", [third, third, pairs - 2 * third, 0]));
+      break;
+    }
+    case "gpt-oss":
+      // GptOssModel: the base writer's keys (head_dim as key/value length, rope_scaling's
+      // yarn fields), then sliding_window and the experts' width
+      add("rope.freq_base", meta.f32(shape.ropeBase));
+      add("attention.key_length", meta.u32(headDim));
+      add("attention.value_length", meta.u32(headDim));
+      add("rope.scaling.type", meta.str("yarn"));
+      add("rope.scaling.factor", meta.f32(shape.yarn!));
+      add("rope.scaling.original_context_length", meta.u32(shape.origCtx!));
+      add("rope.scaling.yarn_beta_fast", meta.f32(32));
+      add("rope.scaling.yarn_beta_slow", meta.f32(1));
+      add("attention.sliding_window", meta.u32(shape.swa!));
       break;
     case "gemma2":
       // Gemma2Model.set_gguf_parameters writes no rope.freq_base (llama.cpp's default is 10000)
@@ -560,8 +630,8 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
     tensors.push({ name, type: t, dims, data: () => tensorData(t, rowLength * rows * stack, s, sigma) });
   };
   /** A 1-D F32 tensor (norm gains, biases): the converter keeps every 1-D tensor in F32. */
-  const vector = (name: string, values: () => ArrayLike<number>, n: number) =>
-    tensors.push({ name, type: "F32", dims: [n], data: () => f32Data(values()) });
+  const vector = (name: string, values: () => ArrayLike<number>, n: number, dims = [n]) =>
+    tensors.push({ name, type: "F32", dims, data: () => f32Data(values()) });
   // RMSNorm gains: 1 on real shapes (the random matrices alone set the activations' scale),
   // 1 + spread·N(0,1) on test shapes. Gemma's converter stores 1 + w (Gemma's RMSNorm multiplies
   // by 1 + w): these values are what the file holds, whatever the architecture.
@@ -570,9 +640,10 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
     const spread = (shape.normSpread ?? 0) * center, gain = opts.normGain ?? 1;
     vector(name, () => (spread ? normals(n, s).map((x) => (center + spread * x) * gain) : new Float32Array(n).fill(center * gain)), n);
   };
-  const bias = (name: string, n: number) => {
+  /** Random biases; `stack` of them in one [n, stack] tensor (the experts'). */
+  const bias = (name: string, n: number, stack = 1) => {
     const s = streamSeed();
-    vector(name, () => normals(n, s).map((x) => x * (shape.biasSigma ?? SIGMA)), n);
+    vector(name, () => normals(n * stack, s).map((x) => x * (shape.biasSigma ?? SIGMA)), n * stack, stack > 1 ? [n, stack] : [n]);
   };
 
   // Extra tensors first, as the converter's generate_extra_tensors yields them.
@@ -592,6 +663,40 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   for (let i = 0; i < shape.layers; i++) {
     const p = `blk.${i}.`;
     norm(p + "attn_norm.weight");
+    const dn = shape.deltaNet;
+    if (dn) {
+      // Qwen3.5: attn_norm, then a Gated DeltaNet or a gated attention block, post_attention_norm
+      // before the dense FFN; llama.cpp's tensor shapes (qwen35.cpp)
+      if ((i + 1) % dn.interval !== 0) {
+        const keyDim = dn.state * dn.kHeads, valueDim = dn.state * dn.vHeads, convDim = 2 * keyDim + valueDim;
+        weight(p + "attn_qkv.weight", main, dim, convDim);
+        weight(p + "attn_gate.weight", main, dim, valueDim);
+        const c = streamSeed();
+        // conv1d [taps, channels] in F32, as the converter squeezes it
+        vector(p + "ssm_conv1d.weight", () => normals(dn.conv * convDim, c).map((x) => x / Math.sqrt(dn.conv)), dn.conv * convDim, [dn.conv, convDim]);
+        bias(p + "ssm_dt.bias", dn.vHeads);
+        // -exp(A_log): a decay per value head, slow enough that the state outlives a few tokens
+        const a = streamSeed();
+        vector(p + "ssm_a", () => normals(dn.vHeads, a).map((x) => -0.3 * Math.exp(0.5 * x)), dn.vHeads);
+        weight(p + "ssm_beta.weight", main, dim, dn.vHeads);
+        weight(p + "ssm_alpha.weight", main, dim, dn.vHeads);
+        norm(p + "ssm_norm.weight", dn.state);
+        weight(p + "ssm_out.weight", main, valueDim, dim);
+      } else {
+        // the query projection is each head's query then its output gate
+        weight(p + "attn_q.weight", main, dim, 2 * qDim);
+        weight(p + "attn_k.weight", main, dim, kvDim);
+        weight(p + "attn_v.weight", main, dim, kvDim);
+        norm(p + "attn_q_norm.weight", headDim);
+        norm(p + "attn_k_norm.weight", headDim);
+        weight(p + "attn_output.weight", main, qDim, dim);
+      }
+      norm(p + "post_attention_norm.weight");
+      weight(p + "ffn_gate.weight", main, dim, ffn);
+      weight(p + "ffn_up.weight", main, dim, ffn);
+      weight(p + "ffn_down.weight", big, ffn, dim);
+      continue;
+    }
     if (arch === "phi3") {
       weight(p + "attn_qkv.weight", main, dim, qDim + 2 * kvDim); // rows: q, then k, then v
     } else {
@@ -599,7 +704,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       weight(p + "attn_k.weight", main, dim, kvDim);
       weight(p + "attn_v.weight", main, dim, kvDim);
     }
-    if (arch === "qwen2" || arch === "qwen2moe") {
+    if (arch === "qwen2" || arch === "qwen2moe" || arch === "gpt-oss") {
       bias(p + "attn_q.bias", qDim);
       bias(p + "attn_k.bias", kvDim);
       bias(p + "attn_v.bias", kvDim);
@@ -609,16 +714,33 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       norm(p + "attn_k_norm.weight", headDim);
     }
     weight(p + "attn_output.weight", main, qDim, dim);
+    if (arch === "gpt-oss") {
+      bias(p + "attn_output.bias", dim);
+      // one learned logit per head that every softmax row also takes (the converter's "sinks" + ".weight")
+      const s = streamSeed();
+      vector(p + "attn_sinks.weight", () => normals(heads, s), heads);
+    }
     if (arch === "gemma2" || arch === "gemma3") norm(p + "post_attention_norm.weight", dim, shape.postNormGain);
-    norm(p + "ffn_norm.weight");
+    // gpt-oss: the FFN's input norm is post_attention_norm (llama.cpp's attn_post_norm), no ffn_norm
+    if (arch === "gpt-oss") norm(p + "post_attention_norm.weight");
+    else norm(p + "ffn_norm.weight");
     if (experts) {
       // the router stays F32 (llama-quantize leaves ffn_gate_inp alone); each expert's matrix
       // is one slice of a stacked 3-D tensor [row length, rows, experts]
       weight(p + "ffn_gate_inp.weight", "F32", dim, experts.count);
       const ef = experts.ffn ?? ffn;
-      weight(p + "ffn_gate_exps.weight", main, dim, ef, experts.count);
-      weight(p + "ffn_up_exps.weight", main, dim, ef, experts.count);
-      weight(p + "ffn_down_exps.weight", big, ef, dim, experts.count);
+      // gpt-oss ships its experts in MXFP4 (repack_mxfp4), whatever the rest is in
+      const et = arch === "gpt-oss" ? "MXFP4" : main, edt = arch === "gpt-oss" ? "MXFP4" : big;
+      weight(p + "ffn_gate_exps.weight", et, dim, ef, experts.count);
+      weight(p + "ffn_up_exps.weight", et, dim, ef, experts.count);
+      weight(p + "ffn_down_exps.weight", edt, ef, dim, experts.count);
+      if (arch === "gpt-oss") {
+        // the router's and every expert's biases, [width, experts] for the experts'
+        bias(p + "ffn_gate_inp.bias", experts.count);
+        bias(p + "ffn_gate_exps.bias", ef, experts.count);
+        bias(p + "ffn_up_exps.bias", ef, experts.count);
+        bias(p + "ffn_down_exps.bias", dim, experts.count);
+      }
       if (experts.shared) {
         // shared_expert_gate [1, dim]: the converter squeezes it to a 1-D F32 tensor
         const g = streamSeed(), sigma = shape.unitInit ? 1 / Math.sqrt(dim) : SIGMA;

@@ -17,7 +17,7 @@ export type MetaValue =
 
 export const GGMLTypeId = {
   F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q5_0: 6, Q5_1: 7, Q8_0: 8, Q8_1: 9, Q2_K: 10, Q3_K: 11,
-  Q4_K: 12, Q5_K: 13, Q6_K: 14, Q8_K: 15, IQ4_NL: 20, IQ4_XS: 23, BF16: 30,
+  Q4_K: 12, Q5_K: 13, Q6_K: 14, Q8_K: 15, IQ4_NL: 20, IQ4_XS: 23, BF16: 30, MXFP4: 39,
 } as const;
 export type GGMLTypeName = keyof typeof GGMLTypeId;
 
@@ -25,7 +25,7 @@ export type GGMLTypeName = keyof typeof GGMLTypeId;
 export const blockLayout: Record<GGMLTypeName, [number, number]> = {
   F32: [1, 4], F16: [1, 2], BF16: [1, 2], Q4_0: [32, 18], Q4_1: [32, 20], Q5_0: [32, 22], Q5_1: [32, 24],
   Q8_0: [32, 34], Q8_1: [32, 36], Q2_K: [256, 84], Q3_K: [256, 110], Q4_K: [256, 144], Q5_K: [256, 176],
-  Q6_K: [256, 210], Q8_K: [256, 292], IQ4_NL: [32, 18], IQ4_XS: [256, 136],
+  Q6_K: [256, 210], Q8_K: [256, 292], IQ4_NL: [32, 18], IQ4_XS: [256, 136], MXFP4: [32, 17],
 };
 
 export function tensorBytes(type: GGMLTypeName, dims: number[]): number {

@@ -4,6 +4,8 @@
 // at least a third of all steps compared (near-ties end a prompt's comparison early).
 import { expect } from "bun:test";
 import { compareRuns, describeComparison, randomPrompts, type ReferenceRun, runReference, runVelo, type Tolerance } from "../../bench/llamacpp/reference";
+import { Engine } from "../../src/engine/engine";
+import { Model } from "../../src/engine/model";
 
 export const N_GEN = 24;
 export const TOP = 10;
@@ -39,5 +41,27 @@ export async function checkAgainstLlamaCpp(file: string, what: string,
   const cmp = compareRuns(ref.results, got, opts.tol);
   if (!cmp.ok || cmp.compared * 3 < cmp.total) {
     throw new Error(`${what} on ${opts.backend} against llama.cpp:\n${describeComparison(cmp, opts.tol)}`);
+  }
+}
+
+/** Each of PROMPTS' greedy tokens alone (CPU), then the three in one batch, then the longest
+ * again, its prompt now served by the prefix cache: the same tokens every time. */
+export async function expectBatchedAsAlone(file: string) {
+  const alone = await runVelo(file, PROMPTS, { nGen: N_GEN, top: 1, ctx: 512, threads: 2, backend: "cpu" });
+  const m = Model.open(file);
+  try {
+    const e = Engine.create(m, { ctxSize: 512, threads: 2, backend: "cpu", maxBatchSize: 4, prefixCache: true });
+    try {
+      const greedy = (p: number[]) => e.submit({ promptTokens: p, maxTokens: N_GEN, temperature: 0, ignoreEos: true }).collect();
+      const batched = await Promise.all(PROMPTS.map(greedy));
+      expect(batched.map((r) => r.tokens)).toEqual(alone.map((r) => r.tokens));
+      const again = await greedy(PROMPTS[2]!);
+      expect(again.finish.usage.cached_tokens).toBeGreaterThan(0);
+      expect(again.tokens).toEqual(alone[2]!.tokens);
+    } finally {
+      e.close();
+    }
+  } finally {
+    m.close();
   }
 }

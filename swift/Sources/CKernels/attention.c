@@ -19,14 +19,18 @@
 #define KELEM(pages, j, d) ((pages)[(j) / page_size][(head_offset + (d)) * page_size + (j) % page_size])
 
 /* Each head's scores (rows of n) to probabilities: softcapped (cap·tanh(s/cap)) when softcap > 0;
- * keys before `start` (outside a sliding window) get probability 0. */
-static void softmax_rows(float *scores, int64_t heads, int64_t n, float softcap, int64_t start) {
+ * keys before `start` (outside a sliding window) get probability 0. sinks (NULL: none): one
+ * logit per head that joins its softmax without a value (gpt-oss), so the row sums to less than 1. */
+static void softmax_rows(float *scores, int64_t heads, int64_t n, float softcap, const float *sinks, int64_t start) {
     const ck_f32_ops *f = &ck_active()->f32;
     for (int64_t g = 0; g < heads; g++) {
         float *row = scores + g * n;
         if (softcap > 0)
             for (int64_t j = start; j < n; j++) row[j] = softcap * tanhf(row[j] / softcap);
-        const float sum = f->exp_sum(row + start, f->max(row + start, n - start), n - start);
+        float m = f->max(row + start, n - start);
+        if (sinks && sinks[g] > m) m = sinks[g];
+        float sum = f->exp_sum(row + start, m, n - start);
+        if (sinks) sum += expf(sinks[g] - m);
         f->scale(row + start, 1.0f / sum, n - start);
         memset(row, 0, (size_t)start * sizeof(float));
     }
@@ -34,7 +38,7 @@ static void softmax_rows(float *scores, int64_t heads, int64_t n, float softcap,
 
 static void attention_scalar(const float *q, int64_t heads, int64_t hd, const float *const *kp, const float *const *vp,
                              int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale,
-                             float softcap, int64_t start, float *out, float *scores) {
+                             float softcap, const float *sinks, int64_t start, float *out, float *scores) {
     for (int64_t j = 0; j < n; j++) {
         for (int64_t g = 0; g < heads; g++) {
             float s = 0;
@@ -42,7 +46,7 @@ static void attention_scalar(const float *q, int64_t heads, int64_t hd, const fl
             scores[g * n + j] = s * scale;
         }
     }
-    softmax_rows(scores, heads, n, softcap, start);
+    softmax_rows(scores, heads, n, softcap, sinks, start);
     memset(out, 0, (size_t)(heads * hd) * sizeof(float));
     for (int64_t j = 0; j < n; j++) {
         const float *v = VROW(vp, j);
@@ -57,7 +61,7 @@ static void attention_scalar(const float *q, int64_t heads, int64_t hd, const fl
 __attribute__((target("avx512f,avx512dq")))
 static void attention_avx512(const float *q, int64_t heads, int64_t hd, const float *const *kp, const float *const *vp,
                              int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale,
-                             float softcap, int64_t start, float *out, float *scores) {
+                             float softcap, const float *sinks, int64_t start, float *out, float *scores) {
     /* page_size == 16: one zmm holds a page's 16 scores */
     for (int64_t j0 = 0; j0 < n; j0 += 16) {
         const float *kt = kp[j0 / 16] + head_offset * 16;
@@ -69,7 +73,7 @@ static void attention_avx512(const float *q, int64_t heads, int64_t hd, const fl
             _mm512_mask_storeu_ps(scores + g * n + j0, valid, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
         }
     }
-    softmax_rows(scores, heads, n, softcap, start);
+    softmax_rows(scores, heads, n, softcap, sinks, start);
     /* weighted V: each head's output stays in registers (hd/16 zmm) across all keys */
     for (int64_t g = 0; g < heads; g++) {
         const float *pg = scores + g * n;
@@ -101,7 +105,7 @@ static void attention_avx512(const float *q, int64_t heads, int64_t hd, const fl
 __attribute__((target("avx2,fma")))
 static void attention_avx2(const float *q, int64_t heads, int64_t hd, const float *const *kp, const float *const *vp,
                            int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale,
-                           float softcap, int64_t start, float *out, float *scores) {
+                           float softcap, const float *sinks, int64_t start, float *out, float *scores) {
     /* page_size % 8 == 0: 8 scores per ymm; the tail of the last group is computed and dropped */
     float tmp[8];
     for (int64_t j0 = 0; j0 < n; j0 += 8) {
@@ -116,7 +120,7 @@ static void attention_avx2(const float *q, int64_t heads, int64_t hd, const floa
             else { _mm256_storeu_ps(tmp, acc); memcpy(scores + g * n + j0, tmp, (size_t)m * sizeof(float)); }
         }
     }
-    softmax_rows(scores, heads, n, softcap, start);
+    softmax_rows(scores, heads, n, softcap, sinks, start);
     memset(out, 0, (size_t)(heads * hd) * sizeof(float));
     for (int64_t j = 0; j < n; j++) {
         const float *v = VROW(vp, j);
@@ -130,20 +134,20 @@ static void attention_avx2(const float *q, int64_t heads, int64_t hd, const floa
 #endif
 
 void ck_attention(const float *q, int64_t heads, int64_t hd, const float *const *kpages, const float *const *vpages,
-                  int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap, int64_t start,
+                  int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap, const float *sinks, int64_t start,
                   float *out, float *scores) {
 #if CK_X86
     const ck_table *t = ck_active();
     if (t->f32.dot == ck_f32_avx512.dot && hd % 16 == 0 && page_size == 16) {
-        attention_avx512(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, softcap, start, out, scores);
+        attention_avx512(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, softcap, sinks, start, out, scores);
         return;
     }
     if ((t->f32.dot == ck_f32_avx2.dot || t->f32.dot == ck_f32_avx512.dot) && hd % 8 == 0 && page_size % 8 == 0) {
-        attention_avx2(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, softcap, start, out, scores);
+        attention_avx2(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, softcap, sinks, start, out, scores);
         return;
     }
 #endif
-    attention_scalar(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, softcap, start, out, scores);
+    attention_scalar(q, heads, hd, kpages, vpages, page_size, stride, head_offset, n, scale, softcap, sinks, start, out, scores);
 }
 
 /* ---- KV cache types (f32, f16, q8_0, q4_0) ----
@@ -305,7 +309,7 @@ static void tile_scores_avx2(const float *q, int64_t heads, int64_t hd, const fl
  * arithmetic of the f32 path (scores, exact softmax, weighted V). */
 static void attention_typed(const float *q, int64_t heads, int64_t hd, int ktype, const void *const *kpages, int vtype,
                             const void *const *vpages, int64_t page_size, int64_t kv_dim, int64_t ho, int64_t n, float scale,
-                            float softcap, int64_t start, float *out, float *scores) {
+                            float softcap, const float *sinks, int64_t start, float *out, float *scores) {
     float *kt = ck_scratch((size_t)(2 * KV_TILE * hd + hd + 2 * QK) * sizeof(float));
     float *row = kt + KV_TILE * hd, *vt = row + hd + 2 * QK;
     void (*tile_scores)(const float *, int64_t, int64_t, const float *, int64_t, float, float *, int64_t, int64_t) = tile_scores_scalar;
@@ -326,7 +330,7 @@ static void attention_typed(const float *q, int64_t heads, int64_t hd, int ktype
         tile_scores(q, heads, hd, kt, m, scale, scores, n, j0);
         j0 += m;
     }
-    softmax_rows(scores, heads, n, softcap, start);
+    softmax_rows(scores, heads, n, softcap, sinks, start);
     memset(out, 0, (size_t)(heads * hd) * sizeof(float));
     for (int64_t j0 = first; j0 < n;) {
         const int64_t slot0 = j0 % page_size;
@@ -347,7 +351,7 @@ static void attention_typed(const float *q, int64_t heads, int64_t hd, int ktype
 /* f16 K and V, page_size == 16, hd % 16 == 0: attention_avx512 with each load converted */
 __attribute__((target("avx512f,avx512dq,f16c")))
 static void attention_f16_avx512(const float *q, int64_t heads, int64_t hd, const uint16_t *const *kp, const uint16_t *const *vp,
-                                 int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap, int64_t start,
+                                 int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap, const float *sinks, int64_t start,
                                  float *out, float *scores) {
     const int64_t first = start / 16 * 16;
     for (int64_t j0 = first; j0 < n; j0 += 16) {
@@ -361,7 +365,7 @@ static void attention_f16_avx512(const float *q, int64_t heads, int64_t hd, cons
             _mm512_mask_storeu_ps(scores + g * n + j0, valid, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
         }
     }
-    softmax_rows(scores, heads, n, softcap, start);
+    softmax_rows(scores, heads, n, softcap, sinks, start);
     for (int64_t g = 0; g < heads; g++) {
         const float *pg = scores + g * n;
         float *o = out + g * hd;
@@ -395,7 +399,7 @@ static void attention_f16_avx512(const float *q, int64_t heads, int64_t hd, cons
  * again for each head). */
 __attribute__((target("avx512f,avx512dq,f16c")))
 static void attention_f16_avx512_group(const float *q, int64_t heads, int64_t hd, const uint16_t *const *kp, const uint16_t *const *vp,
-                                       int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap, int64_t start,
+                                       int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap, const float *sinks, int64_t start,
                                        float *out, float *scores) {
     static const float zeros[16];
     const int64_t first = start / 16 * 16;
@@ -424,7 +428,7 @@ static void attention_f16_avx512_group(const float *q, int64_t heads, int64_t hd
             for (int64_t g = 0; g < gn; g++) _mm512_mask_storeu_ps(scores + (g0 + g) * n + j0, valid, _mm512_mul_ps(a[g], sc));
         }
     }
-    softmax_rows(scores, heads, n, softcap, start);
+    softmax_rows(scores, heads, n, softcap, sinks, start);
     for (int64_t g0 = 0; g0 < heads; g0 += 8) {
         const int64_t gn = heads - g0 < 8 ? heads - g0 : 8;
         for (int64_t d0 = 0; d0 < hd; d0 += 32) {
@@ -459,7 +463,7 @@ static void attention_f16_avx512_group(const float *q, int64_t heads, int64_t hd
 /* f16 K and V, page_size % 8 == 0, hd % 8 == 0: attention_avx2 with each load converted */
 __attribute__((target("avx2,fma,f16c")))
 static void attention_f16_avx2(const float *q, int64_t heads, int64_t hd, const uint16_t *const *kp, const uint16_t *const *vp,
-                               int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap,
+                               int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap, const float *sinks,
                                int64_t start, float *out, float *scores) {
     float tmp[8];
     const int64_t first = start / page_size * page_size;
@@ -476,7 +480,7 @@ static void attention_f16_avx2(const float *q, int64_t heads, int64_t hd, const 
             else { _mm256_storeu_ps(tmp, acc); memcpy(scores + g * n + j0, tmp, (size_t)m * sizeof(float)); }
         }
     }
-    softmax_rows(scores, heads, n, softcap, start);
+    softmax_rows(scores, heads, n, softcap, sinks, start);
     memset(out, 0, (size_t)(heads * hd) * sizeof(float));
     for (int64_t j = first; j < n; j++) {
         const uint16_t *v = vp[j / page_size] + (j % page_size) * stride + head_offset;
@@ -492,10 +496,10 @@ static void attention_f16_avx2(const float *q, int64_t heads, int64_t hd, const 
 
 void ck_attention_kv(const float *q, int64_t heads, int64_t hd, int ktype, const void *const *kpages, int vtype,
                      const void *const *vpages, int64_t page_size, int64_t kv_dim, int64_t head_offset, int64_t n, float scale,
-                     float softcap, int64_t start, float *out, float *scores) {
+                     float softcap, const float *sinks, int64_t start, float *out, float *scores) {
     if (ktype == CK_TYPE_F32 && vtype == CK_TYPE_F32) {
         ck_attention(q, heads, hd, (const float *const *)kpages, (const float *const *)vpages, page_size, kv_dim, head_offset, n,
-                     scale, softcap, start, out, scores);
+                     scale, softcap, sinks, start, out, scores);
         return;
     }
 #if CK_X86
@@ -503,20 +507,20 @@ void ck_attention_kv(const float *q, int64_t heads, int64_t hd, int ktype, const
         const ck_table *t = ck_active();
         if (t->f32.dot == ck_f32_avx512.dot && hd % 16 == 0 && page_size == 16 && heads >= 3 && hd <= 256) {
             attention_f16_avx512_group(q, heads, hd, (const uint16_t *const *)kpages, (const uint16_t *const *)vpages, kv_dim, head_offset,
-                                       n, scale, softcap, start, out, scores);
+                                       n, scale, softcap, sinks, start, out, scores);
             return;
         }
         if (t->f32.dot == ck_f32_avx512.dot && hd % 16 == 0 && page_size == 16) {
             attention_f16_avx512(q, heads, hd, (const uint16_t *const *)kpages, (const uint16_t *const *)vpages, kv_dim, head_offset, n,
-                                 scale, softcap, start, out, scores);
+                                 scale, softcap, sinks, start, out, scores);
             return;
         }
         if ((t->f32.dot == ck_f32_avx2.dot || t->f32.dot == ck_f32_avx512.dot) && hd % 8 == 0 && page_size % 8 == 0) {
             attention_f16_avx2(q, heads, hd, (const uint16_t *const *)kpages, (const uint16_t *const *)vpages, page_size, kv_dim,
-                               head_offset, n, scale, softcap, start, out, scores);
+                               head_offset, n, scale, softcap, sinks, start, out, scores);
             return;
         }
     }
 #endif
-    attention_typed(q, heads, hd, ktype, kpages, vtype, vpages, page_size, kv_dim, head_offset, n, scale, softcap, start, out, scores);
+    attention_typed(q, heads, hd, ktype, kpages, vtype, vpages, page_size, kv_dim, head_offset, n, scale, softcap, sinks, start, out, scores);
 }

@@ -10,7 +10,7 @@
     __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 #define CK_INLINE static inline __attribute__((always_inline))
 
-#define CK_NTYPES 31 /* type ids are < 31 */
+#define CK_NTYPES 40 /* type ids are < 40 */
 
 /* ---- ggml block layouts (ggml-common.h); all little-endian, packed without padding ---- */
 
@@ -41,6 +41,10 @@ typedef struct { uint16_t d; uint8_t qs[QK / 2]; } blk_iq4_nl;
 /* 8 sub-blocks of 32, each laid out as an IQ4_NL block, with 6-bit scales stored plus 32 (low
  * nibbles in scales_l, high 2 bits in scales_h): x = d*(ls-32)*kvalues[q]. */
 typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[QKK / 64]; uint8_t qs[QKK / 2]; } blk_iq4_xs;
+/* MXFP4 (OCP microscaling FP4, gpt-oss's experts): an E8M0 scale 2^(e-127) and 32 E2M1 values,
+ * laid out as Q4_0 (value j in the low nibble of qs[j], value j+16 in the high one); a nibble
+ * indexes ck_kvalues_mxfp4, the E2M1 values doubled, so x = kvalues[q] * 2^(e-128). */
+typedef struct { uint8_t e; uint8_t qs[QK / 2]; } blk_mxfp4;
 /* Activations for the K types: f32 scale, and sums of each group of 16 quants. */
 typedef struct { float d; int8_t qs[QKK]; int16_t bsums[QKK / 16]; } blk_q8_K;
 
@@ -58,9 +62,20 @@ _Static_assert(sizeof(blk_q2_K) == 84, "q2_K");
 _Static_assert(sizeof(blk_q3_K) == 110, "q3_K");
 _Static_assert(sizeof(blk_iq4_nl) == 18, "iq4_nl");
 _Static_assert(sizeof(blk_iq4_xs) == 136, "iq4_xs");
+_Static_assert(sizeof(blk_mxfp4) == 17, "mxfp4");
 
 /* The 16 levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
 static const int8_t ck_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* The 16 levels of MXFP4 (ggml's kvalues_mxfp4: E2M1 times 2). */
+static const int8_t ck_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* 2^(e-128): half an E8M0 scale, which with the doubled levels gives the E2M1 value (ggml's
+ * ggml_e8m0_to_fp32_half, exact for every e, the two smallest as subnormals). */
+static inline float ck_e8m0_half(uint8_t e) {
+    union { uint32_t u; float f; } v = {e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23};
+    return v.f;
+}
 
 /* Scale j (0..15) of a Q3_K super-block, minus 32: the low 4 bits are the low nibble of s[j]
  * (j < 8) or the high nibble of s[j-8], the top 2 bits are bits 2(j/4).. of s[8 + j%4]. */

@@ -24,6 +24,7 @@ static const type_info k_types[CK_NTYPES] = {
     [CK_TYPE_Q3_K] = {QKK, sizeof(blk_q3_K), CK_TYPE_Q8_K},
     [CK_TYPE_IQ4_NL] = {QK, sizeof(blk_iq4_nl), CK_TYPE_Q8_0},
     [CK_TYPE_IQ4_XS] = {QKK, sizeof(blk_iq4_xs), CK_TYPE_Q8_K},
+    [CK_TYPE_MXFP4] = {QK, sizeof(blk_mxfp4), CK_TYPE_Q8_0},
 };
 
 static const type_info *info(int type) {
@@ -48,7 +49,7 @@ size_t ck_row_size(int type, int64_t n) {
 }
 
 void ck_quantize_row(int type, const float *x, void *y, int64_t n) {
-    if (info(type)) ck_active()->quantize[type](x, y, n);
+    if (info(type) && ck_active()->quantize[type]) ck_active()->quantize[type](x, y, n);
 }
 
 void ck_matmul(int wtype, int64_t n, const void *w, size_t w_stride, int64_t r0, int64_t r1,
@@ -102,6 +103,13 @@ void ck_rms_norm(const float *x, const float *w, float *y, int64_t n, float eps)
 void ck_swiglu(const float *gate, const float *up, float *y, int64_t n) { ck_active()->f32.swiglu(gate, up, y, n); }
 
 /* tanh-approximated GELU (ggml_gelu's formula, computed in float rather than from its f16 table) */
+void ck_swiglu_clamped(const float *gate, const float *up, float *y, int64_t n, float alpha, float limit) {
+    for (int64_t i = 0; i < n; i++) {
+        const float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
+        y[i] = g / (1.0f + expf(alpha * -g)) * (u + 1.0f);
+    }
+}
+
 void ck_geglu(const float *gate, const float *up, float *y, int64_t n) {
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
     for (int64_t i = 0; i < n; i++) {

@@ -200,6 +200,17 @@ static void dq_bf16(const void *vx, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = ck_bf2f(x[i]);
 }
 
+static void dq_mxfp4(const void *vx, float *y, int64_t n) {
+    const blk_mxfp4 *x = vx;
+    for (int64_t i = 0; i < n / QK; i++, y += QK) {
+        const float d = ck_e8m0_half(x[i].e);
+        for (int j = 0; j < QK / 2; j++) {
+            y[j] = d * (float)ck_kvalues_mxfp4[x[i].qs[j] & 0xf];
+            y[j + QK / 2] = d * (float)ck_kvalues_mxfp4[x[i].qs[j] >> 4];
+        }
+    }
+}
+
 typedef void (*dq_fn)(const void *, float *, int64_t);
 static const dq_fn dq_table[CK_NTYPES] = {
     [CK_TYPE_F32] = dq_f32,   [CK_TYPE_F16] = dq_f16,   [CK_TYPE_BF16] = dq_bf16,
@@ -207,7 +218,7 @@ static const dq_fn dq_table[CK_NTYPES] = {
     [CK_TYPE_Q5_1] = dq_q5_1, [CK_TYPE_Q8_0] = dq_q8_0, [CK_TYPE_Q8_1] = dq_q8_1,
     [CK_TYPE_Q4_K] = dq_q4_K, [CK_TYPE_Q5_K] = dq_q5_K, [CK_TYPE_Q6_K] = dq_q6_K,
     [CK_TYPE_Q8_K] = dq_q8_K,  [CK_TYPE_Q2_K] = dq_q2_K, [CK_TYPE_Q3_K] = dq_q3_K,
-    [CK_TYPE_IQ4_NL] = dq_iq4_nl, [CK_TYPE_IQ4_XS] = dq_iq4_xs,
+    [CK_TYPE_IQ4_NL] = dq_iq4_nl, [CK_TYPE_IQ4_XS] = dq_iq4_xs, [CK_TYPE_MXFP4] = dq_mxfp4,
 };
 
 int ck_dequantize_row(int type, const void *x, float *y, int64_t n) {

@@ -5,8 +5,8 @@
  * int16 pairs) and vpmaddwd (-> int32), as in llama.cpp: 4-/5-bit weights are the unsigned
  * operand and their offset is removed with a precomputed -8*d*sum(a) / -16*d*sum(a); Q8_0
  * weights use |w| and sign(a, w). Activation quants must lie in [-127, 127], which is what
- * the quantizers produce. Q2_K, Q3_K, IQ4_NL and IQ4_XS have kernels here only: the AVX-512
- * table keeps these (the IQ4 levels come from a vpshufb table lookup).
+ * the quantizers produce. Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4 have kernels here only: the
+ * AVX-512 table keeps these (the IQ4 and FP4 levels come from a vpshufb table lookup).
  */
 #include "ck_internal.h"
 #include "ck_tiles.h"
@@ -236,7 +236,7 @@ T2 INL void tile_k(int type, int R, int C, int64_t nb, const uint8_t *w, size_t 
         for (int j = 0; j < C; j++) y[j * ldy + i] = hsum(acc[i][j]);
 }
 
-/* ============ Q2_K, Q3_K, IQ4_XS (Q8_K activations) and IQ4_NL (Q8_0) ============ */
+/* ======= Q2_K, Q3_K, IQ4_XS (Q8_K activations), IQ4_NL and MXFP4 (Q8_0) ======= */
 
 /* Sums of products of signed bytes x and activations y, pairwise into int16: vpmaddubsw
  * on |x| and sign(y, x) (|x| <= 127 here: the IQ4 levels, Q8 quants). */
@@ -253,7 +253,7 @@ T2 INL __m256i pick_pair16(__m128i v, int k, int is_signed) {
 
 T2 INL size_t lowbit_bytes(int type) {
     return type == CK_TYPE_Q2_K ? sizeof(blk_q2_K) : type == CK_TYPE_Q3_K ? sizeof(blk_q3_K)
-         : type == CK_TYPE_IQ4_NL ? sizeof(blk_iq4_nl) : sizeof(blk_iq4_xs);
+         : type == CK_TYPE_IQ4_NL ? sizeof(blk_iq4_nl) : type == CK_TYPE_MXFP4 ? sizeof(blk_mxfp4) : sizeof(blk_iq4_xs);
 }
 
 /* Integer sums per super-block (per block for IQ4_NL) as in dot_scalar.c, then one float
@@ -264,6 +264,7 @@ T2 INL void tile_lowbit(int type, int R, int C, int64_t nb, const uint8_t *w, si
     const size_t wb = lowbit_bytes(type);
     const __m256i m1 = _mm256_set1_epi8(1), m3 = _mm256_set1_epi8(3);
     const __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ck_kvalues_iq4nl));
+    const __m256i fp4 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ck_kvalues_mxfp4));
     __m256 acc[4][4];
     for (int i = 0; i < R; i++)
         for (int j = 0; j < C; j++) acc[i][j] = _mm256_setzero_ps();
@@ -272,10 +273,12 @@ T2 INL void tile_lowbit(int type, int R, int C, int64_t nb, const uint8_t *w, si
             const uint8_t *pw = w + i * ws + b * wb;
             if (pf)
                 for (size_t o = 0; o < wb; o += 64) _mm_prefetch((const char *)(pw + PF_TILES * R * ws + o), _MM_HINT_T0);
-            if (type == CK_TYPE_IQ4_NL) {
-                const blk_iq4_nl *x = (const blk_iq4_nl *)pw;
-                const __m256i q = _mm256_shuffle_epi8(levels, nibbles(x->qs));
-                const float dw = h2f(x->d);
+            if (type == CK_TYPE_IQ4_NL || type == CK_TYPE_MXFP4) {
+                /* one block: its levels, and its scale (f16, or MXFP4's E8M0 halved) */
+                const int nl = type == CK_TYPE_IQ4_NL;
+                const __m256i q = nl ? _mm256_shuffle_epi8(levels, nibbles(((const blk_iq4_nl *)pw)->qs))
+                                     : _mm256_shuffle_epi8(fp4, nibbles(((const blk_mxfp4 *)pw)->qs));
+                const float dw = nl ? h2f(((const blk_iq4_nl *)pw)->d) : ck_e8m0_half(((const blk_mxfp4 *)pw)->e);
                 for (int j = 0; j < C; j++) {
                     const blk_q8_0 *ya = (const blk_q8_0 *)(a + j * as) + b;
                     const __m256i p = _mm256_madd_epi16(mul_add_i8(q, _mm256_loadu_si256((const __m256i *)ya->qs)), _mm256_set1_epi16(1));
@@ -414,6 +417,7 @@ DEFINE_MATMUL(T2, mm_q2_K, tile_lowbit, CK_TYPE_Q2_K, 2, n / QKK)
 DEFINE_MATMUL(T2, mm_q3_K, tile_lowbit, CK_TYPE_Q3_K, 2, n / QKK)
 DEFINE_MATMUL(T2, mm_iq4_xs, tile_lowbit, CK_TYPE_IQ4_XS, 2, n / QKK)
 DEFINE_MATMUL(T2, mm_iq4_nl, tile_lowbit, CK_TYPE_IQ4_NL, 2, n / QK)
+DEFINE_MATMUL(T2, mm_mxfp4, tile_lowbit, CK_TYPE_MXFP4, 2, n / QK)
 DEFINE_MATMUL(T2, mm_f32, tile_f, CK_TYPE_F32, 2, n)
 DEFINE_MATMUL(T2, mm_f16, tile_f, CK_TYPE_F16, 2, n)
 DEFINE_MATMUL(T2, mm_bf16, tile_f, CK_TYPE_BF16, 2, n)
@@ -424,5 +428,6 @@ const ck_matmul_fn ck_matmul_avx2[CK_NTYPES] = {
     [CK_TYPE_Q5_1] = mm_q5_1, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_Q4_K] = mm_q4_K,
     [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K, [CK_TYPE_Q2_K] = mm_q2_K,
     [CK_TYPE_Q3_K] = mm_q3_K, [CK_TYPE_IQ4_NL] = mm_iq4_nl, [CK_TYPE_IQ4_XS] = mm_iq4_xs,
+    [CK_TYPE_MXFP4] = mm_mxfp4,
 };
 #endif

@@ -263,6 +263,20 @@ static float dot_bf16(int64_t n, const void *vw, const void *va) {
                 y[m * ldy + r] = dot_##name(n, (const char *)w + r * ws, (const char *)a + m * as);      \
     }
 
+/* ggml's vec_dot_mxfp4_q8_0: integer sums per block, one float product d_a * d_w each. */
+static float dot_mxfp4(int64_t n, const void *vw, const void *va) {
+    const blk_mxfp4 *w = vw;
+    const blk_q8_0 *a = va;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK; i++) {
+        int s = 0;
+        for (int j = 0; j < QK / 2; j++)
+            s += ck_kvalues_mxfp4[w[i].qs[j] & 0xf] * a[i].qs[j] + ck_kvalues_mxfp4[w[i].qs[j] >> 4] * a[i].qs[j + QK / 2];
+        sum += (ck_h2f(a[i].d) * ck_e8m0_half(w[i].e)) * (float)s;
+    }
+    return sum;
+}
+
 SCALAR_MATMUL(q4_0)
 SCALAR_MATMUL(q4_1)
 SCALAR_MATMUL(q5_0)
@@ -275,6 +289,7 @@ SCALAR_MATMUL(q2_K)
 SCALAR_MATMUL(q3_K)
 SCALAR_MATMUL(iq4_nl)
 SCALAR_MATMUL(iq4_xs)
+SCALAR_MATMUL(mxfp4)
 SCALAR_MATMUL(f32)
 SCALAR_MATMUL(f16)
 SCALAR_MATMUL(bf16)
@@ -285,4 +300,5 @@ const ck_matmul_fn ck_matmul_scalar[CK_NTYPES] = {
     [CK_TYPE_Q5_1] = mm_q5_1, [CK_TYPE_Q8_0] = mm_q8_0, [CK_TYPE_Q4_K] = mm_q4_K,
     [CK_TYPE_Q5_K] = mm_q5_K, [CK_TYPE_Q6_K] = mm_q6_K, [CK_TYPE_Q2_K] = mm_q2_K,
     [CK_TYPE_Q3_K] = mm_q3_K, [CK_TYPE_IQ4_NL] = mm_iq4_nl, [CK_TYPE_IQ4_XS] = mm_iq4_xs,
+    [CK_TYPE_MXFP4] = mm_mxfp4,
 };

@@ -399,6 +399,33 @@ static void quantize_iq4_nl(const float *x, void *vy, int64_t n) {
     }
 }
 
+/* MXFP4 as ggml's quantize_row_mxfp4_ref: e = floor(log2 amax) - 2 + 127 (the largest level,
+ * 6 = 12/2, then covers amax), each value the nearest level (ties to the lower index). */
+static void quantize_mxfp4(const float *x, void *vy, int64_t n) {
+    blk_mxfp4 *y = vy;
+    for (int64_t i = 0; i < n / QK; i++, x += QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const uint8_t e = amax > 0.0f ? (uint8_t)(floorf(log2f(amax)) - 2 + 127) : 0;
+        const float d = ck_e8m0_half(e);
+        y[i].e = e;
+        for (int j = 0; j < QK / 2; j++) {
+            uint8_t q[2];
+            for (int h = 0; h < 2; h++) {
+                const float v = x[j + h * QK / 2];
+                int best = 0;
+                float err = fabsf(ck_kvalues_mxfp4[0] * d - v);
+                for (int l = 1; l < 16; l++) {
+                    const float el = fabsf(ck_kvalues_mxfp4[l] * d - v);
+                    if (el < err) best = l, err = el;
+                }
+                q[h] = (uint8_t)best;
+            }
+            y[i].qs[j] = q[0] | (uint8_t)(q[1] << 4);
+        }
+    }
+}
+
 /* IQ4_XS: IQ4_NL's fit per sub-block of 32, its scale rounded to 6 bits under d. */
 static void quantize_iq4_xs(const float *x, void *vy, int64_t n) {
     blk_iq4_xs *y = vy;
@@ -442,6 +469,7 @@ const ck_quant_fn ck_quant_scalar[CK_NTYPES] = {
     [CK_TYPE_Q3_K] = quantize_q3_K,
     [CK_TYPE_IQ4_NL] = quantize_iq4_nl,
     [CK_TYPE_IQ4_XS] = quantize_iq4_xs,
+    [CK_TYPE_MXFP4] = quantize_mxfp4,
 };
 
 /* ---------------- AVX2 activation quantizers (same bytes as the scalar ones) ---------------- */

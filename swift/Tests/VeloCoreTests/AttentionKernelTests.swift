@@ -74,7 +74,7 @@ final class AttentionKernelTests: XCTestCase {
                 kStore.withPointers { kp in
                     vStore.withPointers { vp in
                         ck_attention(queries[kvh], Int64(group), Int64(hd), kp, vp, Int64(pageSize), Int64(kvDim), Int64(kvh * hd), Int64(n),
-                                     scale, softcap, Int64(start), &out, &scores)
+                                     scale, softcap, nil, Int64(start), &out, &scores)
                     }
                 }
                 for i in 0..<out.count where !(abs(out[i] - want[i]) <= 1e-4) {

@@ -77,11 +77,15 @@ final class KVCacheTypeTests: XCTestCase {
     /// ck_attention_kv for every (K type, V type) at every ISA level against softmax(QK^T)V in
     /// float64 over the stored (rounded) keys and values; sliding-window starts and softcaps.
     func testCPUAttentionAllTypes() {
-        let shapes: [(ps: Int, hd: Int, kvHeads: Int, group: Int, n: Int, softcap: Float, start: Int)] = [
-            (16, 8, 4, 2, 37, 0, 0), (16, 64, 2, 4, 300, 0, 0), (16, 128, 1, 4, 70, 30, 20), (5, 40, 2, 3, 23, 0, 7), (8, 16, 2, 1, 50, 0, 0),
+        // sink: each query head's softmax also takes a logit with no value (gpt-oss)
+        let shapes: [(ps: Int, hd: Int, kvHeads: Int, group: Int, n: Int, softcap: Float, start: Int, sink: Bool)] = [
+            (16, 8, 4, 2, 37, 0, 0, false), (16, 64, 2, 4, 300, 0, 0, false), (16, 128, 1, 4, 70, 30, 20, false), (5, 40, 2, 3, 23, 0, 7, false),
+            (8, 16, 2, 1, 50, 0, 0, false),
             // GQA groups of 7 (Qwen2.5-7B), past 8 (two passes of the grouped AVX-512 kernel) and
             // head sizes that end in half a 32-wide V block
-            (16, 128, 2, 7, 45, 0, 0), (16, 32, 1, 9, 33, 0, 5), (16, 48, 2, 5, 40, 0, 0),
+            (16, 128, 2, 7, 45, 0, 0, false), (16, 32, 1, 9, 33, 0, 5, false), (16, 48, 2, 5, 40, 0, 0, false),
+            // sinks: gpt-oss's heads (64, groups of 8), with a window, and a short row where the sink dominates
+            (16, 64, 2, 8, 40, 0, 0, true), (16, 64, 1, 8, 200, 0, 72, true), (5, 40, 2, 3, 3, 0, 0, true),
         ]
         for (tk, tv) in Self.pairs {
             for sh in shapes {
@@ -104,13 +108,15 @@ final class KVCacheTypeTests: XCTestCase {
                 let scale = 1 / Float(sh.hd).squareRoot()
                 for kvh in 0..<sh.kvHeads {
                     let q = rng.row(sh.group * sh.hd)
+                    let sinks: [Float]? = sh.sink ? rng.row(sh.group).map { $0 * 3 } : nil
                     var want = [Double](repeating: 0, count: sh.group * sh.hd)
                     for g in 0..<sh.group {
                         let s = (sh.start..<sh.n).map { j -> Double in
                             let x = (0..<sh.hd).reduce(0.0) { $0 + Double(q[g * sh.hd + $1]) * Double(keys[j][kvh * sh.hd + $1]) } * Double(scale)
                             return sh.softcap > 0 ? Double(sh.softcap) * tanh(x / Double(sh.softcap)) : x
                         }
-                        let m = s.max()!, e = s.map { exp($0 - m) }, z = e.reduce(0, +)
+                        let sink = sinks.map { Double($0[g]) }
+                        let m = max(s.max()!, sink ?? -.infinity), e = s.map { exp($0 - m) }, z = e.reduce(0, +) + (sink.map { exp($0 - m) } ?? 0)
                         for d in 0..<sh.hd {
                             want[g * sh.hd + d] = (sh.start..<sh.n).reduce(0.0) { $0 + e[$1 - sh.start] / z * Double(values[$1][kvh * sh.hd + d]) }
                         }
@@ -119,8 +125,11 @@ final class KVCacheTypeTests: XCTestCase {
                         ck_set_isa_limit(level)
                         var out = [Float](repeating: .nan, count: sh.group * sh.hd)
                         var scores = [Float](repeating: .nan, count: sh.group * sh.n)
-                        ck_attention_kv(q, Int64(sh.group), Int64(sh.hd), tk.ggml, kp, tv.ggml, vp, Int64(sh.ps), Int64(kvDim), Int64(kvh * sh.hd),
-                                        Int64(sh.n), scale, sh.softcap, Int64(sh.start), &out, &scores)
+                        let run = { (sp: UnsafePointer<Float>?) in
+                            ck_attention_kv(q, Int64(sh.group), Int64(sh.hd), tk.ggml, kp, tv.ggml, vp, Int64(sh.ps), Int64(kvDim), Int64(kvh * sh.hd),
+                                            Int64(sh.n), scale, sh.softcap, sp, Int64(sh.start), &out, &scores)
+                        }
+                        if let sinks { sinks.withUnsafeBufferPointer { run($0.baseAddress) } } else { run(nil) }
                         let err = zip(out, want).map { abs(Double($0) - $1) / (abs($1) + 1e-2) }.max()!
                         XCTAssertLessThan(err, 1e-4, "K \(tk) V \(tv) \(sh) kv head \(kvh) isa \(level)")
                     }
@@ -351,7 +360,7 @@ final class KVCacheTypeTests: XCTestCase {
                             let qs = Array(q[(t * heads + kvh * g) * hd..<(t * heads + (kvh + 1) * g) * hd])
                             var out = [Float](repeating: 0, count: g * hd)
                             ck_attention_kv(qs, Int64(g), Int64(hd), tk.ggml, kp, tv.ggml, vp, Int64(ps), Int64(kvDim), Int64(kvh * hd), Int64(len),
-                                            scale, softcap, Int64(first), &out, &scores)
+                                            scale, softcap, nil, Int64(first), &out, &scores)
                             for i in 0..<(g * hd) { want[(t * heads + kvh * g) * hd + i] = out[i] }
                         }
                     }

@@ -2,9 +2,10 @@ import CKernels
 import XCTest
 @testable import VeloCore
 
-/// Q2_K, Q3_K, IQ4_NL and IQ4_XS: the C kernels (dequantization, quantizers, dot products and
-/// matmul at every ISA level) against plain Swift references written from ggml's block layouts
-/// (ggml-common.h, ggml-quants.c), and the GPU kernels (get_rows, matvec, matmul) against the CPU.
+/// Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4: the C kernels (dequantization, quantizers, dot products
+/// and matmul at every ISA level) against plain Swift references written from ggml's block
+/// layouts (ggml-common.h, ggml-quants.c), and the GPU kernels (get_rows, matvec, matmul) against
+/// the CPU (MXFP4 has none yet: gpt-oss runs on the CPU).
 /// Helpers shared with KernelTests / GPUKernelTests: SplitMix64, KernelReference, KType.
 final class NewQuantTypeTests: XCTestCase {
     override func tearDown() {
@@ -14,12 +15,16 @@ final class NewQuantTypeTests: XCTestCase {
 
     // MARK: reference
 
-    static let q2_K: Int32 = 10, q3_K: Int32 = 11, iq4_nl: Int32 = 20, iq4_xs: Int32 = 23
-    static let types: [Int32] = [q2_K, q3_K, iq4_nl, iq4_xs]
+    static let q2_K: Int32 = 10, q3_K: Int32 = 11, iq4_nl: Int32 = 20, iq4_xs: Int32 = 23, mxfp4: Int32 = 39
+    static let types: [Int32] = [q2_K, q3_K, iq4_nl, iq4_xs, mxfp4]
+    /// The types with GPU kernels.
+    static let gpuTypes: [Int32] = [q2_K, q3_K, iq4_nl, iq4_xs]
+    /// ggml's kvalues_mxfp4: the E2M1 values doubled.
+    static let fp4Levels: [Float] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]
     /// ggml's kvalues_iq4nl.
     static let levels: [Int] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
 
-    static func name(_ t: Int32) -> String { [10: "Q2_K", 11: "Q3_K", 20: "IQ4_NL", 23: "IQ4_XS"][t] ?? KType.name(t) }
+    static func name(_ t: Int32) -> String { [10: "Q2_K", 11: "Q3_K", 20: "IQ4_NL", 23: "IQ4_XS", 39: "MXFP4"][t] ?? KType.name(t) }
 
     static func layout(_ t: Int32) -> (block: Int, bytes: Int) {
         switch t {
@@ -27,14 +32,15 @@ final class NewQuantTypeTests: XCTestCase {
         case q3_K: return (256, 110)
         case iq4_nl: return (32, 18)
         case iq4_xs: return (256, 136)
+        case mxfp4: return (32, 17)
         default: return KType.layout(t)
         }
     }
 
     static func rowBytes(_ t: Int32, _ n: Int) -> Int { n / layout(t).block * layout(t).bytes }
 
-    /// llama.cpp's vec_dot_type: Q8_0 for IQ4_NL, Q8_K for the others.
-    static func dotType(_ t: Int32) -> Int32 { t == iq4_nl ? KType.q8_0 : KType.q8_K }
+    /// llama.cpp's vec_dot_type: Q8_0 for IQ4_NL and MXFP4, Q8_K for the others.
+    static func dotType(_ t: Int32) -> Int32 { t == iq4_nl || t == mxfp4 ? KType.q8_0 : KType.q8_K }
 
     typealias R = KernelReference
 
@@ -93,6 +99,13 @@ final class NewQuantTypeTests: XCTestCase {
                         }
                     }
                 }
+            case mxfp4:
+                // e qs[16]: 2^(e-127) times the E2M1 value, which is half the level
+                let d = Float(sign: .plus, exponent: Int(b[o]) - 128, significand: 1)
+                for j in 0..<32 {
+                    let byte = b[o + 1 + j % 16]
+                    y[e + j] = d * fp4Levels[Int(j < 16 ? byte & 0xF : byte >> 4)]
+                }
             default: fatalError("decode: \(t)")
             }
         }
@@ -140,6 +153,7 @@ final class NewQuantTypeTests: XCTestCase {
             case Self.q3_K: scale(o + 108, 0.0002, 0.002, signed: true)
             case Self.iq4_nl: scale(o, 0.0001, 0.001, signed: true)
             case Self.iq4_xs: scale(o, 0.00001, 0.0001, signed: true)
+            case Self.mxfp4: b[o] = UInt8.random(in: 115...122, using: &rng) // 2^-13 .. 2^-6
             default: fatalError()
             }
         }
@@ -193,6 +207,10 @@ final class NewQuantTypeTests: XCTestCase {
             XCTAssertEqual(g.name, Self.name(t))
             XCTAssertEqual(g.blockSize, bs)
             XCTAssertEqual(g.bytesPerBlock, bb)
+            guard Self.gpuTypes.contains(t) else {
+                XCTAssertFalse(GPUKernels.weightTypes.contains(g), Self.name(t))
+                continue
+            }
             XCTAssert(GPUKernels.weightTypes.contains(g), Self.name(t))
             XCTAssertEqual(GPUKernels.suffix(g), Self.name(t).lowercased())
             XCTAssertFalse(GPUKernels.coopTypes.contains(g), "\(Self.name(t)): matmul_coop unchecked")
@@ -242,11 +260,26 @@ final class NewQuantTypeTests: XCTestCase {
         for v in 96..<128 { wantXS[v] = 1.75 }
         wantXS[98] = 1.75 * 113
         XCTAssertEqual(dequantize(Self.iq4_xs, xs, n: 256), wantXS, "IQ4_XS")
+        // MXFP4: e 130 (2^3, so a level counts 4); nibbles 0 are 0; qs[2] = 0x7F makes value 2 the
+        // level -12 (low nibble 15: -48) and value 18 the level 12 (high nibble 7: 48); e 0 and 1,
+        // the subnormal scales, too
+        var fp4 = [UInt8](repeating: 0, count: 17)
+        fp4[0] = 130
+        fp4[1 + 2] = 0x7F
+        var wantFP4 = [Float](repeating: 0, count: 32)
+        wantFP4[2] = -48; wantFP4[18] = 48
+        XCTAssertEqual(dequantize(Self.mxfp4, fp4, n: 32), wantFP4, "MXFP4")
+        fp4[0] = 0
+        XCTAssertEqual(dequantize(Self.mxfp4, fp4, n: 32)[2], -12 * Float(sign: .plus, exponent: -128, significand: 1), "MXFP4 e 0")
+        fp4[0] = 1
+        XCTAssertEqual(dequantize(Self.mxfp4, fp4, n: 32)[18], 12 * Float(sign: .plus, exponent: -127, significand: 1), "MXFP4 e 1")
         // and the references agree with the hand-worked values
         XCTAssertEqual(Self.decode(Self.q2_K, q2, n: 256).values, want2)
         XCTAssertEqual(Self.decode(Self.q3_K, q3, n: 256).values, want3)
         XCTAssertEqual(Self.decode(Self.iq4_nl, nl, n: 32).values, wantNL)
         XCTAssertEqual(Self.decode(Self.iq4_xs, xs, n: 256).values, wantXS)
+        fp4[0] = 130
+        XCTAssertEqual(Self.decode(Self.mxfp4, fp4, n: 32).values, wantFP4)
     }
 
     func testDequantizeMatchesReference() {
@@ -312,7 +345,7 @@ final class NewQuantTypeTests: XCTestCase {
     func testQuantizersRoundTrip() {
         let x = (0..<1024).map { _ in Float.random(in: -1...1, using: &rng) * Float.random(in: 0.01...0.1, using: &rng) }
         let rms = (x.reduce(Float(0)) { $0 + $1 * $1 } / Float(x.count)).squareRoot()
-        for (t, limit) in [(Self.q2_K, Float(0.45)), (Self.q3_K, 0.25), (Self.iq4_nl, 0.12), (Self.iq4_xs, 0.12)] {
+        for (t, limit) in [(Self.q2_K, Float(0.45)), (Self.q3_K, 0.25), (Self.iq4_nl, 0.12), (Self.iq4_xs, 0.12), (Self.mxfp4, 0.2)] {
             let q = quantize(t, x)
             let y = dequantize(t, q, n: x.count)
             XCTAssertEqual(y, Self.decode(t, q, n: x.count).values, Self.name(t))
@@ -378,7 +411,7 @@ final class NewQuantTypeTests: XCTestCase {
 
     /// get_rows_T dequantizes as the CPU does (no fused multiply-adds).
     func testGPUGetRows() throws {
-        for t in Self.types {
+        for t in Self.gpuTypes {
             let type = GGMLType(rawValue: UInt32(t))!
             for k in Self.layout(t).block == 32 ? [64, 256] : [256, 512] {
                 let w = gpuWeights(t, rows: 11, cols: k)
@@ -398,7 +431,7 @@ final class NewQuantTypeTests: XCTestCase {
     /// matvec_T (1 and 4 activation rows per group) and matmul_T against float64 products of
     /// the dequantized weights.
     func testGPUMatvecAndMatmul() throws {
-        for t in Self.types {
+        for t in Self.gpuTypes {
             let type = GGMLType(rawValue: UInt32(t))!
             for k in Self.layout(t).block == 32 ? [96, 512] : [512, 768] {
                 for (n, ms) in [(5, [1, 3, 9, 17]), (37, [2, 16, 70])] {

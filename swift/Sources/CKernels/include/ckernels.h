@@ -34,6 +34,7 @@ enum {
     CK_TYPE_IQ4_NL = 20,
     CK_TYPE_IQ4_XS = 23,
     CK_TYPE_BF16 = 30,
+    CK_TYPE_MXFP4 = 39,
 };
 
 /* ck_cpu_features() bits */
@@ -101,6 +102,9 @@ void ck_axpy_f32(float a, const float *x, float *y, int64_t n);                 
 void ck_rms_norm(const float *x, const float *w, float *y, int64_t n, float eps); /* w may be NULL */
 void ck_swiglu(const float *gate, const float *up, float *y, int64_t n);         /* silu(gate)*up */
 void ck_geglu(const float *gate, const float *up, float *y, int64_t n);          /* gelu_tanh(gate)*up */
+/* gpt-oss's SwiGLU (ggml's swiglu_oai): g = min(gate, limit), u = clamp(up, -limit, limit),
+ * y = g / (1 + exp(-alpha g)) * (u + 1) */
+void ck_swiglu_clamped(const float *gate, const float *up, float *y, int64_t n, float alpha, float limit);
 void ck_softmax(float *x, int64_t n);                                            /* in place */
 void ck_add_f32(const float *a, const float *b, float *y, int64_t n);
 int64_t ck_argmax_f32(const float *x, int64_t n); /* first index of the largest value */
@@ -115,9 +119,11 @@ void ck_f32_to_f16(const float *x, uint16_t *y, int64_t n);
  * kpages[j / page_size][(head_offset + d) * page_size + j % page_size]. V pages are by slot:
  * key j's V row is vpages[j / page_size] + (j % page_size) * stride + head_offset.
  * Scores are q·k·scale, then softcap·tanh(s/softcap) when softcap > 0; keys before `start`
- * (a sliding window's edge) are left out. out: heads x hd. scores: scratch of heads * n floats. */
+ * (a sliding window's edge) are left out. sinks (NULL: none): one logit per head that joins
+ * the softmax with no value (gpt-oss's attention sinks). out: heads x hd. scores: scratch of
+ * heads * n floats. */
 void   ck_attention(const float *q, int64_t heads, int64_t hd, const float *const *kpages, const float *const *vpages,
-                    int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap,
+                    int64_t page_size, int64_t stride, int64_t head_offset, int64_t n, float scale, float softcap, const float *sinks,
                     int64_t start, float *out, float *scores);
 
 /* KV cache storage (CK_TYPE_F32, F16, Q8_0, Q4_0). A plane holds page_size slots of one
@@ -137,7 +143,7 @@ void   ck_kv_load(int type, int key, const void *plane, int64_t page_size, int64
  * stride is kv_dim. Both F32 is exactly ck_attention. */
 void   ck_attention_kv(const float *q, int64_t heads, int64_t hd, int ktype, const void *const *kpages, int vtype,
                        const void *const *vpages, int64_t page_size, int64_t kv_dim, int64_t head_offset, int64_t n,
-                       float scale, float softcap, int64_t start, float *out, float *scores);
+                       float scale, float softcap, const float *sinks, int64_t start, float *out, float *scores);
 
 #ifdef __cplusplus
 }

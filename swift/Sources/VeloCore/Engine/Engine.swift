@@ -40,7 +40,14 @@ public final class Engine: @unchecked Sendable {
         var model = try loadLanguageModel(file, contextSize: first)
         var draftModel = try draft.map { try loadLanguageModel($0, contextSize: first) }
         var gpu = try openGPUDevice(o.backend, index: o.device)
-        let plan = try Engine.plan(&o, model: model, draft: o.spec.mode == .draft ? draftModel : nil, gpu: &gpu)
+        // what the GPU kernels cannot run yet runs on the CPU under auto, and is refused by name otherwise
+        let lacking = gpu == nil ? nil : GPUForward.lacking(model)
+        if let lacking {
+            guard o.backend == .auto else { throw VeloError(.unsupported, "the GPU backends cannot run this model yet: they lack \(lacking) (use --backend cpu)") }
+            gpu = nil
+        }
+        var plan = try Engine.plan(&o, model: model, draft: o.spec.mode == .draft ? draftModel : nil, gpu: &gpu)
+        if let lacking { plan.notes.insert("runs on the CPU: the GPU kernels lack \(lacking)", at: 0) }
         if o.contextSize != first {
             model = try loadLanguageModel(file, contextSize: o.contextSize)
             draftModel = try draft.map { try loadLanguageModel($0, contextSize: o.contextSize) }

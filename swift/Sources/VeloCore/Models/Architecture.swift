@@ -22,6 +22,7 @@ let architectures: [String: Architecture.Type] = [
     "gemma2": Gemma2.self,
     "gemma3": Gemma3.self,
     "phi3": Phi3.self,
+    "gpt-oss": GptOss.self,
 ]
 
 /// Optional per-layer tensors an architecture requires (names as llama.cpp's converter writes).
@@ -33,6 +34,10 @@ struct LayerTensors: OptionSet {
     static let qkNorm = LayerTensors(rawValue: 2)
     /// post_attention_norm, post_ffw_norm: RMSNorm of each block's output before the residual add
     static let postNorms = LayerTensors(rawValue: 4)
+    /// attn_output.bias
+    static let outputBias = LayerTensors(rawValue: 8)
+    /// attn_sinks.weight: one logit per query head that joins its softmax with no value (gpt-oss)
+    static let sinks = LayerTensors(rawValue: 16)
 }
 
 /// Opens `file`'s architecture. `contextSize`: the context the engine will run at (some RoPE

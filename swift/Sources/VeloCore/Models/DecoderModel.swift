@@ -6,7 +6,8 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
     struct Layer {
         let attnNorm: WeightVector
         let wq, wk, wv, wo: WeightMatrix
-        let bq, bk, bv: WeightVector?
+        let bq, bk, bv, bo: WeightVector?
+        let sinks: WeightVector?
         let qNorm, kNorm: WeightVector?
         let postAttnNorm: WeightVector?
         let ffnNorm: WeightVector
@@ -72,10 +73,13 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
                 bq: try vector("attn_q.bias", c.qDim, .qkvBias),
                 bk: try vector("attn_k.bias", c.kvDim, .qkvBias),
                 bv: try vector("attn_v.bias", c.kvDim, .qkvBias),
+                bo: try vector("attn_output.bias", c.dim, .outputBias),
+                sinks: layerTensors.contains(.sinks) ? try w.vector(p + "attn_sinks.weight", count: c.heads) : nil,
                 qNorm: try vector("attn_q_norm.weight", c.headDim, .qkNorm),
                 kNorm: try vector("attn_k_norm.weight", c.headDim, .qkNorm),
-                postAttnNorm: try vector("post_attention_norm.weight", c.dim, .postNorms),
-                ffnNorm: try w.vector(p + "ffn_norm.weight", count: c.dim),
+                // (an FFN norm of that name, as gpt-oss's, is not a post-attention norm too)
+                postAttnNorm: c.ffnNormTensor == "post_attention_norm.weight" ? nil : try vector("post_attention_norm.weight", c.dim, .postNorms),
+                ffnNorm: try w.vector(p + c.ffnNormTensor, count: c.dim),
                 ffn: ffn,
                 postFFNNorm: try vector("post_ffw_norm.weight", c.dim, .postNorms))
         }
@@ -88,8 +92,8 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
     }
 
     var vectors: [WeightVector] {
-        layers.flatMap { l in [l.attnNorm, l.ffnNorm] + [l.bq, l.bk, l.bv, l.qNorm, l.kNorm, l.postAttnNorm, l.postFFNNorm].compactMap { $0 } }
-            + expertLayers.compactMap { $0.shared?.gateInput } + [outputNorm]
+        layers.flatMap { l in [l.attnNorm, l.ffnNorm] + [l.bq, l.bk, l.bv, l.bo, l.sinks, l.qNorm, l.kNorm, l.postAttnNorm, l.postFFNNorm].compactMap { $0 } }
+            + expertLayers.flatMap(\.vectors) + [outputNorm]
     }
 
     var expertLayers: [ExpertLayer] {
@@ -116,8 +120,11 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
             if let n = l.qNorm { ops.headNorm(.q, n, heads: c.heads) }
             if let n = l.kNorm { ops.headNorm(.k, n, heads: c.kvHeads) }
             ops.ropeAndStoreKV(layer: li, heads: c.heads, kvHeads: c.kvHeads, rope: c.layerRope[li])
-            ops.attention(layer: li, c.attention(layer: li))
+            var attention = c.attention(layer: li)
+            attention.sinks = l.sinks
+            ops.attention(layer: li, attention)
             ops.matmul(.attn, [(l.wo, .xn)])
+            if let b = l.bo { ops.addBias(.xn, b) }
             if let n = l.postAttnNorm { ops.rmsNorm(.xn, n, into: .xn) }
             ops.addRMSNorm(.x, .xn, l.ffnNorm, into: .xn)
             switch l.ffn {
@@ -148,6 +155,8 @@ struct AttentionParams {
     var softcap: Float = 0
     /// Keys within this many positions of the query, itself included (0: all).
     var window: Int = 0
+    /// One logit per query head that joins its softmax with no value (gpt-oss; nil: none).
+    var sinks: WeightVector?
 
     /// The first key position a query at `pos` sees.
     func firstKey(_ pos: Int) -> Int { window > 0 ? max(0, pos - window + 1) : 0 }

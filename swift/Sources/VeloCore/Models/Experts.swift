@@ -18,6 +18,23 @@ public struct Experts: Sendable {
     /// A shared expert of this width runs on every token, its output scaled by
     /// sigmoid(ffn_gate_inp_shexp · x) (Qwen2-MoE); 0: none.
     public var sharedFFNDim = 0
+    /// How the router's logits become weights.
+    public enum Gating: Sendable {
+        /// a softmax over all experts, the chosen ones' probabilities (Mixtral, Qwen)
+        case softmax
+        /// the `used` largest logits, then a softmax over those alone (gpt-oss)
+        case softmaxChosen
+    }
+    public var gating = Gating.softmax
+    /// The experts' gated activation.
+    public enum GLU: Sendable, Equatable {
+        case swiglu
+        /// gpt-oss's: gate clamped above at `limit`, up to ±limit, gate·σ(α·gate)·(up + 1)
+        case swigluClamped(alpha: Float, limit: Float)
+    }
+    public var glu = GLU.swiglu
+    /// The router and every expert's gate, up and down products carry biases (gpt-oss).
+    public var biases = false
 }
 
 /// One layer's expert weights: the router (`ffn_gate_inp`, one row per expert) and each
@@ -30,9 +47,16 @@ struct ExpertLayer {
         let gateInput: WeightVector
     }
 
+    /// Biases (`Experts.biases`): the router's, and the experts' stacked as [width, experts]
+    /// (expert j's at j·width).
+    struct Biases {
+        let router, gate, up, down: WeightVector
+    }
+
     let router: WeightMatrix
     let gate, up, down: [WeightMatrix]
     let shared: Shared?
+    let biases: Biases?
 
     init(_ w: WeightLoader, prefix p: String, _ c: ModelConfig, _ e: Experts) throws {
         router = try w.matrix(p + "ffn_gate_inp.weight", rows: e.count, cols: c.dim)
@@ -44,6 +68,15 @@ struct ExpertLayer {
             up: try w.matrix(p + "ffn_up_shexp.weight", rows: e.sharedFFNDim, cols: c.dim),
             down: try w.matrix(p + "ffn_down_shexp.weight", rows: c.dim, cols: e.sharedFFNDim),
             gateInput: try w.vector(p + "ffn_gate_inp_shexp.weight", count: c.dim))
+        biases = !e.biases ? nil : Biases(
+            router: try w.vector(p + "ffn_gate_inp.bias", count: e.count),
+            gate: try w.vector(p + "ffn_gate_exps.bias", count: e.ffnDim * e.count),
+            up: try w.vector(p + "ffn_up_exps.bias", count: e.ffnDim * e.count),
+            down: try w.vector(p + "ffn_down_exps.bias", count: c.dim * e.count))
+    }
+
+    var vectors: [WeightVector] {
+        (shared.map { [$0.gateInput] } ?? []) + (biases.map { [$0.router, $0.gate, $0.up, $0.down] } ?? [])
     }
 
     var matrices: [WeightMatrix] {
@@ -57,7 +90,8 @@ struct ExpertRoutes {
     var rows: [[Int]]
     var weights: [[Float]]
 
-    /// Routes `tokens` rows of router logits (`e.count` each, overwritten by their softmax).
+    /// Routes `tokens` rows of router logits (`e.count` each; overwritten by their softmax
+    /// where the gating is `.softmax`).
     init(logits: UnsafeMutablePointer<Float>, tokens: Int, _ e: Experts) {
         rows = Array(repeating: [], count: e.count)
         weights = Array(repeating: [], count: e.count)
@@ -65,14 +99,15 @@ struct ExpertRoutes {
         var w = [Float](repeating: 0, count: e.used)
         for t in 0..<tokens {
             let p = logits + t * e.count
-            ck_softmax(p, Int64(e.count))
-            // the `used` largest probabilities, largest first (ties: the lower expert)
+            if e.gating == .softmax { ck_softmax(p, Int64(e.count)) }
+            // the `used` largest, largest first (ties: the lower expert)
             for k in 0..<e.used {
                 var best = -1
                 for j in 0..<e.count where !chosen[0..<k].contains(j) && (best < 0 || p[j] > p[best]) { best = j }
                 chosen[k] = best
                 w[k] = p[best]
             }
+            if e.gating == .softmaxChosen { w.withUnsafeMutableBufferPointer { ck_softmax($0.baseAddress, Int64(e.used)) } }
             if e.normalizeWeights {
                 // as llama.cpp: the sum clamped to float16's smallest normal
                 let sum = max(w.reduce(0, +), 6.103515625e-5)
@@ -118,6 +153,8 @@ extension TransformerOps {
         let c = config, e = c.experts!, d = c.dim, h = e.ffnDim
         let s = ws.experts!
         matmul(x, rows: n, [(l.router, s.router)], ws: ws)
+        let b = l.biases
+        if let b { addRows(s.router, rows: n, b.router.values[...]) }
         let routes = profiler.measure(.other) { () -> ExpertRoutes in
             s.sum.update(repeating: 0, count: n * d)
             return ExpertRoutes(logits: s.router, tokens: n, e)
@@ -128,8 +165,13 @@ extension TransformerOps {
                 for (i, r) in picked.enumerated() { (s.input + i * d).update(from: x + r * d, count: d) }
             }
             matmul(s.input, rows: k, [(l.gate[j], ws.gate), (l.up[j], ws.up)], ws: ws)
-            swiglu(rows: k, width: h, ws: ws)
+            if let b {
+                addRows(ws.gate, rows: k, b.gate.values[j * h..<(j + 1) * h])
+                addRows(ws.up, rows: k, b.up.values[j * h..<(j + 1) * h])
+            }
+            glu(e.glu, rows: k, width: h, ws: ws)
             matmul(ws.gate, rows: k, [(l.down[j], s.output)], ws: ws)
+            if let b { addRows(s.output, rows: k, b.down.values[j * d..<(j + 1) * d]) }
             profiler.measure(.other) {
                 for (i, r) in picked.enumerated() { ck_axpy_f32(routes.weights[j][i], s.output + i * d, s.sum + r * d, Int64(d)) }
             }
@@ -152,8 +194,27 @@ extension TransformerOps {
 
     /// ws.gate = silu(ws.gate) * ws.up over `rows` rows of `width`.
     private func swiglu(rows: Int, width: Int, ws: Workspace) {
+        glu(.swiglu, rows: rows, width: width, ws: ws)
+    }
+
+    /// ws.gate = the experts' activation of ws.gate and ws.up, `rows` rows of `width`.
+    private func glu(_ glu: Experts.GLU, rows: Int, width: Int, ws: Workspace) {
         profiler.measure(.mlpActivation) {
-            for r in 0..<rows { ck_swiglu(ws.gate + r * width, ws.up + r * width, ws.gate + r * width, Int64(width)) }
+            switch glu {
+            case .swiglu:
+                for r in 0..<rows { ck_swiglu(ws.gate + r * width, ws.up + r * width, ws.gate + r * width, Int64(width)) }
+            case let .swigluClamped(alpha, limit):
+                ck_swiglu_clamped(ws.gate, ws.up, ws.gate, Int64(rows * width), alpha, limit)
+            }
+        }
+    }
+
+    /// Adds `bias` to each of `rows` rows of its length.
+    private func addRows(_ x: UnsafeMutablePointer<Float>, rows: Int, _ bias: ArraySlice<Float>) {
+        profiler.measure(.other) {
+            bias.withUnsafeBufferPointer { bp in
+                for r in 0..<rows { ck_add_f32(x + r * bp.count, bp.baseAddress, x + r * bp.count, Int64(bp.count)) }
+            }
         }
     }
 }

@@ -37,6 +37,8 @@ public struct ModelConfig: Sendable {
     public var poolingType: Int?
     /// The FFN is a mixture of experts (nil: one dense gated MLP of `ffnDim`).
     public var experts: Experts?
+    /// The norm before each layer's FFN (gpt-oss names it post_attention_norm).
+    var ffnNormTensor = "ffn_norm.weight"
 
     public var qDim: Int { heads * headDim }
     public var kvDim: Int { kvHeads * headDim }

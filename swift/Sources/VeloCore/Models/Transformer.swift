@@ -216,7 +216,9 @@ struct TransformerOps {
         let vPages = batch.tables.map { t in t.pages.map { UnsafeRawPointer(kv.plane($0, layer: layer, plane: 1)) as UnsafeRawPointer? } }
         let items = batch.count * c.kvHeads
         let work = batch.positions.reduce(0) { $0 + $1 + 1 } * c.heads * hd * 2
+        let sinks = p.sinks?.values ?? []
         profiler.measure(.attention) {
+        sinks.withUnsafeBufferPointer { sp in
             pool.run(work: work) { ith, nth in
                 let scores = ws.scores + ith * ws.scoreStride * group
                 for item in ThreadPool.share(items, ith, nth) {
@@ -226,14 +228,17 @@ struct TransformerOps {
                     let out = ws.attn + t * c.qDim + kvh * group * hd
                     // a sliding window starts at whole pages: skip the ones before it
                     let pos = batch.positions[t], first = p.firstKey(pos), skip = first / ps
+                    // the sinks of this KV head's query heads
+                    let sink = sp.isEmpty ? nil : sp.baseAddress! + kvh * group
                     kPages[seq].withUnsafeBufferPointer { kp in
                         vPages[seq].withUnsafeBufferPointer { vp in
                             ck_attention_kv(q, Int64(group), Int64(hd), tk, kp.baseAddress! + skip, tv, vp.baseAddress! + skip, Int64(ps), Int64(c.kvDim),
-                                            Int64(kvh * hd), Int64(pos + 1 - skip * ps), p.scale, p.softcap, Int64(first - skip * ps), out, scores)
+                                            Int64(kvh * hd), Int64(pos + 1 - skip * ps), p.scale, p.softcap, sink, Int64(first - skip * ps), out, scores)
                         }
                     }
                 }
             }
+        }
         }
     }
 

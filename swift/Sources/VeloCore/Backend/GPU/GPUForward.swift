@@ -731,3 +731,20 @@ final class GPUForward: ForwardOps {
         return logitsBuffer.contents!.assumingMemoryBound(to: Float.self)
     }
 }
+
+extension GPUForward {
+    /// What `model` needs that the GPU kernels do not have yet, in words (nil: nothing).
+    static func lacking(_ model: LanguageModel) -> String? {
+        let c = model.config
+        var missing: [String] = []
+        if let d = model as? DecoderModel, d.layers.contains(where: { $0.sinks != nil }) { missing.append("attention sinks") }
+        if let d = model as? DecoderModel, d.layers.contains(where: { $0.bo != nil }) { missing.append("output biases") }
+        if let e = c.experts {
+            if e.biases { missing.append("expert biases") }
+            if e.gating != .softmax { missing.append("softmax-of-the-chosen routing") }
+            if e.glu != .swiglu { missing.append("the clamped SwiGLU") }
+        }
+        if let t = Set(model.matrices.map(\.type)).first(where: { !GPUKernels.weightTypes.contains($0) }) { missing.append("\(t.name) weights") }
+        return missing.isEmpty ? nil : missing.joined(separator: ", ")
+    }
+}

@@ -14,7 +14,7 @@ enum GPUKernels {
         let constants: [UInt32]
     }
 
-    /// Weight types with GPU kernels (every type the CPU computes with). Kernel names end in the
+    /// Weight types with GPU kernels (every type the CPU computes with but MXFP4). Kernel names end in the
     /// lowercased ggml name (`matvec_q2_k`, `get_rows_iq4_nl`), the Makefile's WTYPES.
     static let weightTypes: [GGMLType] = [.f32, .f16, .bf16, .q4_0, .q4_1, .q5_0, .q5_1, .q8_0, .q4_K, .q5_K, .q6_K,
                                           .q2_K, .q3_K, .iq4_nl, .iq4_xs]
