@@ -22,7 +22,7 @@ struct ModelRunners {
             let pages = try GPUKVPages(device: gpu, pool: kv)
             kv.gpu = (gpu, pages)
             func runner(_ m: LanguageModel, logitRows: Int) throws -> ForwardOps {
-                try GPUForward(device: gpu, model: m, kv: pages, layers: m.config.layers, kvDim: m.config.kvDim, maxTokens: maxTokens,
+                try GPUForward(device: gpu, model: m, kv: pages, layers: m.config.kvLayers, kvDim: m.config.kvDim, maxTokens: maxTokens,
                                maxLogitRows: logitRows, maxSequences: seqs, maxContext: ctx, profiler: profiler)
             }
             return ModelRunners(target: try runner(model, logitRows: logitRows), draft: try draft.map { ($0, try runner($0, logitRows: seqs)) },
@@ -32,11 +32,12 @@ struct ModelRunners {
         func runner(_ m: LanguageModel, kv view: KVView, logitRows: Int) -> ForwardOps {
             let mc = m.config
             return CPUForward(config: mc, ops: TransformerOps(config: mc, pool: pool, profiler: profiler),
-                              ws: Workspace(config: mc, maxTokens: maxTokens, maxLogitRows: logitRows, maxContext: ctx, threads: pool.size),
+                              ws: Workspace(config: mc, maxTokens: maxTokens, maxLogitRows: logitRows, maxContext: ctx, threads: pool.size,
+                                            sequences: seqs),
                               kv: view)
         }
         return ModelRunners(target: runner(model, kv: kv.view, logitRows: logitRows),
-                            draft: try draft.map { d in (d, runner(d, kv: try KVView(pool: kv, layers: d.config.layers, kvDim: d.config.kvDim), logitRows: seqs)) },
+                            draft: try draft.map { d in (d, runner(d, kv: try KVView(pool: kv, layers: d.config.kvLayers, kvDim: d.config.kvDim), logitRows: seqs)) },
                             backend: "cpu", device: ck_isa_name().map { String(cString: $0) } ?? "cpu", threads: pool.size)
     }
 }

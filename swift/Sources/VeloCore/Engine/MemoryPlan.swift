@@ -123,7 +123,7 @@ struct MemoryPlanner {
         if o.kvMemory > 0 { return o.kvMemory / pageBytes }
         var pages = batch * ((ctx + o.pageSize - 1) / o.pageSize)
         if let d = draft?.config {
-            let share = Double(d.layers * d.kvDim) / Double(c.layers * c.kvDim)
+            let share = Double(d.kvLayers * d.kvDim) / Double(c.kvLayers * c.kvDim)
             pages += Int((Double(pages) * share).rounded(.up))
         }
         return pages
@@ -131,7 +131,7 @@ struct MemoryPlanner {
 
     var pageBytes: Int {
         let c = model.config
-        return PagePool.bytesPerPage(pageSize: options.pageSize, layers: c.layers, kvDim: c.kvDim, typeK: options.cacheTypeK, typeV: options.cacheTypeV)
+        return PagePool.bytesPerPage(pageSize: options.pageSize, layers: c.kvLayers, kvDim: c.kvDim, typeK: options.cacheTypeK, typeV: options.cacheTypeV)
     }
 
     func scratch(ctx: Int, batch: Int, gpu: GPUDevice?) -> Int {
@@ -142,7 +142,7 @@ struct MemoryPlanner {
                 b += GPUForward.scratchBytes(device: gpu, model: m, maxTokens: tokens, maxLogitRows: rows, maxSequences: batch,
                                              maxContext: ctx, pageSize: options.pageSize)
             } else {
-                b += Workspace.bytes(config: m.config, maxTokens: tokens, maxLogitRows: rows, maxContext: ctx, threads: options.threads)
+                b += Workspace.bytes(config: m.config, maxTokens: tokens, maxLogitRows: rows, maxContext: ctx, threads: options.threads, sequences: batch)
             }
         }
         return b

@@ -46,10 +46,11 @@ final class Scheduler {
         self.tokenizer = tokenizer
         self.options = o
         self.plan = plan
-        kv = try PagePool(pageCount: o.kvPages, pageSize: o.pageSize, layers: c.layers, kvDim: c.kvDim,
+        kv = try PagePool(pageCount: o.kvPages, pageSize: o.pageSize, layers: c.kvLayers, kvDim: c.kvDim,
                           typeK: o.cacheTypeK, typeV: o.cacheTypeV, hostStorage: gpu == nil)
         cache = o.prefixCache ? RadixCache(pool: kv) : nil
-        planner = StepPlanner(limits: .init(sequences: o.maxBatchSize, tokens: o.batchTokens, context: o.contextSize), kv: kv, cache: cache)
+        planner = StepPlanner(limits: .init(sequences: o.maxBatchSize, tokens: o.batchTokens, context: o.contextSize), kv: kv, cache: cache,
+                              stateSlots: c.deltaNet != nil)
         profiler = Profiler(enabled: o.profile)
         let spec = o.spec.mode == .off ? 0 : o.spec.draftMax
         runners = try ModelRunners.make(model: model, draft: o.spec.mode == .draft ? draftModel : nil, kv: kv, gpu: gpu,

@@ -28,6 +28,8 @@ final class Sequence {
     var tokens: [Int32]
     let promptCount: Int
     var table = BlockTable()
+    /// Its recurrent-state slot while running (models with DeltaNet layers; nil otherwise).
+    var stateSlot: Int?
     /// Tokens whose K/V are in the pages.
     var computed = 0
     /// Tokens reused from a cache instead of computed.

@@ -41,6 +41,7 @@ struct StepPlan {
     mutating func add(_ e: Entry, logitRows: Int) {
         let seqIndex = batch.tables.count
         batch.tables.append(e.seq.table)
+        batch.stateSlots.append(e.seq.stateSlot ?? -1)
         for (k, t) in e.tokens.enumerated() {
             batch.tokens.append(t)
             batch.positions.append(e.seq.computed + k)
@@ -75,9 +76,15 @@ final class StepPlanner {
     private(set) var waiting: [Sequence] = []
     private(set) var running: [Sequence] = []
     private(set) var preemptions = 0
+    /// Recurrent-state slots not held by a running sequence (models with DeltaNet layers: one
+    /// slot a running sequence, taken at admission, given back when it ends or is preempted).
+    private var freeSlots: [Int]
+    let usesStateSlots: Bool
 
-    init(limits: Limits, kv: PagePool, cache: RadixCache?) {
+    init(limits: Limits, kv: PagePool, cache: RadixCache?, stateSlots: Bool = false) {
         self.limits = limits
+        usesStateSlots = stateSlots
+        freeSlots = stateSlots ? Array((0..<limits.sequences).reversed()) : []
         self.kv = kv
         self.cache = cache
     }
@@ -93,7 +100,15 @@ final class StepPlanner {
     }
 
     /// Forgets running sequences that have finished (their pages are already released).
-    func dropFinished() { running.removeAll { $0.finishedFlag } }
+    func dropFinished() {
+        for s in running where s.finishedFlag { releaseSlot(s) }
+        running.removeAll { $0.finishedFlag }
+    }
+
+    private func releaseSlot(_ s: Sequence) {
+        if let slot = s.stateSlot { freeSlots.append(slot) }
+        s.stateSlot = nil
+    }
 
     /// The step: admission, then the batch. `guesses` are the proposer's, for sequences that
     /// were running before this step.
@@ -153,6 +168,7 @@ final class StepPlanner {
             }
             s.table.truncate(to: s.computed + min(need, limits.tokens), in: kv)
             waiting.removeFirst()
+            if usesStateSlots { s.stateSlot = freeSlots.removeLast() } // running.count < sequences: one is free
             plan.admitted.append(s)
             running.append(s)
         }
@@ -205,6 +221,7 @@ final class StepPlanner {
         s.computed = 0
         s.cachedTokens = 0
         s.embedding?.reset()
+        releaseSlot(s)
         running.removeAll { $0 === s }
         waiting.insert(s, at: 0)
     }

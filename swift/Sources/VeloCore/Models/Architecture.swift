@@ -1,15 +1,20 @@
 /// An architecture is configuration: how its GGUF metadata maps onto `ModelConfig`'s quirks and
-/// which optional tensors its layers carry. The forward pass is `DecoderModel`'s, shared by all.
+/// which optional tensors its layers carry. The forward pass is `DecoderModel`'s, shared by all but the hybrids (`HybridModel`).
 /// Each architecture is one file in `Architectures/` plus one line in `architectures` below.
 protocol Architecture {
     /// Tensors every layer of this architecture must have beyond the Llama set.
     static var layerTensors: LayerTensors { get }
     /// Changes the Llama defaults `config` starts with where this architecture differs.
     static func configure(_ config: inout ModelConfig, _ m: Metadata, _ w: WeightLoader, contextSize: Int) throws
+    /// The model its layers make (`DecoderModel` unless its blocks are of other kinds).
+    static func model(_ config: ModelConfig, _ w: WeightLoader) throws -> LanguageModel
 }
 
 extension Architecture {
     static var layerTensors: LayerTensors { [] }
+    static func model(_ config: ModelConfig, _ w: WeightLoader) throws -> LanguageModel {
+        try DecoderModel(config: config, weights: w, layerTensors: layerTensors)
+    }
 }
 
 /// The registry: `general.architecture` → its file. The supported list is its keys.
@@ -23,6 +28,7 @@ let architectures: [String: Architecture.Type] = [
     "gemma3": Gemma3.self,
     "phi3": Phi3.self,
     "gpt-oss": GptOss.self,
+    "qwen35": Qwen35.self,
 ]
 
 /// Optional per-layer tensors an architecture requires (names as llama.cpp's converter writes).
@@ -55,7 +61,7 @@ func loadLanguageModel(_ file: ModelFile, contextSize: Int) throws -> LanguageMo
     let m = Metadata(gguf: gguf, arch: arch)
     c.ropes = [try Rope.load(m, base: m.double("rope.freq_base") ?? 10000, dims: c.ropeDim, weights: w, contextSize: contextSize)]
     try kind.configure(&c, m, w, contextSize: contextSize)
-    let model = try DecoderModel(config: c, weights: w, layerTensors: kind.layerTensors)
+    let model = try kind.model(c, w)
     try w.checkAllUsed()
     return model
 }

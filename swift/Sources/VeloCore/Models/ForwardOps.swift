@@ -49,6 +49,14 @@ protocol ForwardOps: AnyObject {
     func hidden(norm: WeightVector)
     /// dst = the layer's mixture-of-experts FFN of src (`ModelConfig.experts`; dst may be src).
     func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation)
+    /// dst = the Gated DeltaNet block of src (`ModelConfig.deltaNet`), through and into each
+    /// sequence's recurrent state (`ForwardBatch.stateSlots`); dst may be src.
+    func deltaNet(_ src: Activation, _ layer: DeltaNetLayer, into dst: Activation)
+    /// q = each head's query from `w` · src, whose rows are every head's query then its output
+    /// gate (Qwen3.5's gated attention); the gates are kept for `gateAttention`.
+    func gatedQuery(_ src: Activation, _ w: WeightMatrix)
+    /// attn *= sigmoid(the gates `gatedQuery` kept).
+    func gateAttention()
     /// Logits of the batch's `logitRows`: output · rmsnorm(x) * norm, then softcapped (0: not).
     func logits(norm: WeightVector, output: WeightMatrix, softcap: Float)
     /// Runs what was recorded; the logits, `logitRows.count` rows of `vocabSize`.
@@ -69,6 +77,13 @@ protocol ForwardOps: AnyObject {
 }
 
 extension ForwardOps {
+    // What only the CPU runs so far: a GPU backend refuses such a model at load (GPUForward.lacking).
+    func deltaNet(_ src: Activation, _ layer: DeltaNetLayer, into dst: Activation) {
+        preconditionFailure("DeltaNet layers run on the CPU only (refused at load elsewhere)")
+    }
+    func gatedQuery(_ src: Activation, _ w: WeightMatrix) { preconditionFailure("gated attention runs on the CPU only (refused at load elsewhere)") }
+    func gateAttention() { preconditionFailure("gated attention runs on the CPU only (refused at load elsewhere)") }
+
     /// Backends that round through nothing narrower than float32 never re-run a pass.
     func widen() -> Bool { false }
 
@@ -130,7 +145,10 @@ final class CPUForward: ForwardOps {
         self.kv = kv
     }
 
-    deinit { hiddenBuffer?.deallocate() }
+    deinit {
+        hiddenBuffer?.deallocate()
+        gatedScratch?.deallocate()
+    }
 
     private func buf(_ a: Activation) -> UnsafeMutablePointer<Float> {
         switch a {
@@ -226,6 +244,37 @@ final class CPUForward: ForwardOps {
 
     func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation) {
         ops.experts(buf(src), rows: batch.count, layer, into: buf(dst), ws: ws)
+    }
+
+    func deltaNet(_ src: Activation, _ layer: DeltaNetLayer, into dst: Activation) {
+        ops.deltaNet(buf(src), rows: batch.count, layer, batch: batch, into: buf(dst), ws: ws)
+    }
+
+    /// gatedQuery's buffers, made on first use: the product (2·qDim a row), then the gates
+    /// (qDim a row), `maxTokens` rows each.
+    private var gatedScratch: UnsafeMutablePointer<Float>?
+
+    func gatedQuery(_ src: Activation, _ w: WeightMatrix) {
+        let n = batch.count, qd = config.qDim, hd = config.headDim
+        let both = gatedScratch ?? .allocate(capacity: ws.maxTokens * 3 * qd)
+        gatedScratch = both
+        let g = both + ws.maxTokens * 2 * qd
+        ops.matmul(buf(src), rows: n, [(w, both)], ws: ws)
+        ops.profiler.measure(.other) {
+            for t in 0..<n {
+                for h in 0..<config.heads {
+                    (ws.q + t * qd + h * hd).update(from: both + t * 2 * qd + 2 * h * hd, count: hd)
+                    (g + t * qd + h * hd).update(from: both + t * 2 * qd + (2 * h + 1) * hd, count: hd)
+                }
+            }
+        }
+    }
+
+    func gateAttention() {
+        let n = batch.count * config.qDim, g = gatedScratch! + ws.maxTokens * 2 * config.qDim
+        ops.profiler.measure(.other) {
+            for i in 0..<n { ws.attn[i] *= 1 / (1 + expf(-g[i])) }
+        }
     }
 
     func logits(norm: WeightVector, output: WeightMatrix, softcap: Float) {

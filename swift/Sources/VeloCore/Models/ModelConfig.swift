@@ -39,6 +39,10 @@ public struct ModelConfig: Sendable {
     public var experts: Experts?
     /// The norm before each layer's FFN (gpt-oss names it post_attention_norm).
     var ffnNormTensor = "ffn_norm.weight"
+    /// Gated DeltaNet layers between the attention layers (Qwen3.5; nil: attention everywhere).
+    public var deltaNet: DeltaNetShape?
+    /// The layers that keep K/V in the pages (every one, but a hybrid's attention layers only).
+    public var kvLayers: Int
 
     public var qDim: Int { heads * headDim }
     public var kvDim: Int { kvHeads * headDim }
@@ -63,6 +67,7 @@ public struct ModelConfig: Sendable {
         ropeStyle = .normal
         attentionScale = 1 / Float(headDim).squareRoot()
         layerWindow = Array(repeating: 0, count: layers)
+        kvLayers = layers
         ropes = []
         layerRope = Array(repeating: 0, count: layers)
         if let tokens = gguf["tokenizer.ggml.tokens"]?.array {

@@ -9,6 +9,8 @@ public struct ForwardBatch {
     public var sequence: [Int] = []
     /// Block tables of the sequences in this batch, already holding room for every position.
     public var tables: [BlockTable] = []
+    /// Each sequence's recurrent-state slot (models with DeltaNet layers), beside `tables`.
+    public var stateSlots: [Int] = []
     /// Batch rows whose logits are wanted, in output order.
     public var logitRows: [Int] = []
     /// Batch rows whose final-norm hidden states are wanted (embeddings), in output order.
@@ -30,6 +32,8 @@ final class Workspace {
     let logits: UnsafeMutablePointer<Float>
     /// The expert FFN's buffers (nil: a dense model).
     let experts: ExpertScratch?
+    /// Each sequence slot's recurrent state and the DeltaNet layers' buffers (nil: no such layers).
+    let deltaNet: DeltaNetScratch?
     /// Quantized activations (the largest row format, for the widest input).
     let quant: UnsafeMutableRawPointer
     let quantStride: Int
@@ -37,7 +41,7 @@ final class Workspace {
     let scores: UnsafeMutablePointer<Float>
     let scoreStride: Int
 
-    init(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int) {
+    init(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int, sequences: Int = 1) {
         self.maxTokens = maxTokens
         func buf(_ n: Int) -> UnsafeMutablePointer<Float> {
             let p = UnsafeMutablePointer<Float>.allocate(capacity: max(n, 1))
@@ -54,7 +58,8 @@ final class Workspace {
         up = buf(maxTokens * c.hiddenWidth)
         logits = buf(maxLogitRows * c.vocabSize)
         experts = ExpertScratch(c, maxTokens: maxTokens)
-        let widest = max(c.dim, c.qDim, c.hiddenWidth)
+        deltaNet = DeltaNetScratch(c, maxTokens: maxTokens, sequences: sequences)
+        let widest = max(c.dim, c.qDim, c.hiddenWidth, c.deltaNet?.valueDim ?? 0)
         // F32 activations are the largest format: 4 bytes per element, plus block headroom.
         quantStride = (widest * 4 + 63) / 64 * 64
         quant = .allocate(byteCount: quantStride * maxTokens, alignment: 64)
@@ -63,16 +68,18 @@ final class Workspace {
     }
 
     /// Bytes a workspace of these sizes takes (the fit check, before one is made).
-    static func bytes(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int) -> Int {
-        let widest = max(c.dim, c.qDim, c.hiddenWidth)
+    static func bytes(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int, sequences: Int = 1) -> Int {
+        let widest = max(c.dim, c.qDim, c.hiddenWidth, c.deltaNet?.valueDim ?? 0)
         let floats = maxTokens * (2 * c.dim + 2 * c.qDim + 2 * c.kvDim + 2 * c.hiddenWidth) + maxLogitRows * c.vocabSize
             + (maxContext + 15) / 16 * 16 * threads * (c.heads / max(c.kvHeads, 1)) + ExpertScratch.floats(c, maxTokens: maxTokens)
+            + DeltaNetScratch.floats(c, maxTokens: maxTokens, sequences: sequences)
         return floats * 4 + (widest * 4 + 63) / 64 * 64 * maxTokens
     }
 
     deinit {
         for p in [x, xn, q, k, v, attn, gate, up, logits, scores] { p.deallocate() }
         experts?.deallocate()
+        deltaNet?.deallocate()
         quant.deallocate()
     }
 }

@@ -737,6 +737,7 @@ extension GPUForward {
     static func lacking(_ model: LanguageModel) -> String? {
         let c = model.config
         var missing: [String] = []
+        if c.deltaNet != nil { missing.append("Gated DeltaNet layers, gated attention") }
         if let d = model as? DecoderModel, d.layers.contains(where: { $0.sinks != nil }) { missing.append("attention sinks") }
         if let d = model as? DecoderModel, d.layers.contains(where: { $0.bo != nil }) { missing.append("output biases") }
         if let e = c.experts {

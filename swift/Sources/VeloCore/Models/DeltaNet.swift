@@ -1,0 +1,215 @@
+import CKernels
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A Gated DeltaNet layer's shape (Qwen3.5, Qwen3-Next: `{arch}.ssm.*`): `kHeads` query/key
+/// heads and `vHeads` value heads, all `state` wide; value head h reads key head h % kHeads (the
+/// converter stores the value heads tiled, as ggml broadcasts); a causal convolution of `conv`
+/// taps over the Q|K|V channels.
+public struct DeltaNetShape: Sendable, Equatable {
+    public var kHeads: Int
+    public var vHeads: Int
+    public var state: Int
+    public var conv: Int
+    /// Which layers are DeltaNet layers (the others attend).
+    public var layers: [Bool]
+
+    var keyDim: Int { kHeads * state }
+    var valueDim: Int { vHeads * state }
+    /// Q, K and V channels, convolved together.
+    var convDim: Int { 2 * keyDim + valueDim }
+    /// Floats of one sequence's state in one layer: the convolution's last conv - 1 inputs, then
+    /// each value head's state × state matrix.
+    var stateFloats: Int { (conv - 1) * convDim + vHeads * state * state }
+    var count: Int { layers.filter { $0 }.count }
+}
+
+/// One DeltaNet layer's weights, as llama.cpp's qwen35 loader names them.
+struct DeltaNetLayer {
+    /// attn_qkv (the Q|K|V channels before the convolution) and attn_gate (z, the output gate).
+    let qkv, gate: WeightMatrix
+    /// ssm_beta, ssm_alpha: per value head, the write strength and the decay's input.
+    let beta, alpha: WeightMatrix
+    let out: WeightMatrix
+    /// ssm_conv1d: `conv` taps per channel, channel-major.
+    let convWeight: WeightVector
+    /// ssm_dt.bias, ssm_a (-exp(A_log)): the decay is exp(softplus(alpha + dt) · a).
+    let dtBias, a: WeightVector
+    /// ssm_norm: the gated RMSNorm of each value head's output.
+    let norm: WeightVector
+    /// This layer's place among the DeltaNet layers (its state's index).
+    let index: Int
+
+    init(_ w: WeightLoader, prefix p: String, _ c: ModelConfig, _ d: DeltaNetShape, index: Int) throws {
+        qkv = try w.matrix(p + "attn_qkv.weight", rows: d.convDim, cols: c.dim)
+        gate = try w.matrix(p + "attn_gate.weight", rows: d.valueDim, cols: c.dim)
+        beta = try w.matrix(p + "ssm_beta.weight", rows: d.vHeads, cols: c.dim)
+        alpha = try w.matrix(p + "ssm_alpha.weight", rows: d.vHeads, cols: c.dim)
+        out = try w.matrix(p + "ssm_out.weight", rows: c.dim, cols: d.valueDim)
+        convWeight = try w.vector(p + "ssm_conv1d.weight", count: d.conv * d.convDim)
+        dtBias = try w.vector(p + "ssm_dt.bias", count: d.vHeads)
+        a = try w.vector(p + "ssm_a", count: d.vHeads)
+        norm = try w.vector(p + "ssm_norm.weight", count: d.state)
+        self.index = index
+    }
+
+    var matrices: [WeightMatrix] { [qkv, gate, beta, alpha, out] }
+    var vectors: [WeightVector] { [convWeight, dtBias, a, norm] }
+}
+
+/// The CPU's DeltaNet buffers: every sequence slot's recurrent state (`DeltaNetShape.stateFloats`
+/// per DeltaNet layer, in float32), and one pass's projections.
+struct DeltaNetScratch {
+    let shape: DeltaNetShape
+    /// [slot][layer][stateFloats]
+    let states: UnsafeMutablePointer<Float>
+    let sequences: Int
+    /// One pass's rows: the Q|K|V channels (convolved in place), z, beta, alpha, the output.
+    let qkv, z, beta, alpha, out: UnsafeMutablePointer<Float>
+
+    init?(_ c: ModelConfig, maxTokens: Int, sequences: Int) {
+        guard let d = c.deltaNet else { return nil }
+        shape = d
+        self.sequences = sequences
+        func buf(_ n: Int) -> UnsafeMutablePointer<Float> {
+            let p = UnsafeMutablePointer<Float>.allocate(capacity: max(n, 1))
+            p.initialize(repeating: 0, count: max(n, 1))
+            return p
+        }
+        states = buf(sequences * d.count * d.stateFloats)
+        qkv = buf(maxTokens * d.convDim)
+        z = buf(maxTokens * d.valueDim)
+        beta = buf(maxTokens * d.vHeads)
+        alpha = buf(maxTokens * d.vHeads)
+        out = buf(maxTokens * d.valueDim)
+    }
+
+    static func floats(_ c: ModelConfig, maxTokens: Int, sequences: Int) -> Int {
+        guard let d = c.deltaNet else { return 0 }
+        return sequences * d.count * d.stateFloats + maxTokens * (d.convDim + 2 * d.valueDim + 2 * d.vHeads)
+    }
+
+    /// Slot `slot`'s state in DeltaNet layer `layer`.
+    func state(slot: Int, layer: Int) -> UnsafeMutablePointer<Float> {
+        precondition(slot >= 0 && slot < sequences, "state slot \(slot) of \(sequences)")
+        return states + (slot * shape.count + layer) * shape.stateFloats
+    }
+
+    func deallocate() {
+        for p in [states, qkv, z, beta, alpha, out] { p.deallocate() }
+    }
+}
+
+extension TransformerOps {
+    /// y = the DeltaNet block of `rows` rows of x (y may be x), as llama.cpp's qwen35 graph:
+    /// Q|K|V = causal conv (with the sequence's last inputs) of attn_qkv · x, then SiLU; Q and K
+    /// L2-normalised per head; per value head the state S decays by exp(softplus(alpha·x + dt)·a),
+    /// takes the delta rule's write of v against what S recalls for k, with strength
+    /// sigmoid(beta·x), and gives o = Sᵀq / √state; o is RMS-normed per head, times SiLU(z),
+    /// then ssm_out. A sequence whose first row here is position 0 starts from a zero state.
+    func deltaNet(_ x: UnsafePointer<Float>, rows n: Int, _ l: DeltaNetLayer, batch: ForwardBatch, into y: UnsafeMutablePointer<Float>, ws: Workspace) {
+        let s = ws.deltaNet!, d = s.shape
+        matmul(x, rows: n, [(l.qkv, s.qkv), (l.gate, s.z), (l.beta, s.beta), (l.alpha, s.alpha)], ws: ws)
+        // each sequence's rows, in order (a batch keeps a sequence's tokens in position order)
+        var rowsOf = [[Int]](repeating: [], count: batch.tables.count)
+        for t in 0..<n { rowsOf[batch.sequence[t]].append(t) }
+        let eps = config.normEps
+        profiler.measure(.other) {
+            for (seq, rows) in rowsOf.enumerated() where !rows.isEmpty {
+                let st = s.state(slot: batch.stateSlots[seq], layer: l.index)
+                if batch.positions[rows[0]] == 0 { st.update(repeating: 0, count: d.stateFloats) }
+                convolve(rows, l, d, state: st, s)
+                for t in rows {
+                    let q = s.qkv + t * d.convDim, k = q + d.keyDim
+                    for h in 0..<d.kHeads {
+                        l2Normalize(q + h * d.state, d.state, eps)
+                        l2Normalize(k + h * d.state, d.state, eps)
+                    }
+                    for h in 0..<d.vHeads {
+                        s.beta[t * d.vHeads + h] = 1 / (1 + expf(-s.beta[t * d.vHeads + h]))
+                        let u = s.alpha[t * d.vHeads + h] + l.dtBias.values[h]
+                        s.alpha[t * d.vHeads + h] = (u > 20 ? u : log1pf(expf(u))) * l.a.values[h] // ggml's softplus
+                    }
+                }
+            }
+        }
+        // the recurrence: each (sequence, value head) its own, its rows in order
+        let items = rowsOf.enumerated().flatMap { seq, rows in rows.isEmpty ? [] : (0..<d.vHeads).map { (seq, $0) } }
+        profiler.measure(.attention) {
+            pool.run(work: n * d.vHeads * d.state * d.state * 4) { ith, nth in
+                let delta = UnsafeMutablePointer<Float>.allocate(capacity: d.state)
+                defer { delta.deallocate() }
+                for i in ThreadPool.share(items.count, ith, nth) {
+                    let (seq, h) = items[i]
+                    let st = s.state(slot: batch.stateSlots[seq], layer: l.index)
+                    recur(rowsOf[seq], head: h, d, state: st + (d.conv - 1) * d.convDim + h * d.state * d.state, s, delta: delta)
+                }
+            }
+        }
+        profiler.measure(.norm) {
+            l.norm.values.withUnsafeBufferPointer { w in
+                for t in 0..<n {
+                    for h in 0..<d.vHeads {
+                        let o = s.out + t * d.valueDim + h * d.state, z = s.z + t * d.valueDim + h * d.state
+                        ck_rms_norm(o, w.baseAddress, o, Int64(d.state), eps)
+                        for j in 0..<d.state { o[j] *= z[j] / (1 + expf(-z[j])) }
+                    }
+                }
+            }
+        }
+        matmul(s.out, rows: n, [(l.out, y)], ws: ws)
+    }
+
+    /// The causal convolution of `rows`' Q|K|V channels in place (ggml_ssm_conv: tap k of channel
+    /// c multiplies the input k - (conv - 1) steps back, the earliest from `state`), then SiLU;
+    /// `state` keeps the last conv - 1 inputs.
+    private func convolve(_ rows: [Int], _ l: DeltaNetLayer, _ d: DeltaNetShape, state: UnsafeMutablePointer<Float>, _ s: DeltaNetScratch) {
+        let taps = d.conv, cd = d.convDim
+        // the window: the state's conv - 1 inputs, then this row's
+        var window = [Float](repeating: 0, count: taps * cd)
+        window.withUnsafeMutableBufferPointer { win in
+            let wp = win.baseAddress!
+            wp.update(from: state, count: (taps - 1) * cd)
+            l.convWeight.values.withUnsafeBufferPointer { w in
+                for t in rows {
+                    let x = s.qkv + t * cd
+                    (wp + (taps - 1) * cd).update(from: x, count: cd)
+                    for c in 0..<cd {
+                        var sum: Float = 0
+                        for k in 0..<taps { sum += wp[k * cd + c] * w[c * taps + k] }
+                        x[c] = sum / (1 + expf(-sum))
+                    }
+                    wp.update(from: wp + cd, count: (taps - 1) * cd) // slide by one input
+                }
+            }
+            state.update(from: wp, count: (taps - 1) * cd)
+        }
+    }
+
+    /// One value head's delta rule over `rows` (ggml_gated_delta_net, its float order): the state
+    /// is stored transposed, m[j][i] = S[i][j], so each row j is contiguous.
+    private func recur(_ rows: [Int], head h: Int, _ d: DeltaNetShape, state m: UnsafeMutablePointer<Float>, _ s: DeltaNetScratch,
+                       delta: UnsafeMutablePointer<Float>) {
+        let n = d.state, kh = h % d.kHeads, scale = 1 / Float(n).squareRoot()
+        for t in rows {
+            let q = s.qkv + t * d.convDim + kh * n, k = q + d.keyDim, v = s.qkv + t * d.convDim + 2 * d.keyDim + h * n
+            let decay = expf(s.alpha[t * d.vHeads + h]), beta = s.beta[t * d.vHeads + h]
+            for i in 0..<n * n { m[i] *= decay }
+            for j in 0..<n { delta[j] = (v[j] - ck_dot_f32(m + j * n, k, Int64(n))) * beta }
+            for j in 0..<n { ck_axpy_f32(delta[j], k, m + j * n, Int64(n)) }
+            let o = s.out + t * d.valueDim + h * n
+            for j in 0..<n { o[j] = ck_dot_f32(m + j * n, q, Int64(n)) * scale }
+        }
+    }
+
+    /// x / √(Σx² + eps), as llama.cpp's build_gdn_l2_norm (an RMSNorm of eps/n, over √n).
+    private func l2Normalize(_ x: UnsafeMutablePointer<Float>, _ n: Int, _ eps: Float) {
+        var ss: Float = 0
+        for i in 0..<n { ss += x[i] * x[i] }
+        let r = 1 / (ss / Float(n) + eps / Float(n)).squareRoot() / Float(n).squareRoot()
+        for i in 0..<n { x[i] *= r }
+    }
+}
