@@ -13,7 +13,9 @@ extension GPUForward {
     /// The buffer holding a layer's K/V, and the (pageStride, layerOff) parameters that find
     /// its planes in it (32-bit words).
     private func kvBinding(_ layer: Int) -> GPUBinding { GPUBinding(kvPlaces[layer].buffer) }
-    private func kvParams(_ layer: Int) -> [UInt32] { [UInt32(kvPlaces[layer].pageStride), UInt32(kvPlaces[layer].layerOff)] }
+    private func kvPlace(_ layer: Int) -> (pageStride: UInt32, layerOff: UInt32) {
+        (UInt32(kvPlaces[layer].pageStride), UInt32(kvPlaces[layer].layerOff))
+    }
 
     func storeKV(layer: Int) {
         let ps = kv.pageSize
@@ -37,8 +39,10 @@ extension GPUForward {
             dispatch(GPUKernels.matvecDotRope(p.w.type, kv: kvType, scaled: p.scaled, neox: c.ropeStyle == .neox, bias: bias != nil),
                      p.buffers + [kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r]), GPUBinding(q8Out?.sums ?? attnScratch),
                                   GPUBinding(bias ?? attnScratch)],
-                     p.params + [UInt32(c.qDim), UInt32(kvDim), UInt32(c.headDim), UInt32(c.ropeDim), c.ropes[r].magnitude.bitPattern, UInt32(ps)]
-                        + kvParams(layer) + [c.normEps.bitPattern], (p.w.rows / 2, 1, 1), .matmul) // a rotary pair a group
+                     GPUParams.ProductRopeKV(product: p.params, qDim: UInt32(c.qDim), kvDim: UInt32(kvDim), headDim: UInt32(c.headDim), ropeDim: UInt32(c.ropeDim),
+                                             magnitude: c.ropes[r].magnitude, pageSize: UInt32(ps), pageStride: kvPlace(layer).pageStride,
+                                             layerOff: kvPlace(layer).layerOff, eps: c.normEps),
+                     (p.w.rows / 2, 1, 1), .matmul) // a rotary pair a group
             return
         }
         dispatch(ropeStoreKernel, [act(.q), act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
@@ -58,17 +62,18 @@ extension GPUForward {
         // the run's sequence's keys of this layer into one contiguous copy, then attention over it
         let padded = (step.keys + bc - 1) / bc * bc
         dispatch(GPUKernels.kvGather, [kvBinding(layer), GPUBinding(cm2.copy), pagetab],
-                 [UInt32(kvDim), UInt32(c.headDim), UInt32(kv.pageSize)] + kvParams(layer) + [UInt32(step.keys), UInt32(padded), UInt32(cm2.cap), UInt32(step.pt)],
+                 GPUParams.KVGather(kvDim: UInt32(kvDim), headDim: UInt32(c.headDim), pageSize: UInt32(kv.pageSize), pageStride: kvPlace(layer).pageStride,
+                                    layerOff: kvPlace(layer).layerOff, keys: UInt32(step.keys), padded: UInt32(padded), cap: UInt32(cm2.cap), pt: UInt32(step.pt)),
                  GPUKernels.kvGatherGroups(padded: padded, kvDim: kvDim), .attention)
         let end = step.first + step.count
         dispatch(cm2.kernel, [act(.q), GPUBinding(cm2.copy), act(.attn), tokpos, GPUBinding(attnScratch)],
-                 [UInt32(step.first), UInt32(end), UInt32(c.heads), UInt32(c.kvHeads), UInt32(kvDim), UInt32(stride(.q)), UInt32(cm2.cap),
-                  a.scale.bitPattern, UInt32(step.chunk), UInt32(step.splits)],
+                 GPUParams.AttentionCM2(first: UInt32(step.first), end: UInt32(end), heads: UInt32(c.heads), kvHeads: UInt32(c.kvHeads), kvDim: UInt32(kvDim),
+                                        qStride: UInt32(stride(.q)), cap: UInt32(cm2.cap), scale: a.scale, chunk: UInt32(step.chunk), splits: UInt32(step.splits)),
                  ((step.count + br - 1) / br, c.heads, step.splits), .attention)
         if step.splits > 1 {
             // only a run that is the whole step is split (begin): every token's partials are its
             dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos],
-                     [UInt32(end), UInt32(c.heads), UInt32(c.headDim), UInt32(step.chunk), UInt32(step.splits)],
+                     GPUParams.AttentionCombine(n: UInt32(end), heads: UInt32(c.heads), headDim: UInt32(c.headDim), chunk: UInt32(step.chunk), splits: UInt32(step.splits)),
                      GPUKernels.attentionCombineGroups(n: end, heads: c.heads, headDim: c.headDim), .attention)
         }
     }
@@ -77,18 +82,18 @@ extension GPUForward {
     /// decode's split-K kernels and what merges their splits.
     private func pagedAttention(layer: Int, _ a: AttentionParams, n: Int) {
         let c = config, ps = kv.pageSize
-        let mask = [a.softcap.bitPattern, UInt32(a.window)]
-        let (chunk, splits) = attentionPlan
+        let (chunk, splits) = attentionPlan, place = kvPlace(layer)
         let combineGroups = GPUKernels.attentionCombineGroups(n: n, heads: c.heads, headDim: c.headDim)
+        let combine = GPUParams.AttentionCombine(n: UInt32(n), heads: UInt32(c.heads), headDim: UInt32(c.headDim), chunk: UInt32(chunk), splits: UInt32(splits))
         if tiledBlocks > 0 {
             dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel,
                      [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens), GPUBinding(attnScratch)],
-                     [UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
-                     [a.scale.bitPattern, UInt32(stride(.q))] + mask + [UInt32(chunk), UInt32(splits)],
+                     GPUParams.AttentionTiles(heads: UInt32(c.heads), kvHeads: UInt32(c.kvHeads), headDim: UInt32(c.headDim), kvDim: UInt32(kvDim),
+                                              pageSize: UInt32(ps), pageStride: place.pageStride, layerOff: place.layerOff, scale: a.scale,
+                                              qStride: UInt32(stride(.q)), softcap: a.softcap, window: UInt32(a.window), chunk: UInt32(chunk), splits: UInt32(splits)),
                      (tiledBlocks, c.kvHeads, splits), .attention)
             if splits > 1 {
-                dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos],
-                         [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)], combineGroups, .attention)
+                dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos], combine, combineGroups, .attention)
             }
             return
         }
@@ -97,8 +102,9 @@ extension GPUForward {
         let q8Out = q8 != nil && cm2AttentionStep == nil && n <= matvecMaxRows && c.headDim % 32 == 0
             && c.headDim <= GPUKernels.attentionCombineQ8MaxHeadDim && c.qDim <= q8Width
         var buffers = [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)]
-        var params = [UInt32(n), UInt32(c.heads), UInt32(c.kvHeads), UInt32(c.headDim), UInt32(kvDim), UInt32(ps)] + kvParams(layer) +
-            [a.scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(stride(.q))] + mask
+        let params = GPUParams.Attention(n: UInt32(n), heads: UInt32(c.heads), kvHeads: UInt32(c.kvHeads), headDim: UInt32(c.headDim), kvDim: UInt32(kvDim),
+                                         pageSize: UInt32(ps), pageStride: place.pageStride, layerOff: place.layerOff, scale: a.scale, chunk: UInt32(chunk),
+                                         splits: UInt32(splits), qStride: UInt32(stride(.q)), softcap: a.softcap, window: UInt32(a.window))
         let kernels = stagedStep ? attentionStagedKernels! : (plain: attentionKernel, q8: attentionQ8Kernel)
         var kernel = kernels.plain
         // which copy of the output the kernel also writes, merging its splits itself
@@ -112,15 +118,17 @@ extension GPUForward {
                   f16Inputs, let x16, x16.size >= n * x16Row * 2, let done = attnDone {
             // a decode batch whose O product runs on tensor cores: its float16 input written here
             buffers += [GPUBinding(x16), GPUBinding(done)]
-            params.append(UInt32(x16Row))
             kernel = attentionX16Kernel
             joined.x16 = true
         }
-        dispatch(kernel, buffers, params, (n, c.kvHeads, splits), .attention)
+        if joined.x16 {
+            dispatch(kernel, buffers, GPUParams.AttentionX16(attention: params, x16Stride: UInt32(x16Row)), (n, c.kvHeads, splits), .attention)
+        } else {
+            dispatch(kernel, buffers, params, (n, c.kvHeads, splits), .attention)
+        }
         if joined.q8 { holdQ8(rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim)) }
         if joined.x16 { x16Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
         guard splits > 1 && !joined.q8 && !joined.x16 else { return }
-        let combine = [UInt32(n), UInt32(c.heads), UInt32(c.headDim), UInt32(chunk), UInt32(splits)]
         if let q8, q8Out {
             // the output also as 8-bit blocks, for the O product's matvec_dot
             dispatch(GPUKernels.attentionCombineQ8, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(q8.values), GPUBinding(q8.scales)],

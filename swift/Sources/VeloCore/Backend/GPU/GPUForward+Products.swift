@@ -44,7 +44,7 @@ extension GPUForward {
         dispatch(GPUKernels.matvecDotQ8Out(w.type, glu: false, scaled: false),
                  [GPUBinding(weights[w.data]!), GPUBinding(input.values), GPUBinding(input.scales), act(residual), GPUBinding(vectors[norm.name]!),
                   GPUBinding(output.values), GPUBinding(output.scales), GPUBinding(q8Out!.sums)],
-                 [UInt32(w.cols), UInt32(w.rowBytes), 0, config.normEps.bitPattern], (w.rows / 32, 1, 1), .matmul)
+                 GPUParams.ProductQ8Out(k: UInt32(w.cols), rowBytes: UInt32(w.rowBytes), act: 0, eps: config.normEps), (w.rows / 32, 1, 1), .matmul)
         holdQ8(rowsKey(act(out), rows: 1, xStride: stride(out), k: config.dim), set: outSet, scaled: true)
     }
 
@@ -72,7 +72,8 @@ extension GPUForward {
     private func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op,
                           weight: GPUBinding? = nil, glu: ModelConfig.FFNActivation? = nil, ropeNext: Bool = false) {
         precondition(glu == nil || rows <= matvecMaxRows)
-        let params = [UInt32(w.cols), UInt32(w.rows), UInt32(rows), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0)]
+        let params = GPUParams.Product(k: UInt32(w.cols), n: UInt32(w.rows), m: UInt32(rows), rowBytes: UInt32(w.rowBytes), xStride: UInt32(xStride),
+                                       yStride: UInt32(yStride), glu: UInt32(glu?.rawValue ?? 0))
         let wb = weight ?? GPUBinding(weights[w.data]!)
         if rows <= matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type), op != .output || GPUKernels.outputDot {
             // activations to 8 bits once per input (the Q, K and V products share it), then
@@ -88,7 +89,7 @@ extension GPUForward {
                 let outSet = 1 - q8Set, output = q8Buffers(outSet)
                 dispatch(GPUKernels.matvecDotQ8Out(w.type, glu: true, scaled: scaled),
                          buffers + [GPUBinding(o.sums), GPUBinding(output.values), GPUBinding(output.scales), GPUBinding(o.sums)],
-                         [UInt32(w.cols), UInt32(w.rowBytes), UInt32(glu.rawValue), config.normEps.bitPattern], (w.rows / 64, 1, 1), op)
+                         GPUParams.ProductQ8Out(k: UInt32(w.cols), rowBytes: UInt32(w.rowBytes), act: UInt32(glu.rawValue), eps: config.normEps), (w.rows / 64, 1, 1), op)
                 holdQ8(rowsKey(y, rows: 1, xStride: yStride, k: w.rows / 2), set: outSet)
                 return
             } else if scaled {
@@ -112,8 +113,9 @@ extension GPUForward {
                          GPUKernels.toF16Groups(k: w.cols, m: rows), op)
                 x16Source = key
             }
-            var p16 = params
-            p16[4] = UInt32(kp)
+            // one split (every unit) unless split-K below
+            var coop = GPUParams.CoopProduct(k: params.k, n: params.n, m: params.m, rowBytes: params.rowBytes, xStride: UInt32(kp), yStride: params.yStride,
+                                             splitUnits: UInt32.max, plane: 0)
             // the kernel, its grid along N and M, its splits of K and the units (16 values) of each
             let cm2 = self.cm2.contains(w.type) && GPUKernels.useCM2(w.type, rows: rows)
             passUsed = (passUsed.sums || (cm2 && f16Sums.contains(w.type)), true)
@@ -133,28 +135,34 @@ extension GPUForward {
             if splits > 1, let scratch = gluScratch, y.buffer !== scratch, splits * rows * w.rows * 4 <= scratch.size {
                 // split-K: each split's plane of the scratch, then their sum into Y
                 let plane = rows * w.rows
-                p16[5] = UInt32(w.rows)
-                p16[6] = UInt32(splitUnits)
+                (coop.yStride, coop.splitUnits, coop.plane) = (UInt32(w.rows), UInt32(splitUnits), UInt32(plane))
                 let planes = GPUBinding(scratch)
                 if batchKernel, GPUKernels.coopBatchSumsSplits, let done = splitDone, g.0 * g.1 <= GPUKernels.coopBatchCounters {
                     // the last split of each tile adds the planes itself
-                    dispatch(kernel, [wb, GPUBinding(x16), planes, y, GPUBinding(done)], p16 + [UInt32(plane), UInt32(yStride), UInt32(splits)], (g.0, g.1, splits), op)
+                    dispatch(kernel, [wb, GPUBinding(x16), planes, y, GPUBinding(done)],
+                             GPUParams.CoopBatchProduct(product: coop, outStride: UInt32(yStride), splits: UInt32(splits)), (g.0, g.1, splits), op)
                 } else {
-                    let b = batchKernel ? [wb, GPUBinding(x16), planes, planes, GPUBinding(splitDone!)] : [wb, GPUBinding(x16), planes]
-                    dispatch(kernel, b, p16 + [UInt32(plane)] + (batchKernel ? [UInt32(w.rows), 1] : []), (g.0, g.1, splits), op)
+                    if batchKernel {
+                        dispatch(kernel, [wb, GPUBinding(x16), planes, planes, GPUBinding(splitDone!)],
+                                 GPUParams.CoopBatchProduct(product: coop, outStride: UInt32(w.rows), splits: 1), (g.0, g.1, splits), op)
+                    } else {
+                        dispatch(kernel, [wb, GPUBinding(x16), planes], coop, (g.0, g.1, splits), op)
+                    }
                     dispatch(GPUKernels.sumSplits, [planes, y],
                              GPUParams.SumSplits(n: UInt32(w.rows), m: UInt32(rows), yStride: UInt32(yStride), splits: UInt32(splits), plane: UInt32(plane)),
                              (min((plane + 255) / 256, 65535), 1, 1), op)
                 }
             } else {
-                p16[6] = UInt32.max // one split: every unit
-                let b = batchKernel ? [wb, GPUBinding(x16), y, y, GPUBinding(splitDone!)] : [wb, GPUBinding(x16), y]
-                dispatch(kernel, b, p16 + [0] + (batchKernel ? [UInt32(yStride), 1] : []), g, op)
+                if batchKernel {
+                    dispatch(kernel, [wb, GPUBinding(x16), y, y, GPUBinding(splitDone!)], GPUParams.CoopBatchProduct(product: coop, outStride: UInt32(yStride), splits: 1), g, op)
+                } else {
+                    dispatch(kernel, [wb, GPUBinding(x16), y], coop, g, op)
+                }
             }
             if x16Source?.buffer == ObjectIdentifier(y.buffer) { x16Source = nil } // Y overwrote them
         } else {
-            let k = GPUKernels.matmul(w.type)
-            dispatch(k, [wb, x, y], params, GPUKernels.matmulGroups(n: w.rows, m: rows), op)
+            let tiles = GPUParams.Tiles(k: params.k, n: params.n, m: params.m, rowBytes: params.rowBytes, xStride: params.xStride, yStride: params.yStride)
+            dispatch(GPUKernels.matmul(w.type), [wb, x, y], tiles, GPUKernels.matmulGroups(n: w.rows, m: rows), op)
         }
     }
 
@@ -246,8 +254,10 @@ extension GPUForward {
                                glu: ModelConfig.FFNActivation? = nil) {
         let w = s.expert, e = config.experts!, m = moe!
         precondition(glu == nil || n <= matvecMaxRows)
-        let params = [UInt32(w.cols), UInt32(w.rows), UInt32(n * e.used), UInt32(w.rowBytes), UInt32(xStride), UInt32(yStride), UInt32(glu?.rawValue ?? 0),
-                      UInt32(s.expertBytes / 2), gather ? 1 : 0] + m.offsets.map { UInt32($0) }
+        let routing = m.routing(expertWords: s.expertBytes / 2, gather: gather)
+        var params = GPUParams.ExpertProduct(product: GPUParams.Product(k: UInt32(w.cols), n: UInt32(w.rows), m: UInt32(n * e.used), rowBytes: UInt32(w.rowBytes),
+                                                                        xStride: UInt32(xStride), yStride: UInt32(yStride), glu: UInt32(glu?.rawValue ?? 0)),
+                                             routing: routing)
         let buffers = [GPUBinding(s.buffer), x, y, GPUBinding(m.routing)]
         if n <= matvecMaxRows, let q8, GPUKernels.dotTypes.contains(w.type) {
             // 8-bit activations (the layer's input rows, or the pairs' hidden rows) and integer
@@ -270,15 +280,15 @@ extension GPUForward {
                 x16Source = key
             }
             let perExpert = (n * e.used + e.count - 1) / e.count
-            let p = [UInt32(w.cols), UInt32(w.rows), UInt32(n), UInt32(w.rowBytes), UInt32(kp), UInt32(yStride), UInt32.max, 0,
-                     UInt32(s.expertBytes / 2), gather ? 1 : 0] + m.offsets.map { UInt32($0) }
+            let p = GPUParams.CoopExpertProduct(product: GPUParams.CoopProduct(k: UInt32(w.cols), n: UInt32(w.rows), m: UInt32(n), rowBytes: UInt32(w.rowBytes),
+                                                                               xStride: UInt32(kp), yStride: UInt32(yStride), splitUnits: UInt32.max, plane: 0),
+                                                routing: routing)
             dispatch(GPUKernels.matmulCoopID(w.type, rows: perExpert), [GPUBinding(s.buffer), GPUBinding(x16), y, GPUBinding(m.routing)], p,
                      GPUKernels.matmulCoopIDGroups(n: w.rows, rows: perExpert, tokens: n, experts: e.count), .matmul)
             if x16Source?.buffer == ObjectIdentifier(y.buffer) { x16Source = nil } // Y overwrote them
         } else {
-            var p = params
-            p[2] = UInt32(n) // the most rows one expert can have
-            dispatch(GPUKernels.matmulID(w.type), buffers, p, GPUKernels.matmulIDGroups(n: w.rows, tokens: n, experts: e.count), .matmul)
+            params.product.m = UInt32(n) // the most rows one expert can have
+            dispatch(GPUKernels.matmulID(w.type), buffers, params, GPUKernels.matmulIDGroups(n: w.rows, tokens: n, experts: e.count), .matmul)
         }
     }
 

@@ -60,7 +60,7 @@ final class GPUForward: ForwardOps {
     /// are built for, nil where they do not apply.
     let ropeJoin: KVCacheType?
     /// `biases`: the add_bias ops that came after it, held too (`addBias`).
-    var pendingQKV: (w: WeightMatrix, buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int), scaled: Bool,
+    var pendingQKV: (w: WeightMatrix, buffers: [GPUBinding], params: GPUParams.Product, groups: (Int, Int, Int), scaled: Bool,
                      biases: [(Activation, WeightVector)])?
     /// Each layer's Q, K and V biases as one vector (matvec_dot_rope_T adds them), keyed by Q's
     /// name, with K's and V's names.
@@ -509,7 +509,7 @@ final class GPUForward: ForwardOps {
         try device.pipeline(k.name, buffers: k.buffers, constants: k.constants)
     }
 
-    func dispatch(_ k: GPUKernels.Kernel, _ buffers: [GPUBinding], _ params: [UInt32], _ groups: (Int, Int, Int), _ op: Profiler.Op) {
+    private func dispatch(_ k: GPUKernels.Kernel, _ buffers: [GPUBinding], words params: [UInt32], _ groups: (Int, Int, Int), _ op: Profiler.Op) {
         flushQKV()
         flushResidual()
         // every pipeline was made in init; a failure here would be a bug, not bad input
@@ -520,7 +520,7 @@ final class GPUForward: ForwardOps {
     }
 
     func dispatch(_ k: GPUKernels.Kernel, _ buffers: [GPUBinding], _ params: some KernelParams, _ groups: (Int, Int, Int), _ op: Profiler.Op) {
-        dispatch(k, buffers, params.words, groups, op)
+        dispatch(k, buffers, words: params.words, groups, op)
     }
 
     /// The held Q|K|V product as it was, when the op after it is not rope_store.

@@ -9,8 +9,9 @@ extension KernelParams {
     var words: [UInt32] { withUnsafeBytes(of: self) { Array($0.bindMemory(to: UInt32.self)) } }
 }
 
-/// One struct per kernel family (as llama.cpp's vk_*_push_constants). The matrix products and
-/// the attention kernels, whose blocks have variants per build, still pass positional words.
+/// One struct per kernel family (as llama.cpp's vk_*_push_constants); a shader whose block has
+/// variants per build (experts, a joined RoPE, a float16 output) has a struct per variant, the
+/// shared part nested (its words come first, as the block's fields do).
 enum GPUParams {
     /// add.comp
     struct Add: KernelParams { var count: UInt32 = 0 }
@@ -66,6 +67,88 @@ enum GPUParams {
     }
     /// moe_route.comp
     struct MoERoute: KernelParams { var tokens: UInt32 = 0, experts: UInt32 = 0, used: UInt32 = 0, normalize: UInt32 = 0, cap: UInt32 = 0 }
+    /// matvec.comp, matvec_dot.comp, matvec_dot_batch.comp: Y (M rows, yStride apart) = W
+    /// (N rows of K values, rowBytes each) · X (M rows, xStride apart); `glu` > 0: the rows come
+    /// in (gate, up) pairs and Y takes act(gate) * up (glu.glsl's activation).
+    struct Product: KernelParams {
+        var k: UInt32 = 0, n: UInt32 = 0, m: UInt32 = 0, rowBytes: UInt32 = 0, xStride: UInt32 = 0, yStride: UInt32 = 0, glu: UInt32 = 0
+    }
+    /// matmul.comp: Product's tiles, without the GLU mode
+    struct Tiles: KernelParams {
+        var k: UInt32 = 0, n: UInt32 = 0, m: UInt32 = 0, rowBytes: UInt32 = 0, xStride: UInt32 = 0, yStride: UInt32 = 0
+    }
+    /// The expert-indexed products' routing (moe_route's sections): an expert's words in the
+    /// stacked tensor, whether row i of X is pair i's token's row, and the sections' offsets.
+    struct Routing: KernelParams {
+        var expertWords: UInt32 = 0, gather: UInt32 = 0, rowsOff: UInt32 = 0, idsOff: UInt32 = 0, expertsOff: UInt32 = 0
+    }
+    /// matvec.comp, matvec_dot.comp and matmul.comp with EXPERTS (M counts the pairs; matmul's
+    /// the most rows one expert can have)
+    struct ExpertProduct: KernelParams { var product = Product(), routing = Routing() }
+    /// matvec_dot.comp with ROPE_KV: the Q|K|V product, then RoPE and the K/V stores
+    /// (kv_store's page parameters); `eps` the norm's, for a SCALED input
+    struct ProductRopeKV: KernelParams {
+        var product = Product()
+        var qDim: UInt32 = 0, kvDim: UInt32 = 0, headDim: UInt32 = 0, ropeDim: UInt32 = 0
+        var magnitude: Float = 0
+        var pageSize: UInt32 = 0, pageStride: UInt32 = 0, layerOff: UInt32 = 0
+        var eps: Float = 0
+    }
+    /// matvec_dot_q8out.comp: `act` the GLU mode's activation, `eps` the norm's (residual mode)
+    struct ProductQ8Out: KernelParams {
+        var k: UInt32 = 0, rowBytes: UInt32 = 0, act: UInt32 = 0
+        var eps: Float = 0
+    }
+    /// matmul_coop.comp and matmul_cm2.comp (X as to_f16's rows, xStride its padded K): split
+    /// `plane` of split-K, each split `splitUnits` units of 16 values (UInt32.max: one split)
+    struct CoopProduct: KernelParams {
+        var k: UInt32 = 0, n: UInt32 = 0, m: UInt32 = 0, rowBytes: UInt32 = 0, xStride: UInt32 = 0, yStride: UInt32 = 0
+        var splitUnits: UInt32 = 0, plane: UInt32 = 0
+    }
+    /// matmul_coop.comp with EXPERTS
+    struct CoopExpertProduct: KernelParams { var product = CoopProduct(), routing = Routing() }
+    /// matmul_coop_batch.comp: the last split of a tile adds the `splits` planes into Y
+    /// (outStride apart)
+    struct CoopBatchProduct: KernelParams {
+        var product = CoopProduct()
+        var outStride: UInt32 = 0, splits: UInt32 = 0
+    }
+    /// attention.comp (decode's split-K over the pages; Q8 also writes 8-bit blocks)
+    struct Attention: KernelParams {
+        var n: UInt32 = 0, heads: UInt32 = 0, kvHeads: UInt32 = 0, headDim: UInt32 = 0, kvDim: UInt32 = 0, pageSize: UInt32 = 0,
+            pageStride: UInt32 = 0, layerOff: UInt32 = 0
+        var scale: Float = 0
+        var chunk: UInt32 = 0, splits: UInt32 = 0, qStride: UInt32 = 0
+        var softcap: Float = 0
+        var window: UInt32 = 0
+    }
+    /// attention.comp with F16OUT: the output also as to_f16's rows, x16Stride halves apart
+    struct AttentionX16: KernelParams {
+        var attention = Attention()
+        var x16Stride: UInt32 = 0
+    }
+    /// attention_tiled.comp and attention_coop.comp (prefill's tiles over the pages)
+    struct AttentionTiles: KernelParams {
+        var heads: UInt32 = 0, kvHeads: UInt32 = 0, headDim: UInt32 = 0, kvDim: UInt32 = 0, pageSize: UInt32 = 0, pageStride: UInt32 = 0,
+            layerOff: UInt32 = 0
+        var scale: Float = 0
+        var qStride: UInt32 = 0
+        var softcap: Float = 0
+        var window: UInt32 = 0, chunk: UInt32 = 0, splits: UInt32 = 0
+    }
+    /// attention_cm2.comp: tokens first..<end over kv_gather's contiguous keys (cap rows a plane)
+    struct AttentionCM2: KernelParams {
+        var first: UInt32 = 0, end: UInt32 = 0, heads: UInt32 = 0, kvHeads: UInt32 = 0, kvDim: UInt32 = 0, qStride: UInt32 = 0, cap: UInt32 = 0
+        var scale: Float = 0
+        var chunk: UInt32 = 0, splits: UInt32 = 0
+    }
+    /// attention_combine.comp (and its Q8 output)
+    struct AttentionCombine: KernelParams { var n: UInt32 = 0, heads: UInt32 = 0, headDim: UInt32 = 0, chunk: UInt32 = 0, splits: UInt32 = 0 }
+    /// kv_gather.comp: a sequence's `keys` keys (padded rows) from page table row `pt`
+    struct KVGather: KernelParams {
+        var kvDim: UInt32 = 0, headDim: UInt32 = 0, pageSize: UInt32 = 0, pageStride: UInt32 = 0, layerOff: UInt32 = 0
+        var keys: UInt32 = 0, padded: UInt32 = 0, cap: UInt32 = 0, pt: UInt32 = 0
+    }
     /// moe_combine.comp
     struct MoECombine: KernelParams { var width: UInt32 = 0, used: UInt32 = 0, sharedExpert: UInt32 = 0, yStride: UInt32 = 0, tokens: UInt32 = 0 }
 }

@@ -27,9 +27,12 @@ struct MoEBuffers {
 
     /// One section of `routing` as a binding.
     func section(_ s: Section) -> GPUBinding { GPUBinding(routing, offset: s.rawValue * cap * 4, size: cap * 4) }
-    /// The word offsets of the rows, ids and experts sections (the expert-indexed kernels' last
-    /// parameters).
-    var offsets: [Int] { [Section.rows, .ids, .experts].map { $0.rawValue * cap } }
+    /// The expert-indexed kernels' routing parameters: the word offsets of the rows, ids and
+    /// experts sections, with a stack's expert size (words) and whether X is gathered.
+    func routing(expertWords: Int, gather: Bool) -> GPUParams.Routing {
+        GPUParams.Routing(expertWords: UInt32(expertWords), gather: gather ? 1 : 0, rowsOff: UInt32(Section.rows.rawValue * cap),
+                          idsOff: UInt32(Section.ids.rawValue * cap), expertsOff: UInt32(Section.experts.rawValue * cap))
+    }
 
     static func bytes(config c: ModelConfig, maxTokens: Int) -> Int {
         guard let e = c.experts else { return 0 }
