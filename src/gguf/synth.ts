@@ -11,6 +11,7 @@
 //   bun src/gguf/synth.ts OUT.gguf --arch mixtral|qwen3moe|qwen2moe --shape test --type q8_0   (mixtures of experts)
 //   bun src/gguf/synth.ts OUT.gguf --arch gpt-oss --shape test|20b --type q8_0   (experts in MXFP4, as the files ship)
 //   bun src/gguf/synth.ts OUT.gguf --arch qwen35 --shape test --type q8_0   (Gated DeltaNet layers between gated attention)
+//   bun src/gguf/synth.ts OUT.gguf --arch qwen35moe --shape test|35b_a3b --type q8_0   (the same with experts, and an MTP block)
 // Weights are random but well-formed: quantized blocks are made directly (random quants,
 // scales chosen so each weight has a standard deviation near 0.02, like a fresh init; on test
 // shapes 1/√(row length), with norm gains and biases random too), so activations stay finite
@@ -29,7 +30,7 @@ const SPM_VOCAB = "vocab/ggml-vocab-llama-spm.gguf";
 const LLAMA3_VOCAB = "vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf";
 const PHI3_VOCAB = "vocab/ggml-vocab-phi-3.gguf";
 
-export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3" | "mixtral" | "qwen3moe" | "qwen2moe" | "gpt-oss" | "qwen35";
+export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3" | "mixtral" | "qwen3moe" | "qwen2moe" | "gpt-oss" | "qwen35" | "qwen35moe";
 
 export interface Shape {
   dim: number; ffn: number; layers: number; heads: number; kvHeads: number;
@@ -86,6 +87,11 @@ export interface Shape {
    * causal convolution of `conv` taps over their Q|K|V.
    */
   deltaNet?: { interval: number; kHeads: number; vHeads: number; state: number; conv: number };
+  /**
+   * Multi-token-prediction blocks after the model's (`nextn_predict_layers`; Qwen3.5/3.6's
+   * converter writes one): a full-attention block with the nextn.* projection and norms.
+   */
+  mtp?: number;
 }
 
 // Test shapes: 128-wide, a few layers (Gemma 3: 6, so layer 5 is a global one), the llama-spm
@@ -182,6 +188,17 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     "9b": { dim: 4096, ffn: 12288, layers: 32, heads: 16, kvHeads: 4, headDim: 256, ropeDim: 64, ropeBase: 1e7, ctx: 262144, eps: 1e-6, vocab: LLAMA3_VOCAB, deltaNet: { interval: 4, kHeads: 16, vHeads: 32, state: 128, conv: 4 } },
     // two of each value head per key head (the tiled order), 16 of 64 head values rotated
     test: { ...TEST_BASE, ffn: 256, layers: 4, heads: 4, kvHeads: 2, headDim: 64, ropeDim: 16, ropeBase: 1e7, eps: 1e-6, deltaNet: { interval: 4, kHeads: 2, vHeads: 4, state: 32, conv: 4 } },
+  },
+  qwen35moe: {
+    // Qwen3.6-35B-A3B: 40 layers, every 4th full attention (16 heads of 256, 2 KV heads, a
+    // quarter of each head rotated), linear layers of 16 key and 32 value heads of 128; 256
+    // experts of 512, 8 per token, a shared expert of 512; one MTP block (its vocabulary of
+    // 248k is not in tests/data: llama3's stands in)
+    "35b_a3b": { dim: 2048, ffn: 512, layers: 40, heads: 16, kvHeads: 2, headDim: 256, ropeDim: 64, ropeBase: 1e7, ctx: 262144, eps: 1e-6, vocab: LLAMA3_VOCAB, deltaNet: { interval: 4, kHeads: 16, vHeads: 32, state: 128, conv: 4 }, experts: { count: 256, used: 8, ffn: 512, shared: 512 }, mtp: 1 },
+    // its per-layer shape with 8 of the 40 layers: what this machine's memory and time allow
+    "35b_a3b_8l": { dim: 2048, ffn: 512, layers: 8, heads: 16, kvHeads: 2, headDim: 256, ropeDim: 64, ropeBase: 1e7, ctx: 262144, eps: 1e-6, vocab: LLAMA3_VOCAB, deltaNet: { interval: 4, kHeads: 16, vHeads: 32, state: 128, conv: 4 }, experts: { count: 256, used: 8, ffn: 512, shared: 512 }, mtp: 1 },
+    test: { ...TEST_BASE, ffn: 256, layers: 4, heads: 4, kvHeads: 2, headDim: 64, ropeDim: 16, ropeBase: 1e7, eps: 1e-6, deltaNet: { interval: 4, kHeads: 2, vHeads: 4, state: 32, conv: 4 }, experts: { count: 8, used: 3, ffn: 64, shared: 96 }, mtp: 1 },
+    "test-all": { ...TEST_BASE, ffn: 256, layers: 4, heads: 4, kvHeads: 2, headDim: 64, ropeDim: 16, ropeBase: 1e7, eps: 1e-6, deltaNet: { interval: 4, kHeads: 2, vHeads: 4, state: 32, conv: 4 }, experts: { count: 3, used: 3, ffn: 64, shared: 96 } },
   },
   "gpt-oss": {
     // gpt-oss-20b: 24 layers of 32 experts of 2880, 4 per token; 64 query heads of 64 (wider
@@ -507,7 +524,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   if ((arch === "qwen2" || arch === "phi3" || arch === "llama" || arch === "llama31" || arch === "mixtral" || arch === "qwen2moe") && qDim !== dim) {
     throw new Error(`${arch}: heads × head size must equal the width (${heads} × ${headDim} ≠ ${dim})`);
   }
-  if (arch !== "phi3" && !arch.startsWith("gemma") && arch !== "qwen35" && ropeDim !== headDim) {
+  if (arch !== "phi3" && !arch.startsWith("gemma") && !arch.startsWith("qwen35") && ropeDim !== headDim) {
     throw new Error(`${arch}: llama.cpp rotates whole heads (rope.dimension_count must be ${headDim})`);
   }
 
@@ -520,7 +537,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
     ["general.file_type", meta.u32(types.fileType)],
     [k("context_length"), meta.u32(shape.ctx)],
     [k("embedding_length"), meta.u32(dim)],
-    [k("block_count"), meta.u32(shape.layers)],
+    [k("block_count"), meta.u32(shape.layers + (shape.mtp ?? 0))],
     [k("feed_forward_length"), meta.u32(ffn)],
     [k("attention.head_count"), meta.u32(heads)],
     [k("attention.head_count_kv"), meta.u32(kvHeads)],
@@ -548,7 +565,8 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       add("attention.key_length", meta.u32(headDim));
       add("attention.value_length", meta.u32(headDim));
       break;
-    case "qwen35": {
+    case "qwen35":
+    case "qwen35moe": {
       // Qwen3NextModel's keys (and _Qwen35MRopeMixin's sections: text positions turn every
       // section alike)
       const dn = shape.deltaNet!;
@@ -564,6 +582,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       add("rope.dimension_count", meta.u32(ropeDim));
       const pairs = ropeDim / 2, third = Math.ceil(pairs / 3);
       add("rope.dimension_sections", meta.arr("i32", [third, third, pairs - 2 * third, 0]));
+      if (shape.mtp) add("nextn_predict_layers", meta.u32(shape.mtp));
       break;
     }
     case "gpt-oss":
@@ -660,6 +679,50 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   const big = opts.pure ? types.main : types.big ?? types.main;
   const main = types.main;
   weight("token_embd.weight", main, dim, nVocab);
+  /** blk.N.'s mixture of experts: the router, the stacked experts, their biases, the shared expert. */
+  const expertTensors = (p: string) => {
+    const experts = shape.experts!;
+    // the router stays F32 (llama-quantize leaves ffn_gate_inp alone); each expert's matrix
+    // is one slice of a stacked 3-D tensor [row length, rows, experts]
+    weight(p + "ffn_gate_inp.weight", "F32", dim, experts.count);
+    const ef = experts.ffn ?? ffn;
+    // gpt-oss ships its experts in MXFP4 (repack_mxfp4), whatever the rest is in
+    const et = arch === "gpt-oss" ? "MXFP4" : main, edt = arch === "gpt-oss" ? "MXFP4" : big;
+    weight(p + "ffn_gate_exps.weight", et, dim, ef, experts.count);
+    weight(p + "ffn_up_exps.weight", et, dim, ef, experts.count);
+    weight(p + "ffn_down_exps.weight", edt, ef, dim, experts.count);
+    if (arch === "gpt-oss") {
+      // the router's and every expert's biases, [width, experts] for the experts'
+      bias(p + "ffn_gate_inp.bias", experts.count);
+      bias(p + "ffn_gate_exps.bias", ef, experts.count);
+      bias(p + "ffn_up_exps.bias", ef, experts.count);
+      bias(p + "ffn_down_exps.bias", dim, experts.count);
+    }
+    if (experts.shared) {
+      // shared_expert_gate [1, dim]: the converter squeezes it to a 1-D F32 tensor
+      const g = streamSeed(), sigma = shape.unitInit ? 1 / Math.sqrt(dim) : SIGMA;
+      vector(p + "ffn_gate_inp_shexp.weight", () => normals(dim, g).map((x) => x * sigma), dim);
+      weight(p + "ffn_gate_shexp.weight", main, dim, experts.shared);
+      weight(p + "ffn_up_shexp.weight", main, dim, experts.shared);
+      weight(p + "ffn_down_shexp.weight", big, experts.shared, dim);
+    }
+  };
+  /** Qwen3.5's gated attention: the query projection is each head's query, then its output gate. */
+  const gatedAttention = (p: string) => {
+    weight(p + "attn_q.weight", main, dim, 2 * qDim);
+    weight(p + "attn_k.weight", main, dim, kvDim);
+    weight(p + "attn_v.weight", main, dim, kvDim);
+    norm(p + "attn_q_norm.weight", headDim);
+    norm(p + "attn_k_norm.weight", headDim);
+    weight(p + "attn_output.weight", main, qDim, dim);
+  };
+  /** Qwen3.5's FFN: the experts (qwen35moe) or a gated MLP. */
+  const hybridFFN = (p: string) => {
+    if (experts) return expertTensors(p);
+    weight(p + "ffn_gate.weight", main, dim, ffn);
+    weight(p + "ffn_up.weight", main, dim, ffn);
+    weight(p + "ffn_down.weight", big, ffn, dim);
+  };
   for (let i = 0; i < shape.layers; i++) {
     const p = `blk.${i}.`;
     norm(p + "attn_norm.weight");
@@ -683,18 +746,10 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
         norm(p + "ssm_norm.weight", dn.state);
         weight(p + "ssm_out.weight", main, valueDim, dim);
       } else {
-        // the query projection is each head's query then its output gate
-        weight(p + "attn_q.weight", main, dim, 2 * qDim);
-        weight(p + "attn_k.weight", main, dim, kvDim);
-        weight(p + "attn_v.weight", main, dim, kvDim);
-        norm(p + "attn_q_norm.weight", headDim);
-        norm(p + "attn_k_norm.weight", headDim);
-        weight(p + "attn_output.weight", main, qDim, dim);
+        gatedAttention(p);
       }
       norm(p + "post_attention_norm.weight");
-      weight(p + "ffn_gate.weight", main, dim, ffn);
-      weight(p + "ffn_up.weight", main, dim, ffn);
-      weight(p + "ffn_down.weight", big, ffn, dim);
+      hybridFFN(p);
       continue;
     }
     if (arch === "phi3") {
@@ -725,30 +780,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
     if (arch === "gpt-oss") norm(p + "post_attention_norm.weight");
     else norm(p + "ffn_norm.weight");
     if (experts) {
-      // the router stays F32 (llama-quantize leaves ffn_gate_inp alone); each expert's matrix
-      // is one slice of a stacked 3-D tensor [row length, rows, experts]
-      weight(p + "ffn_gate_inp.weight", "F32", dim, experts.count);
-      const ef = experts.ffn ?? ffn;
-      // gpt-oss ships its experts in MXFP4 (repack_mxfp4), whatever the rest is in
-      const et = arch === "gpt-oss" ? "MXFP4" : main, edt = arch === "gpt-oss" ? "MXFP4" : big;
-      weight(p + "ffn_gate_exps.weight", et, dim, ef, experts.count);
-      weight(p + "ffn_up_exps.weight", et, dim, ef, experts.count);
-      weight(p + "ffn_down_exps.weight", edt, ef, dim, experts.count);
-      if (arch === "gpt-oss") {
-        // the router's and every expert's biases, [width, experts] for the experts'
-        bias(p + "ffn_gate_inp.bias", experts.count);
-        bias(p + "ffn_gate_exps.bias", ef, experts.count);
-        bias(p + "ffn_up_exps.bias", ef, experts.count);
-        bias(p + "ffn_down_exps.bias", dim, experts.count);
-      }
-      if (experts.shared) {
-        // shared_expert_gate [1, dim]: the converter squeezes it to a 1-D F32 tensor
-        const g = streamSeed(), sigma = shape.unitInit ? 1 / Math.sqrt(dim) : SIGMA;
-        vector(p + "ffn_gate_inp_shexp.weight", () => normals(dim, g).map((x) => x * sigma), dim);
-        weight(p + "ffn_gate_shexp.weight", main, dim, experts.shared);
-        weight(p + "ffn_up_shexp.weight", main, dim, experts.shared);
-        weight(p + "ffn_down_shexp.weight", big, experts.shared, dim);
-      }
+      expertTensors(p);
     } else if (arch === "phi3") {
       weight(p + "ffn_up.weight", main, dim, 2 * ffn); // rows: gate, then up (gate_up_proj)
     } else {
@@ -757,6 +789,19 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
     }
     if (!experts) weight(p + "ffn_down.weight", big, ffn, dim);
     if (arch === "gemma2" || arch === "gemma3") norm(p + "post_ffw_norm.weight", dim, shape.postNormGain);
+  }
+  for (let i = shape.layers; i < shape.layers + (shape.mtp ?? 0); i++) {
+    // an MTP block (llama.cpp's load_block_mtp): a full-attention block, then the projection
+    // of [embedding; hidden] and its two norms
+    const p = `blk.${i}.`;
+    norm(p + "attn_norm.weight");
+    gatedAttention(p);
+    norm(p + "post_attention_norm.weight");
+    hybridFFN(p);
+    weight(p + "nextn.eh_proj.weight", main, 2 * dim, dim);
+    norm(p + "nextn.enorm.weight");
+    norm(p + "nextn.hnorm.weight");
+    norm(p + "nextn.shared_head_norm.weight");
   }
   norm("output_norm.weight");
   if (!shape.tied) weight("output.weight", big, dim, nVocab);

@@ -29,6 +29,7 @@ let architectures: [String: Architecture.Type] = [
     "phi3": Phi3.self,
     "gpt-oss": GptOss.self,
     "qwen35": Qwen35.self,
+    "qwen35moe": Qwen35MoE.self,
 ]
 
 /// Optional per-layer tensors an architecture requires (names as llama.cpp's converter writes).
@@ -62,6 +63,7 @@ func loadLanguageModel(_ file: ModelFile, contextSize: Int) throws -> LanguageMo
     c.ropes = [try Rope.load(m, base: m.double("rope.freq_base") ?? 10000, dims: c.ropeDim, weights: w, contextSize: contextSize)]
     try kind.configure(&c, m, w, contextSize: contextSize)
     let model = try kind.model(c, w)
+    if (m.int("nextn_predict_layers") ?? 0) > 0 { w.skipBlocks(from: c.layers) }
     try w.checkAllUsed()
     return model
 }

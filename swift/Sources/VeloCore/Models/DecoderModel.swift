@@ -11,21 +11,8 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
         let qNorm, kNorm: WeightVector?
         let postAttnNorm: WeightVector?
         let ffnNorm: WeightVector
-        let ffn: FFN
+        let ffn: FeedForward
         let postFFNNorm: WeightVector?
-    }
-
-    /// A layer's feed-forward block: one gated MLP, or a mixture of experts.
-    enum FFN {
-        case dense(gate: WeightMatrix, up: WeightMatrix, down: WeightMatrix)
-        case experts(ExpertLayer)
-
-        var matrices: [WeightMatrix] {
-            switch self {
-            case let .dense(gate, up, down): return [gate, up, down]
-            case let .experts(e): return e.matrices
-            }
-        }
     }
 
     let config: ModelConfig
@@ -39,7 +26,7 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
         embeddings = try w.matrix("token_embd.weight", rows: c.vocabSize, cols: c.dim)
         layers = try (0..<c.layers).map { i in
             let p = "blk.\(i)."
-            // fused Q|K|V (Phi-3) and gate|up (Phi-3's ffn_up) become views of their rows
+            // a fused Q|K|V (Phi-3) becomes views of its rows
             let q, k, v: WeightMatrix
             if let qkv = try w.optionalMatrix(p + "attn_qkv.weight", rows: c.qDim + 2 * c.kvDim, cols: c.dim) {
                 (q, k, v) = (qkv.rows(0, c.qDim), qkv.rows(c.qDim, c.kvDim), qkv.rows(c.qDim + c.kvDim, c.kvDim))
@@ -47,19 +34,6 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
                 (q, k, v) = (try w.matrix(p + "attn_q.weight", rows: c.qDim, cols: c.dim),
                              try w.matrix(p + "attn_k.weight", rows: c.kvDim, cols: c.dim),
                              try w.matrix(p + "attn_v.weight", rows: c.kvDim, cols: c.dim))
-            }
-            let ffn: FFN
-            if let e = c.experts {
-                ffn = .experts(try ExpertLayer(w, prefix: p, c, e))
-            } else {
-                let gate, up: WeightMatrix
-                if let g = try w.optionalMatrix(p + "ffn_gate.weight", rows: c.ffnDim, cols: c.dim) {
-                    (gate, up) = (g, try w.matrix(p + "ffn_up.weight", rows: c.ffnDim, cols: c.dim))
-                } else {
-                    let gu = try w.matrix(p + "ffn_up.weight", rows: 2 * c.ffnDim, cols: c.dim)
-                    (gate, up) = (gu.rows(0, c.ffnDim), gu.rows(c.ffnDim, c.ffnDim))
-                }
-                ffn = .dense(gate: gate, up: up, down: try w.matrix(p + "ffn_down.weight", rows: c.dim, cols: c.ffnDim))
             }
             // required where the architecture has them, else used when present (as llama.cpp
             // does for Llama's optional biases)
@@ -80,7 +54,7 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
                 // (an FFN norm of that name, as gpt-oss's, is not a post-attention norm too)
                 postAttnNorm: c.ffnNormTensor == "post_attention_norm.weight" ? nil : try vector("post_attention_norm.weight", c.dim, .postNorms),
                 ffnNorm: try w.vector(p + c.ffnNormTensor, count: c.dim),
-                ffn: ffn,
+                ffn: try FeedForward(w, prefix: p, c),
                 postFFNNorm: try vector("post_ffw_norm.weight", c.dim, .postNorms))
         }
         outputNorm = try w.vector("output_norm.weight", count: c.dim)
@@ -97,11 +71,11 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
     }
 
     var expertLayers: [ExpertLayer] {
-        layers.compactMap { if case let .experts(e) = $0.ffn { e } else { nil } }
+        layers.compactMap(\.ffn.experts)
     }
 
     var gatedPairs: [(WeightMatrix, WeightMatrix)] {
-        layers.compactMap { if case let .dense(gate, up, _) = $0.ffn { (gate, up) } else { nil } }
+        layers.compactMap(\.ffn.gatedPair)
     }
 
     var attentionInputs: [(WeightMatrix, WeightMatrix, WeightMatrix)] { layers.map { ($0.wq, $0.wk, $0.wv) } }
@@ -127,13 +101,7 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
             if let b = l.bo { ops.addBias(.xn, b) }
             if let n = l.postAttnNorm { ops.rmsNorm(.xn, n, into: .xn) }
             ops.addRMSNorm(.x, .xn, l.ffnNorm, into: .xn)
-            switch l.ffn {
-            case let .dense(gate, up, down):
-                ops.gatedUp(.xn, gate: gate, up: up, c.activation)
-                ops.matmul(.gate, [(down, .xn)])
-            case let .experts(e):
-                ops.experts(.xn, e, into: .xn)
-            }
+            l.ffn.run(ops, c.activation)
             if let n = l.postFFNNorm { ops.rmsNorm(.xn, n, into: .xn) }
             // the residual add, fused with the next layer's input norm
             if li + 1 < layers.count {

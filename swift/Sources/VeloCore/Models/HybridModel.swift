@@ -1,6 +1,6 @@
 /// A decoder whose layers mix Gated DeltaNet blocks (linear attention with a recurrent state per
-/// sequence) and gated full-attention blocks, each followed by a dense gated MLP: Qwen3.5's
-/// graph (llama.cpp's qwen35.cpp). Attention layers keep K/V in the pages, numbered among
+/// sequence) and gated full-attention blocks, each followed by a gated MLP or a mixture of
+/// experts with a shared expert: Qwen3.5's graphs (llama.cpp's qwen35.cpp, qwen35moe.cpp). Attention layers keep K/V in the pages, numbered among
 /// themselves (`ModelConfig.kvLayers`); DeltaNet layers keep their state in the sequence's slot.
 final class HybridModel: LanguageModel, @unchecked Sendable {
     /// Qwen3.5's attention: one projection gives each head's query and output gate; Q/K norms,
@@ -22,7 +22,7 @@ final class HybridModel: LanguageModel, @unchecked Sendable {
         let mixer: Mixer
         /// post_attention_norm: the FFN's input norm.
         let ffnNorm: WeightVector
-        let gate, up, down: WeightMatrix
+        let ffn: FeedForward
     }
 
     let config: ModelConfig
@@ -55,9 +55,7 @@ final class HybridModel: LanguageModel, @unchecked Sendable {
             }
             return Layer(attnNorm: try w.vector(p + "attn_norm.weight", count: c.dim), mixer: mixer,
                          ffnNorm: try w.vector(p + "post_attention_norm.weight", count: c.dim),
-                         gate: try w.matrix(p + "ffn_gate.weight", rows: c.ffnDim, cols: c.dim),
-                         up: try w.matrix(p + "ffn_up.weight", rows: c.ffnDim, cols: c.dim),
-                         down: try w.matrix(p + "ffn_down.weight", rows: c.dim, cols: c.ffnDim))
+                         ffn: try FeedForward(w, prefix: p, c))
         }
         outputNorm = try w.vector("output_norm.weight", count: c.dim)
         output = try w.optionalMatrix("output.weight", rows: c.vocabSize, cols: c.dim) ?? embeddings
@@ -70,7 +68,7 @@ final class HybridModel: LanguageModel, @unchecked Sendable {
             case let .attention(a): mix = [a.wq, a.wk, a.wv, a.wo]
             case let .deltaNet(d): mix = d.matrices
             }
-            return mix + [l.gate, l.up, l.down]
+            return mix + l.ffn.matrices
         } + (output.data == embeddings.data ? [] : [output])
     }
 
@@ -82,8 +80,12 @@ final class HybridModel: LanguageModel, @unchecked Sendable {
             case let .deltaNet(d): mix = d.vectors
             }
             return [l.attnNorm, l.ffnNorm] + mix
-        } + [outputNorm]
+        } + expertLayers.flatMap(\.vectors) + [outputNorm]
     }
+
+    var expertLayers: [ExpertLayer] { layers.compactMap(\.ffn.experts) }
+
+    var gatedPairs: [(WeightMatrix, WeightMatrix)] { layers.compactMap(\.ffn.gatedPair) }
 
     func forward(_ ops: ForwardOps) {
         let c = config
@@ -105,8 +107,7 @@ final class HybridModel: LanguageModel, @unchecked Sendable {
             }
             // the residual add, fused with the FFN's input norm
             ops.addRMSNorm(.x, .xn, l.ffnNorm, into: .xn)
-            ops.gatedUp(.xn, gate: l.gate, up: l.up, .silu)
-            ops.matmul(.gate, [(l.down, .xn)])
+            l.ffn.run(ops, .silu)
             if li + 1 < layers.count {
                 ops.addRMSNorm(.x, .xn, layers[li + 1].attnNorm, into: .xn)
             } else {

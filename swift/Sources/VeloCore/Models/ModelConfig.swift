@@ -55,7 +55,13 @@ public struct ModelConfig: Sendable {
         let m = Metadata(gguf: gguf, arch: arch)
         architecture = arch
         dim = try m.required("embedding_length")
-        layers = try m.required("block_count")
+        // multi-token-prediction heads (`nextn_predict_layers`: Qwen3.5/3.6, GLM-4.5) are stored
+        // as the last blocks; the model is the blocks before them (Velo does not run the heads)
+        let blocks = try m.required("block_count"), nextn = m.int("nextn_predict_layers") ?? 0
+        guard nextn >= 0, nextn < blocks else {
+            throw VeloError(.invalidFile, "\(gguf.file.path): \(nextn) prediction heads of \(blocks) blocks")
+        }
+        layers = blocks - nextn
         heads = try m.required("attention.head_count")
         kvHeads = m.int("attention.head_count_kv") ?? heads
         ffnDim = try m.required("feed_forward_length")

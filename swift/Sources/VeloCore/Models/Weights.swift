@@ -36,6 +36,14 @@ final class WeightLoader {
 
     init(gguf: GGUFFile) { self.gguf = gguf }
 
+    /// Counts blk.N.* for N >= `first` as known though not run (the prediction heads after a
+    /// model's blocks).
+    func skipBlocks(from first: Int) {
+        for t in gguf.tensors where t.name.hasPrefix("blk.") {
+            if let n = Int(t.name.dropFirst(4).prefix(while: \.isNumber)), n >= first { used.insert(t.name) }
+        }
+    }
+
     /// Throws, naming them, if the file holds tensors that were never loaded.
     func checkAllUsed() throws {
         let unused = gguf.tensors.map(\.name).filter { !used.contains($0) }
