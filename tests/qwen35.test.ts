@@ -14,8 +14,9 @@
 // engines' rounding picks another of two near-tied experts (the f32 file, same routing code,
 // agrees to 1e-5); with all experts, 0.027.
 //
-// The recurrent state is not checkpointed yet: the prefix cache is off for these models and
-// speculative decoding is refused; the GPU backends refuse them by name.
+// The prefix cache resumes these models where it saved their recurrent state (each prompt's
+// last page boundary): a later prompt that starts with a cached one gives the tokens a cold
+// prefill gives. Speculative decoding is refused; the GPU backends refuse them by name.
 import { describe, expect, test } from "bun:test";
 import { runVelo } from "../bench/llamacpp/reference";
 import { Engine } from "../src/engine/engine";
@@ -46,9 +47,52 @@ describe("qwen35 in the engine", () => {
         // again, in slots the first run left behind: a new sequence starts from a zero state
         const again = await greedy(PROMPTS[0]!);
         expect(again.tokens).toEqual(alone[0]!.tokens);
-        expect((e.stats() as Record<string, unknown>).prefix_cache_enabled).toBe(false);
+        expect((e.stats() as Record<string, unknown>).prefix_cache_enabled).toBe(true);
       } finally {
         e.close();
+      }
+    } finally {
+      m.close();
+    }
+  }, SLOW);
+
+  test.each(["qwen35", "qwen35moe"])("%s: a prefix-cache hit mid-conversation resumes the saved state and gives a cold prefill's tokens", async (arch) => {
+    const file = synthModel(arch, "q8_0", arch === "qwen35moe" ? "test-all" : "test");
+    // turn 1, then turn 2 = turn 1's prompt + its answer + more (as a chat's next request is)
+    const turn1 = PROMPTS[2]!;
+    const m = Model.open(file);
+    try {
+      const greedy = async (e: Engine, p: number[]) => {
+        const gen = e.submit({ promptTokens: p, maxTokens: N_GEN, temperature: 0, ignoreEos: true, topLogits: 4 });
+        const out = { tokens: [] as number[], top: [] as [number, number][][] };
+        for await (const c of gen) {
+          out.tokens.push(...c.tokens);
+          if (c.top_logits) out.top.push(c.top_logits);
+        }
+        return { ...out, cached: (await gen.finished).usage.cached_tokens };
+      };
+      const cold = Engine.create(m, { ctxSize: 512, threads: 2, backend: "cpu", prefixCache: false });
+      const warm = Engine.create(m, { ctxSize: 512, threads: 2, backend: "cpu", pageSize: 16 });
+      try {
+        const first = await greedy(warm, turn1);
+        const turn2 = [...turn1, ...first.tokens, 5, 6, 7, 8, 9];
+        const again = await greedy(warm, turn2);
+        const stats = warm.stats() as Record<string, number>;
+        // turn 1's 40 tokens were checkpointed after 32; turn 2 (69 tokens) resumes there
+        expect(again.cached).toBe(32);
+        expect(stats.prefix_cache_states).toBeGreaterThanOrEqual(2);
+        const reference = await greedy(cold, turn2);
+        expect(again.tokens).toEqual(reference.tokens);
+        // the same numbers, not only the same argmaxes: the restored state is the cold one
+        const worst = Math.max(...again.top.flatMap((step, i) => step.map(([, logit], j) => Math.abs(logit - reference.top[i]![j]![1]))));
+        expect(worst).toBeLessThan(1e-3);
+        // and a repeat of turn 2 resumes at its own checkpoint (64 of its 69 tokens)
+        const third = await greedy(warm, turn2);
+        expect(third.cached).toBe(64);
+        expect(third.tokens).toEqual(reference.tokens);
+      } finally {
+        cold.close();
+        warm.close();
       }
     } finally {
       m.close();

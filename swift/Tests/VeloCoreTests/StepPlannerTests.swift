@@ -8,11 +8,12 @@ import XCTest
 final class StepPlannerTests: XCTestCase {
     private var nextId = 0
 
+    /// `states`: a model with a recurrent state, and as many checkpoints for the cache.
     private func planner(pages: Int = 32, pageSize: Int = 4, sequences: Int = 4, tokens: Int = 64, context: Int = 64,
-                         cache: Bool = false) throws -> StepPlanner {
+                         cache: Bool = false, states: Int? = nil) throws -> StepPlanner {
         let pool = try PagePool(pageCount: pages, pageSize: pageSize, layers: 1, kvDim: 2)
         return StepPlanner(limits: .init(sequences: sequences, tokens: tokens, context: context), kv: pool,
-                           cache: cache ? RadixCache(pool: pool) : nil)
+                           cache: cache ? RadixCache(pool: pool, states: states ?? 0) : nil, stateSlots: states != nil)
     }
 
     private func seq(_ prompt: [Int32], embedding: Pooling? = nil) -> Sequence {
@@ -25,11 +26,12 @@ final class StepPlannerTests: XCTestCase {
 
     /// The pass's outputs applied by hand: each entry's positions computed, and every entry
     /// that reads logits takes `token` as its next (no guess kept).
-    private func ran(_ plan: StepPlan, token: Int32 = 99) {
+    private func ran(_ plan: StepPlan, token: Int32 = 99, in p: StepPlanner? = nil) {
         for e in plan.entries {
             e.seq.computed += e.advance
             e.seq.table.length = e.seq.computed
         }
+        p?.ran(plan)
         for e in plan.outputs { e.seq.tokens.append(token) }
     }
 
@@ -221,5 +223,121 @@ final class StepPlannerTests: XCTestCase {
         XCTAssertEqual(last.entries.first?.tokens, [4, 5], "its last token is prefill too")
         XCTAssertTrue(last.batch.logitRows.isEmpty)
         XCTAssertEqual(last.batch.hiddenRows, [0, 1])
+    }
+
+    // A model with a recurrent state: the cache resumes only at a checkpoint of it.
+
+    func testAPromptIsCheckpointedAtItsLastPageBoundaryAndAnotherResumesThere() throws {
+        let p = try planner(pageSize: 4, cache: true, states: 2)
+        let a = seq(length: 10)
+        p.submit(a)
+        var plan = p.schedule()
+        XCTAssertEqual(plan.entries.map(\.advance), [8], "the chunk stops at the last boundary before the last token")
+        XCTAssertEqual(plan.batch.stateSaves.map(\.slot), [a.stateSlot!])
+        XCTAssertTrue(plan.batch.stateLoads.isEmpty)
+        ran(plan, in: p)
+        XCTAssertEqual(p.cache!.statesHeld, 1, "the state after 8 tokens is indexed with their pages")
+        plan = p.schedule()
+        XCTAssertEqual(plan.entries.map(\.advance), [2])
+        XCTAssertTrue(plan.batch.stateSaves.isEmpty, "one checkpoint a prompt")
+        ran(plan, in: p)
+        finish(a, in: p)
+        XCTAssertNil(p.cache!.validate())
+        // the next turn: the same 8 tokens and more
+        let b = seq((0..<8).map { Int32($0) } + [50, 51, 52, 53, 54, 55, 56])
+        p.submit(b)
+        plan = p.schedule()
+        XCTAssertEqual(b.cachedTokens, 8)
+        XCTAssertEqual(plan.batch.stateLoads.map(\.slot), [b.stateSlot!], "its slot takes the checkpoint before the pass")
+        XCTAssertEqual(plan.entries.map(\.advance), [4], "then up to its own last boundary (12), checkpointed too")
+        XCTAssertEqual(plan.batch.stateSaves.count, 1)
+        ran(plan, in: p)
+        XCTAssertEqual(p.cache!.statesHeld, 2)
+        XCTAssertNil(b.restoreState, "loaded: unpinned")
+        XCTAssertNil(p.cache!.validate())
+    }
+
+    func testWherePromptsPartIsCheckpointedForTheNextThatSharesIt() throws {
+        let p = try planner(pageSize: 4, cache: true, states: 4)
+        // a system prompt of 8 tokens, then each request's own 6
+        let system = (0..<8).map { Int32($0) }
+        let a = seq(system + [40, 41, 42, 43, 44, 45])
+        p.submit(a)
+        ran(p.schedule(), in: p)
+        ran(p.schedule(), in: p)
+        finish(a, in: p) // checkpointed after 12 (its last boundary), which the others do not share
+        let b = seq(system + [50, 51, 52, 53, 54, 55])
+        p.submit(b)
+        var plan = p.schedule()
+        XCTAssertEqual(b.cachedTokens, 0, "the shared 8 have pages but no state")
+        XCTAssertEqual(plan.entries.map(\.advance), [8], "b stops where it parts from a, to save the state there")
+        ran(plan, in: p)
+        plan = p.schedule()
+        XCTAssertEqual(plan.entries.map(\.advance), [4], "then at its own last boundary")
+        XCTAssertEqual(plan.batch.stateSaves.count, 1)
+        ran(plan, in: p)
+        ran(p.schedule(), in: p)
+        finish(b, in: p)
+        let c = seq(system + [60, 61, 62])
+        p.submit(c)
+        plan = p.schedule()
+        XCTAssertEqual(c.cachedTokens, 8, "a third request with the system prompt resumes after it")
+        XCTAssertEqual(plan.batch.stateLoads.count, 1)
+        XCTAssertNil(p.cache!.validate())
+    }
+
+    func testPagesWithoutACheckpointAreNotResumed() throws {
+        let p = try planner(pageSize: 4, cache: true, states: 2)
+        let a = seq(length: 9)
+        p.submit(a)
+        ran(p.schedule(), in: p)
+        ran(p.schedule(), in: p)
+        finish(a, in: p) // its two pages in the tree, a checkpoint after the second
+        let noState = seq((0..<4).map { Int32($0) } + [70, 71, 72])
+        p.submit(noState)
+        _ = p.schedule()
+        XCTAssertEqual(noState.cachedTokens, 0, "its first page is cached, but no state was saved after it")
+    }
+
+    func testCheckpointsAreTakenFromTheLeastRecentlyUsedAndNeverFromOneAboutToLoad() throws {
+        let p = try planner(pageSize: 4, sequences: 4, cache: true, states: 1)
+        let a = seq(length: 6)
+        p.submit(a)
+        ran(p.schedule(), in: p)
+        ran(p.schedule(), in: p)
+        finish(a, in: p)
+        XCTAssertEqual(p.cache!.statesHeld, 1)
+        // b resumes at a's checkpoint (pinned) while c, admitted with it, finds none to take
+        let b = seq((0..<4).map { Int32($0) } + [60, 61])
+        let c = seq(length: 9, from: 200)
+        p.submit(b)
+        p.submit(c)
+        var plan = p.schedule()
+        XCTAssertEqual(plan.batch.stateLoads.count, 1)
+        XCTAssertTrue(plan.batch.stateSaves.isEmpty, "the only checkpoint is b's to load")
+        XCTAssertEqual(plan.entries.map(\.advance), [2, 9], "c's chunk is not cut")
+        ran(plan, in: p)
+        // once loaded, the same checkpoint may go to a new prompt's state
+        let d = seq(length: 9, from: 300)
+        p.submit(d)
+        plan = p.schedule()
+        XCTAssertEqual(plan.batch.stateSaves.count, 1)
+        ran(plan, in: p)
+        XCTAssertEqual(p.cache!.statesHeld, 1)
+        XCTAssertNil(p.cache!.validate())
+    }
+
+    func testAPreemptedOrCancelledSequenceGivesItsCheckpointsBack() throws {
+        let p = try planner(pageSize: 4, cache: true, states: 1)
+        let a = seq(length: 10)
+        p.submit(a)
+        let plan = p.schedule()
+        XCTAssertEqual(plan.batch.stateSaves.count, 1)
+        // the pass failed or the request was cancelled before it applied: the id goes back
+        a.finishedFlag = true
+        a.table.releaseAll(to: p.kv)
+        p.dropFinished()
+        XCTAssertEqual(p.cache!.statesHeld, 0)
+        XCTAssertNotNil(p.cache!.takeState(), "the id is free again")
     }
 }

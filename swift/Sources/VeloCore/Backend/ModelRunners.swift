@@ -33,7 +33,7 @@ struct ModelRunners {
             let mc = m.config
             return CPUForward(config: mc, ops: TransformerOps(config: mc, pool: pool, profiler: profiler),
                               ws: Workspace(config: mc, maxTokens: maxTokens, maxLogitRows: logitRows, maxContext: ctx, threads: pool.size,
-                                            sequences: seqs),
+                                            sequences: seqs, checkpoints: DeltaNetShape.checkpoints(mc, sequences: seqs, prefixCache: o.prefixCache)),
                               kv: view)
         }
         return ModelRunners(target: runner(model, kv: kv.view, logitRows: logitRows),

@@ -39,15 +39,11 @@ public final class Engine: @unchecked Sendable {
         let first = o.contextSize > 0 ? o.contextSize : 2048
         var model = try loadLanguageModel(file, contextSize: first)
         var draftModel = try draft.map { try loadLanguageModel($0, contextSize: first) }
-        // a recurrent state (DeltaNet layers) is not checkpointed yet: no prefix reuse, no guesses
-        // to roll back
-        var stateNote: String?
+        // a recurrent state (DeltaNet layers) cannot take back rejected guesses yet
         if model.config.deltaNet != nil || draftModel?.config.deltaNet != nil {
             guard o.spec.mode == .off else {
                 throw VeloError(.unsupported, "speculative decoding with a model that has a recurrent state (Gated DeltaNet layers) is not supported yet: leave out --spec and --draft")
             }
-            if o.prefixCache { stateNote = "the prefix cache is off: this model's recurrent state is not checkpointed yet, so every prompt is computed in full" }
-            o.prefixCache = false
         }
         var gpu = try openGPUDevice(o.backend, index: o.device)
         // what the GPU kernels cannot run yet runs on the CPU under auto, and is refused by name otherwise
@@ -58,7 +54,6 @@ public final class Engine: @unchecked Sendable {
         }
         var plan = try Engine.plan(&o, model: model, draft: o.spec.mode == .draft ? draftModel : nil, gpu: &gpu)
         if let lacking { plan.notes.insert("runs on the CPU: the GPU kernels lack \(lacking)", at: 0) }
-        if let stateNote { plan.notes.append(stateNote) }
         if o.contextSize != first {
             model = try loadLanguageModel(file, contextSize: o.contextSize)
             draftModel = try draft.map { try loadLanguageModel($0, contextSize: o.contextSize) }

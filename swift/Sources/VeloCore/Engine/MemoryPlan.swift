@@ -142,7 +142,8 @@ struct MemoryPlanner {
                 b += GPUForward.scratchBytes(device: gpu, model: m, maxTokens: tokens, maxLogitRows: rows, maxSequences: batch,
                                              maxContext: ctx, pageSize: options.pageSize)
             } else {
-                b += Workspace.bytes(config: m.config, maxTokens: tokens, maxLogitRows: rows, maxContext: ctx, threads: options.threads, sequences: batch)
+                b += Workspace.bytes(config: m.config, maxTokens: tokens, maxLogitRows: rows, maxContext: ctx, threads: options.threads, sequences: batch,
+                                     checkpoints: DeltaNetShape.checkpoints(m.config, sequences: batch, prefixCache: options.prefixCache))
             }
         }
         return b

@@ -48,7 +48,7 @@ final class Scheduler {
         self.plan = plan
         kv = try PagePool(pageCount: o.kvPages, pageSize: o.pageSize, layers: c.kvLayers, kvDim: c.kvDim,
                           typeK: o.cacheTypeK, typeV: o.cacheTypeV, hostStorage: gpu == nil)
-        cache = o.prefixCache ? RadixCache(pool: kv) : nil
+        cache = o.prefixCache ? RadixCache(pool: kv, states: DeltaNetShape.checkpoints(c, sequences: o.maxBatchSize, prefixCache: true)) : nil
         planner = StepPlanner(limits: .init(sequences: o.maxBatchSize, tokens: o.batchTokens, context: o.contextSize), kv: kv, cache: cache,
                               stateSlots: c.deltaNet != nil)
         profiler = Profiler(enabled: o.profile)
@@ -139,6 +139,7 @@ final class Scheduler {
             s.table.length = s.computed
             if s.generated == 0 { tokensPrefilled += e.advance }
         }
+        planner.ran(plan)
         if !plan.pooled.isEmpty {
             let hidden = runners.target.hiddenStates, dim = model.config.dim
             for (i, s) in plan.pooled.enumerated() { s.embedding!.add(hidden + i * dim) }
@@ -272,6 +273,7 @@ final class Scheduler {
         put("prefix_cache_tokens_served", cache?.cachedTokensServed ?? 0)
         put("prefix_cache_evictions", cache?.evictions ?? 0)
         put("prefix_cache_pages", cache?.pagesHeld ?? 0)
+        if let cache, cache.stateCapacity > 0 { put("prefix_cache_states", cache.statesHeld) }
         put("kv_pages_shared", cache?.pagesShared ?? 0)
         pairs.append(("profile_ms", profiler.enabled ? profiler.json : .null))
         pairs.append(("grammar", selector.grammarStats.json))

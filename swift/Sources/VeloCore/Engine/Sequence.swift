@@ -30,6 +30,15 @@ final class Sequence {
     var table = BlockTable()
     /// Its recurrent-state slot while running (models with DeltaNet layers; nil otherwise).
     var stateSlot: Int?
+    /// The prefix cache's checkpoint its slot takes before its first pass (a cached prefix of a
+    /// model with a recurrent state), pinned until then.
+    var restoreState: Int32?
+    /// The checkpoint its slot's state goes to once `at` tokens are computed (a page boundary
+    /// the cache then indexes with it).
+    var saveState: (id: Int32, at: Int)?
+    /// Where its prompt parts from one cached before, when no state was saved there: a
+    /// checkpoint goes there too (the shared part of later prompts ends there as well).
+    var branchPoint: Int?
     /// Tokens whose K/V are in the pages.
     var computed = 0
     /// Tokens reused from a cache instead of computed.

@@ -42,6 +42,7 @@ struct StepPlan {
         let seqIndex = batch.tables.count
         batch.tables.append(e.seq.table)
         batch.stateSlots.append(e.seq.stateSlot ?? -1)
+        if let cp = e.seq.restoreState { batch.stateLoads.append((Int(cp), e.seq.stateSlot!)) }
         for (k, t) in e.tokens.enumerated() {
             batch.tokens.append(t)
             batch.positions.append(e.seq.computed + k)
@@ -108,6 +109,9 @@ final class StepPlanner {
     private func releaseSlot(_ s: Sequence) {
         if let slot = s.stateSlot { freeSlots.append(slot) }
         s.stateSlot = nil
+        if let cp = s.restoreState { cache?.unpin(cp) }
+        if let save = s.saveState { cache?.returnState(save.id) }
+        (s.restoreState, s.saveState, s.branchPoint) = (nil, nil, nil)
     }
 
     /// The step: admission, then the batch. `guesses` are the proposer's, for sequences that
@@ -128,8 +132,14 @@ final class StepPlanner {
         }
         // prompt chunks; an embedding's prompt is all prefill, its last token included
         for s in running where (s.pending > 1 || s.embedding != nil) && budget > 0 {
-            let n = min(s.pending, budget)
+            var n = min(s.pending, budget)
             guard reservePages(for: s, count: n, protecting: fed, &plan) else { continue }
+            if let boundary = checkpointBoundary(s, chunk: n), let id = cache?.takeState() {
+                // the chunk ends there, and the state after it goes to the cache with its pages
+                n = boundary - s.computed
+                s.saveState = (id, boundary)
+                plan.batch.stateSaves.append((s.stateSlot!, Int(id)))
+            }
             let wantsLogits = s.embedding == nil && n == s.pending
             plan.add(.init(seq: s, tokens: Array(s.tokens[s.computed..<s.computed + n]), advance: n,
                            firstLogitRow: wantsLogits ? plan.batch.logitRows.count : nil), logitRows: wantsLogits ? 1 : 0)
@@ -226,13 +236,48 @@ final class StepPlanner {
         waiting.insert(s, at: 0)
     }
 
+    /// For a model with a recurrent state: the next page boundary this chunk of `n` reaches
+    /// where the state is worth saving: where the prompt parts from a cached one (what the two
+    /// share, a system prompt, may start a third), then the last boundary before its last token
+    /// (a longer prompt that starts with this one, as a conversation's next turn does, resumes
+    /// there).
+    private func checkpointBoundary(_ s: Sequence, chunk n: Int) -> Int? {
+        guard usesStateSlots, cache != nil, s.embedding == nil, s.saveState == nil else { return nil }
+        let last = (s.tokens.count - 1) / kv.pageSize * kv.pageSize
+        return [s.branchPoint, last].compactMap { $0 }.first { $0 > s.computed && s.computed + n >= $0 }
+    }
+
+    /// What the pass did to the sequences' checkpoints: loaded states are unpinned, saved ones
+    /// indexed with their prefix's pages (after `computed` has advanced).
+    func ran(_ plan: StepPlan) {
+        for e in plan.entries {
+            let s = e.seq
+            if let cp = s.restoreState {
+                cache?.unpin(cp)
+                s.restoreState = nil
+            }
+            if let save = s.saveState, s.computed == save.at, let cache {
+                cache.insert(Array(s.tokens[..<save.at]), pages: Array(s.table.pages[..<(save.at / kv.pageSize)]), state: save.id)
+                s.saveState = nil
+            }
+        }
+    }
+
     /// Starts a sequence on the longest cached prefix of its tokens (whole pages, leaving at
-    /// least one token to compute so there are logits to sample from).
+    /// least one token to compute so there are logits to sample from); with a recurrent state,
+    /// the longest that ends at a checkpoint, which its slot loads before its first pass.
     private func reuseCachedPrefix(for s: Sequence) {
         guard let cache, s.computed == 0, s.table.pages.isEmpty else { return }
         // the cache keeps K/V, not hidden states: only last-token pooling may skip positions
-        if let e = s.embedding, e.pooling != .last { return }
-        let pages = cache.match(s.tokens, limit: s.tokens.count - 1)
+        if let e = s.embedding, e.pooling != .last || usesStateSlots { return }
+        let pages: [Int32]
+        if usesStateSlots {
+            let cached: Int
+            (pages, s.restoreState, cached) = cache.matchWithState(s.tokens, limit: s.tokens.count - 1)
+            s.branchPoint = cached > pages.count ? cached * kv.pageSize : nil
+        } else {
+            pages = cache.match(s.tokens, limit: s.tokens.count - 1)
+        }
         for p in pages { kv.retain(p) }
         s.table.pages = pages
         s.computed = pages.count * kv.pageSize

@@ -42,6 +42,7 @@ enum PrefixFile {
 
     static func save(_ tokens: [Int32], scheduler: Scheduler, modelTag: UInt64, path: String) throws -> Int {
         guard let cache = scheduler.cache else { throw VeloError(.invalidArgument, "the prefix cache is turned off") }
+        try refuseRecurrent(cache)
         let pool = scheduler.kv
         let nodes = cache.path(for: tokens)
         guard !nodes.isEmpty else {
@@ -62,8 +63,17 @@ enum PrefixFile {
         return nodes.count * pool.pageSize
     }
 
+    /// A prefix file holds K/V pages only: without the state after them, a model with a
+    /// recurrent state could not resume there.
+    private static func refuseRecurrent(_ cache: RadixCache) throws {
+        guard cache.stateCapacity == 0 else {
+            throw VeloError(.unsupported, "prefix files do not hold a recurrent state yet, which this model (Gated DeltaNet layers) needs to resume a prefix")
+        }
+    }
+
     static func load(_ path: String, scheduler: Scheduler, modelTag: UInt64) throws -> Int {
         guard let cache = scheduler.cache else { throw VeloError(.invalidArgument, "the prefix cache is turned off") }
+        try refuseRecurrent(cache)
         let pool = scheduler.kv
         let file = try MappedFile(path: path)
         guard let base = file.base, file.size >= 32 else { throw VeloError(.invalidFile, "\(path): not a Velo prefix file (too short)") }

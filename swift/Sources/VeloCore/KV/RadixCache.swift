@@ -3,6 +3,12 @@
 /// token prefix whose K/V are already computed. The tree holds one pool reference per page;
 /// sequences that use a page hold their own. Partly filled pages are never indexed, so a
 /// sequence only ever writes into pages it owns alone.
+///
+/// A model with a recurrent state (DeltaNet layers) can resume only where that state was saved:
+/// a node may hold a checkpoint, the state after every token down to its page, and such a
+/// model's matches end at the deepest node that has one (`matchWithState`). Checkpoints are few
+/// and large, so they come from a fixed set of ids; when none is free the least recently used
+/// one no sequence is about to load is dropped (its node keeps its page).
 public final class RadixCache {
     final class Node {
         let tokens: [Int32]
@@ -10,6 +16,8 @@ public final class RadixCache {
         weak var parent: Node?
         var children: [[Int32]: Node] = [:]
         var lastUse: UInt64 = 0
+        /// The checkpoint of the state after this node's page (-1: none).
+        var state: Int32 = -1
 
         init(tokens: [Int32], page: Int32, parent: Node?) {
             self.tokens = tokens
@@ -27,9 +35,16 @@ public final class RadixCache {
     public private(set) var misses = 0
     public private(set) var cachedTokensServed = 0
     public private(set) var evictions = 0
+    /// Checkpoint ids no node holds and no sequence has taken.
+    private var freeStates: [Int32]
+    /// Checkpoints a sequence is to load (their nodes may not drop them), with how many.
+    private var pinned: [Int32: Int] = [:]
+    public let stateCapacity: Int
 
-    public init(pool: PagePool) {
+    public init(pool: PagePool, states: Int = 0) {
         self.pool = pool
+        stateCapacity = states
+        freeStates = (0..<Int32(states)).reversed()
     }
 
     var pageSize: Int { pool.pageSize }
@@ -49,6 +64,64 @@ public final class RadixCache {
         }
         if pages.isEmpty { misses += 1 } else { hits += 1; cachedTokensServed += at }
         return pages
+    }
+
+    /// The longest cached prefix of `tokens` (at most `limit`) that ends at a checkpoint: its
+    /// pages and the checkpoint, pinned until `unpin` (the caller loads it into its state);
+    /// `cachedPages`: how far the cached pages went, checkpoint or not (where this prompt
+    /// parts from one cached before).
+    func matchWithState(_ tokens: [Int32], limit: Int) -> (pages: [Int32], state: Int32?, cachedPages: Int) {
+        clock += 1
+        var node = root, pages: [Int32] = [], at = 0
+        var best: (pages: Int, state: Int32)?
+        while at + pageSize <= min(limit, tokens.count), let child = node.children[Array(tokens[at..<at + pageSize])] {
+            child.lastUse = clock
+            pages.append(child.page)
+            if child.state >= 0 { best = (pages.count, child.state) }
+            node = child
+            at += pageSize
+        }
+        guard let best else {
+            misses += 1
+            return ([], nil, pages.count)
+        }
+        hits += 1
+        cachedTokensServed += best.pages * pageSize
+        pinned[best.state, default: 0] += 1
+        return (Array(pages[..<best.pages]), best.state, pages.count)
+    }
+
+    func unpin(_ state: Int32) {
+        pinned[state]! -= 1
+        if pinned[state] == 0 { pinned[state] = nil }
+    }
+
+    /// A checkpoint id for a state about to be saved: a free one, else the least recently used
+    /// node's that is not pinned (nil when every one is).
+    func takeState() -> Int32? {
+        if let id = freeStates.popLast() { return id }
+        var oldest: Node?
+        var stack = [root]
+        while let n = stack.popLast() {
+            if n.state >= 0, pinned[n.state] == nil, oldest.map({ n.lastUse < $0.lastUse }) ?? true { oldest = n }
+            stack.append(contentsOf: n.children.values)
+        }
+        guard let oldest else { return nil }
+        defer { oldest.state = -1 }
+        return oldest.state
+    }
+
+    /// Gives back a checkpoint taken and not attached (its sequence ended first).
+    func returnState(_ id: Int32) { freeStates.append(id) }
+
+    /// Indexes a prefix's full pages with the checkpoint of the state after them (`tokens` a
+    /// whole number of pages). A node that has a state already keeps it and the id goes back.
+    func insert(_ tokens: [Int32], pages: [Int32], state: Int32) {
+        precondition(tokens.count % pageSize == 0 && tokens.count / pageSize == pages.count, "a checkpoint off a page boundary")
+        insert(tokens, pages: pages)
+        var node = root
+        for i in 0..<pages.count { node = node.children[Array(tokens[i * pageSize..<(i + 1) * pageSize])]! }
+        if node.state >= 0 { freeStates.append(state) } else { node.state = state }
     }
 
     /// Indexes the full pages of a sequence's computed prefix. Pages already indexed under the
@@ -102,7 +175,20 @@ public final class RadixCache {
     private func remove(_ leaf: Node) {
         leaf.parent?.children[leaf.tokens] = nil
         pool.release(leaf.page)
+        // (a pinned state's node holds a page its sequence also holds: never a candidate)
+        if leaf.state >= 0 { freeStates.append(leaf.state) }
         nodeCount -= 1
+    }
+
+    /// Checkpoints the tree holds.
+    public var statesHeld: Int {
+        var held = 0
+        var stack = [root]
+        while let n = stack.popLast() {
+            if n.state >= 0 { held += 1 }
+            stack.append(contentsOf: n.children.values)
+        }
+        return held
     }
 
     private func leaves() -> [Node] {
@@ -141,9 +227,11 @@ public final class RadixCache {
     }
 
     /// Checks the tree's invariants (for tests): every node's page is live and referenced by
-    /// the tree, no page appears twice, and parents link back.
+    /// the tree, no page appears twice, parents link back, and no checkpoint is both held and
+    /// free, or held twice.
     public func validate() -> String? {
-        var seen = Set<Int32>()
+        var seen = Set<Int32>(), states = Set(freeStates)
+        if states.count != freeStates.count { return "a checkpoint is free twice" }
         var stack = [root]
         var count = 0
         while let n = stack.popLast() {
@@ -152,6 +240,7 @@ public final class RadixCache {
                 if key != child.tokens || key.count != pageSize { return "edge label mismatch" }
                 if pool.refcount(child.page) < 1 { return "page \(child.page) is in the tree but free" }
                 if !seen.insert(child.page).inserted { return "page \(child.page) appears twice" }
+                if child.state >= 0, !states.insert(child.state).inserted { return "checkpoint \(child.state) is held twice, or held and free" }
                 count += 1
                 stack.append(child)
             }

@@ -25,6 +25,14 @@ public struct DeltaNetShape: Sendable, Equatable {
     /// each value head's state × state matrix.
     var stateFloats: Int { (conv - 1) * convDim + vHeads * state * state }
     var count: Int { layers.filter { $0 }.count }
+    /// Floats of one sequence's whole state (every DeltaNet layer's): a slot, or a checkpoint.
+    var slotFloats: Int { count * stateFloats }
+
+    /// How many states the prefix cache may keep (each the state after a cached prefix): two a
+    /// running sequence and two more, none without the cache.
+    static func checkpoints(_ c: ModelConfig, sequences: Int, prefixCache: Bool) -> Int {
+        c.deltaNet != nil && prefixCache ? 2 * sequences + 2 : 0
+    }
 }
 
 /// One DeltaNet layer's weights, as llama.cpp's qwen35 loader names them.
@@ -61,25 +69,31 @@ struct DeltaNetLayer {
 }
 
 /// The CPU's DeltaNet buffers: every sequence slot's recurrent state (`DeltaNetShape.stateFloats`
-/// per DeltaNet layer, in float32), and one pass's projections.
+/// per DeltaNet layer, in float32), the prefix cache's checkpoints of states, and one pass's
+/// projections.
 struct DeltaNetScratch {
     let shape: DeltaNetShape
     /// [slot][layer][stateFloats]
     let states: UnsafeMutablePointer<Float>
     let sequences: Int
+    /// [checkpoint][layer][stateFloats]
+    let checkpoints: UnsafeMutablePointer<Float>
+    let checkpointCount: Int
     /// One pass's rows: the Q|K|V channels (convolved in place), z, beta, alpha, the output.
     let qkv, z, beta, alpha, out: UnsafeMutablePointer<Float>
 
-    init?(_ c: ModelConfig, maxTokens: Int, sequences: Int) {
+    init?(_ c: ModelConfig, maxTokens: Int, sequences: Int, checkpoints: Int) {
         guard let d = c.deltaNet else { return nil }
         shape = d
         self.sequences = sequences
+        checkpointCount = checkpoints
         func buf(_ n: Int) -> UnsafeMutablePointer<Float> {
             let p = UnsafeMutablePointer<Float>.allocate(capacity: max(n, 1))
             p.initialize(repeating: 0, count: max(n, 1))
             return p
         }
-        states = buf(sequences * d.count * d.stateFloats)
+        states = buf(sequences * d.slotFloats)
+        self.checkpoints = buf(checkpoints * d.slotFloats)
         qkv = buf(maxTokens * d.convDim)
         z = buf(maxTokens * d.valueDim)
         beta = buf(maxTokens * d.vHeads)
@@ -87,9 +101,9 @@ struct DeltaNetScratch {
         out = buf(maxTokens * d.valueDim)
     }
 
-    static func floats(_ c: ModelConfig, maxTokens: Int, sequences: Int) -> Int {
+    static func floats(_ c: ModelConfig, maxTokens: Int, sequences: Int, checkpoints: Int) -> Int {
         guard let d = c.deltaNet else { return 0 }
-        return sequences * d.count * d.stateFloats + maxTokens * (d.convDim + 2 * d.valueDim + 2 * d.vHeads)
+        return (sequences + checkpoints) * d.slotFloats + maxTokens * (d.convDim + 2 * d.valueDim + 2 * d.vHeads)
     }
 
     /// Slot `slot`'s state in DeltaNet layer `layer`.
@@ -98,8 +112,20 @@ struct DeltaNetScratch {
         return states + (slot * shape.count + layer) * shape.stateFloats
     }
 
+    /// Copies a slot's whole state into a checkpoint (`save`) or back (`load`): the batch's
+    /// `stateSaves` after its pass, its `stateLoads` before.
+    func save(slot: Int, to checkpoint: Int) {
+        precondition(slot >= 0 && slot < sequences && checkpoint >= 0 && checkpoint < checkpointCount, "state slot \(slot), checkpoint \(checkpoint)")
+        (checkpoints + checkpoint * shape.slotFloats).update(from: states + slot * shape.slotFloats, count: shape.slotFloats)
+    }
+
+    func load(_ checkpoint: Int, into slot: Int) {
+        precondition(slot >= 0 && slot < sequences && checkpoint >= 0 && checkpoint < checkpointCount, "state slot \(slot), checkpoint \(checkpoint)")
+        (states + slot * shape.slotFloats).update(from: checkpoints + checkpoint * shape.slotFloats, count: shape.slotFloats)
+    }
+
     func deallocate() {
-        for p in [states, qkv, z, beta, alpha, out] { p.deallocate() }
+        for p in [states, checkpoints, qkv, z, beta, alpha, out] { p.deallocate() }
     }
 }
 

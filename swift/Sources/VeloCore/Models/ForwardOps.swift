@@ -166,6 +166,7 @@ final class CPUForward: ForwardOps {
     func begin(_ batch: ForwardBatch) throws {
         precondition(batch.count <= ws.maxTokens, "batch of \(batch.count) tokens over the workspace's \(ws.maxTokens)")
         self.batch = batch
+        for (checkpoint, slot) in batch.stateLoads { ws.deltaNet!.load(checkpoint, into: slot) }
         ropeTables = ops.profiler.measure(.rope) { config.ropes.map { ops.ropeTable($0, positions: batch.positions) } }
     }
 
@@ -293,5 +294,8 @@ final class CPUForward: ForwardOps {
         }
     }
 
-    func finish() throws -> UnsafeMutablePointer<Float> { ws.logits }
+    func finish() throws -> UnsafeMutablePointer<Float> {
+        for (slot, checkpoint) in batch.stateSaves { ws.deltaNet!.save(slot: slot, to: checkpoint) }
+        return ws.logits
+    }
 }

@@ -11,6 +11,11 @@ public struct ForwardBatch {
     public var tables: [BlockTable] = []
     /// Each sequence's recurrent-state slot (models with DeltaNet layers), beside `tables`.
     public var stateSlots: [Int] = []
+    /// Recurrent states copied from the prefix cache's checkpoints into slots before the pass
+    /// (sequences resuming a cached prefix), and from slots into checkpoints after it (a prompt
+    /// computed up to a page boundary the cache indexes).
+    var stateLoads: [(checkpoint: Int, slot: Int)] = []
+    var stateSaves: [(slot: Int, checkpoint: Int)] = []
     /// Batch rows whose logits are wanted, in output order.
     public var logitRows: [Int] = []
     /// Batch rows whose final-norm hidden states are wanted (embeddings), in output order.
@@ -41,7 +46,7 @@ final class Workspace {
     let scores: UnsafeMutablePointer<Float>
     let scoreStride: Int
 
-    init(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int, sequences: Int = 1) {
+    init(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int, sequences: Int = 1, checkpoints: Int = 0) {
         self.maxTokens = maxTokens
         func buf(_ n: Int) -> UnsafeMutablePointer<Float> {
             let p = UnsafeMutablePointer<Float>.allocate(capacity: max(n, 1))
@@ -58,7 +63,7 @@ final class Workspace {
         up = buf(maxTokens * c.hiddenWidth)
         logits = buf(maxLogitRows * c.vocabSize)
         experts = ExpertScratch(c, maxTokens: maxTokens)
-        deltaNet = DeltaNetScratch(c, maxTokens: maxTokens, sequences: sequences)
+        deltaNet = DeltaNetScratch(c, maxTokens: maxTokens, sequences: sequences, checkpoints: checkpoints)
         let widest = max(c.dim, c.qDim, c.hiddenWidth, c.deltaNet?.valueDim ?? 0)
         // F32 activations are the largest format: 4 bytes per element, plus block headroom.
         quantStride = (widest * 4 + 63) / 64 * 64
@@ -68,11 +73,11 @@ final class Workspace {
     }
 
     /// Bytes a workspace of these sizes takes (the fit check, before one is made).
-    static func bytes(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int, sequences: Int = 1) -> Int {
+    static func bytes(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int, sequences: Int = 1, checkpoints: Int = 0) -> Int {
         let widest = max(c.dim, c.qDim, c.hiddenWidth, c.deltaNet?.valueDim ?? 0)
         let floats = maxTokens * (2 * c.dim + 2 * c.qDim + 2 * c.kvDim + 2 * c.hiddenWidth) + maxLogitRows * c.vocabSize
             + (maxContext + 15) / 16 * 16 * threads * (c.heads / max(c.kvHeads, 1)) + ExpertScratch.floats(c, maxTokens: maxTokens)
-            + DeltaNetScratch.floats(c, maxTokens: maxTokens, sequences: sequences)
+            + DeltaNetScratch.floats(c, maxTokens: maxTokens, sequences: sequences, checkpoints: checkpoints)
         return floats * 4 + (widest * 4 + 63) / 64 * 64 * maxTokens
     }
 

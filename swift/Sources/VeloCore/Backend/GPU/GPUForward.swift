@@ -563,6 +563,7 @@ final class GPUForward: ForwardOps {
 
     func begin(_ batch: ForwardBatch) throws {
         precondition(batch.count <= maxTokens && batch.logitRows.count <= maxLogitRows, "batch larger than the GPU workspace")
+        precondition(batch.stateLoads.isEmpty && batch.stateSaves.isEmpty, "recurrent states on a GPU (GPUForward.lacking refuses such models)")
         if !batch.hiddenRows.isEmpty && hiddenBuffer == nil {
             hiddenBuffer = try device.makeBuffer(bytes: maxTokens * config.dim * 4, memory: .readback, label: "hidden states")
         }
