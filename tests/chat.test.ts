@@ -38,9 +38,16 @@ describe("chat templates", () => {
     // Gemma refuses a system role: it is folded into the first user turn
     ["google-gemma-2-2b-it.jinja", /^<bos><start_of_turn>user\nYou are terse\.\n\nHi there<end_of_turn>\n<start_of_turn>model\nHello\.<end_of_turn>/, "<start_of_turn>model\n"],
     ["microsoft-Phi-3.5-mini-instruct.jinja", /<\|system\|>\nYou are terse\.<\|end\|>\n<\|user\|>\nHi there<\|end\|>\n<\|assistant\|>\nHello\.<\|end\|>/, "<|assistant|>\n"],
+    // the 2026 families' own templates (as llama.cpp's models/templates keeps them): gpt-oss's
+    // Harmony (its system header with today's date, the system prompt as the developer's
+    // instructions, answers in the final channel), Qwen3.5's (the generation prompt opens its
+    // thinking), Gemma 4's (an empty thought channel opens the model's turn)
+    ["openai-gpt-oss-120b.jinja", /^<\|start\|>system<\|message\|>You are ChatGPT, a large language model trained by OpenAI\.\nKnowledge cutoff: 2024-06\nCurrent date: \d{4}-\d\d-\d\d\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final\. Channel must be included for every message\.<\|end\|><\|start\|>developer<\|message\|># Instructions\n\nYou are terse\.\n\n<\|end\|><\|start\|>user<\|message\|>Hi there<\|end\|><\|start\|>assistant<\|channel\|>final<\|message\|>Hello\.<\|end\|>/, "<|start|>assistant"],
+    ["Qwen3.5-4B.jinja", /^<\|im_start\|>system\nYou are terse\.<\|im_end\|>\n<\|im_start\|>user\nHi there<\|im_end\|>\n<\|im_start\|>assistant\nHello\.<\|im_end\|>/, "<|im_start|>assistant\n<think>\n"],
+    ["google-gemma-4-31B-it.jinja", /^<bos><\|turn>system\nYou are terse\.<turn\|>\n<\|turn>user\nHi there<turn\|>\n<\|turn>model\nHello\.<turn\|>/, "<|turn>model\n<|channel>thought\n<channel|>"],
   ];
   for (const [file, turns, opening] of formats) {
-    test(`${file.split("-")[0]}'s format`, () => {
+    test(`${file.replace(/\.jinja$/, "")}'s format`, () => {
       const t = new ChatTemplate(readFileSync(join(dataDir, "templates", file), "utf8"), { bosToken: "<bos>", eosToken: "<eos>" });
       const out = t.render(messages);
       expect(out).toMatch(turns);
