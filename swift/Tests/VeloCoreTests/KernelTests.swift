@@ -495,6 +495,18 @@ final class KernelTests: XCTestCase {
                     let gd = Double(g[i]), want = gd / (1 + exp(-gd)) * Double(w[i])
                     XCTAssertEqual(Double(y[i]), want, accuracy: 2e-6 * max(1, abs(want)), "\(msg) swiglu(\(g[i]))")
                 }
+                // gpt-oss's clamped SwiGLU (ggml's swiglu_oai): gates above the limit and ups
+                // outside ±limit are clamped (the 12× gates and 8× ups cross 7 often), α = 1.702
+                let u = w.map { $0 * 8 }
+                ck_swiglu_clamped(g, u, &y, Int64(n), 1.702, 7)
+                var clamped = 0
+                for i in 0..<n {
+                    let gd = min(Double(g[i]), 7), ud = min(max(Double(u[i]), -7), 7)
+                    if Double(g[i]) > 7 || abs(Double(u[i])) > 7 { clamped += 1 }
+                    let want = gd / (1 + exp(-1.702 * gd)) * (ud + 1)
+                    XCTAssertEqual(Double(y[i]), want, accuracy: 2e-6 * max(1, abs(want)), "\(msg) swiglu_clamped(\(g[i]), \(u[i]))")
+                }
+                if n > 3 { XCTAssertGreaterThan(clamped, 0, "\(msg): no value reached the clamp") }
                 // geglu: tanh-approximated GELU (ggml_gelu's formula), the same gates
                 ck_geglu(g, w, &y, Int64(n))
                 for i in 0..<n {
