@@ -99,6 +99,30 @@ describe("qwen35 in the engine", () => {
     }
   }, SLOW);
 
+  test("preempted under KV pressure and resumed, with the prefix cache on, each sequence still gets its own tokens", async () => {
+    const file = synthModel("qwen35", "q8_0");
+    // three short prompts (one page each, all admitted at once) that grow to 3 pages of 16 each
+    const prompts = PROMPTS.map((p, i) => p.slice(0, 5 + i)), n = 40;
+    const alone = await runVelo(file, prompts, { nGen: n, top: 1, ctx: 512, threads: 2, backend: "cpu" });
+    const m = Model.open(file);
+    try {
+      // 9 pages' worth in a pool of 4: preemptions, and recomputes that may resume at the
+      // checkpoints their earlier passes saved
+      const e = Engine.create(m, { ctxSize: 512, threads: 2, backend: "cpu", maxBatchSize: 3, kvPages: 4, pageSize: 16 });
+      try {
+        const runs = await Promise.all(prompts.map((p) => e.submit({ promptTokens: p, maxTokens: n, temperature: 0, ignoreEos: true }).collect()));
+        expect(runs.map((r) => r.tokens)).toEqual(alone.map((r) => r.tokens));
+        const stats = e.stats() as Record<string, number>;
+        expect(stats.preemptions).toBeGreaterThan(0);
+        expect(stats.running).toBe(0);
+      } finally {
+        e.close();
+      }
+    } finally {
+      m.close();
+    }
+  }, SLOW);
+
   test("speculative decoding and the GPU backends are refused by name", () => {
     const m = Model.open(synthModel("qwen35", "q8_0"));
     try {

@@ -173,7 +173,7 @@ final class NewQuantTypeTests: XCTestCase {
     }
 
     /// (4352: past the AMX kernels' K-chunk of 4096 values)
-    func lengths(_ t: Int32) -> [Int] { Self.layout(t).block == 32 ? [32, 96, 224, 256] : [256, 512, 768, 4352] }
+    func lengths(_ t: Int32) -> [Int] { Self.layout(t).block == 32 ? [32, 96, 224, 256, 2880] : [256, 512, 768, 4352] }
 
     func isaLevels() -> [(level: Int32, name: String)] {
         var seen = Set<String>(), out: [(Int32, String)] = []
