@@ -40,10 +40,8 @@ public final class Engine: @unchecked Sendable {
         var model = try loadLanguageModel(file, contextSize: first)
         var draftModel = try draft.map { try loadLanguageModel($0, contextSize: first) }
         // a recurrent state (DeltaNet layers) cannot take back rejected guesses yet
-        if model.config.deltaNet != nil || draftModel?.config.deltaNet != nil {
-            guard o.spec.mode == .off else {
-                throw VeloError(.unsupported, "speculative decoding with a model that has a recurrent state (Gated DeltaNet layers) is not supported yet: leave out --spec and --draft")
-            }
+        guard o.spec.mode == .off || (model.config.deltaNet == nil && draftModel?.config.deltaNet == nil) else {
+            throw VeloError(.unsupported, "speculative decoding with a model that has a recurrent state (Gated DeltaNet layers) is not supported yet: leave out --spec and --draft")
         }
         var gpu = try openGPUDevice(o.backend, index: o.device)
         // what the GPU kernels cannot run yet runs on the CPU under auto, and is refused by name otherwise

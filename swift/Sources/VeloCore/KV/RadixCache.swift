@@ -49,20 +49,25 @@ public final class RadixCache {
 
     var pageSize: Int { pool.pageSize }
 
-    /// The longest cached prefix of `tokens`, at most `limit` tokens, as page ids. The caller
-    /// takes its own reference on each page (`pool.retain`) before using them.
-    public func match(_ tokens: [Int32], limit: Int) -> [Int32] {
-        clock += 1
-        var node = root
-        var pages: [Int32] = []
-        var at = 0
+    /// The nodes of the longest cached prefix of `tokens`, at most `limit` tokens, in order;
+    /// `touch`: they count as used now (a match, not a look).
+    private func walk(_ tokens: [Int32], limit: Int, touch: Bool) -> [Node] {
+        if touch { clock += 1 }
+        var node = root, out: [Node] = [], at = 0
         while at + pageSize <= min(limit, tokens.count), let child = node.children[Array(tokens[at..<at + pageSize])] {
-            child.lastUse = clock
-            pages.append(child.page)
+            if touch { child.lastUse = clock }
+            out.append(child)
             node = child
             at += pageSize
         }
-        if pages.isEmpty { misses += 1 } else { hits += 1; cachedTokensServed += at }
+        return out
+    }
+
+    /// The longest cached prefix of `tokens`, at most `limit` tokens, as page ids. The caller
+    /// takes its own reference on each page (`pool.retain`) before using them.
+    public func match(_ tokens: [Int32], limit: Int) -> [Int32] {
+        let pages = walk(tokens, limit: limit, touch: true).map(\.page)
+        if pages.isEmpty { misses += 1 } else { hits += 1; cachedTokensServed += pages.count * pageSize }
         return pages
     }
 
@@ -71,24 +76,16 @@ public final class RadixCache {
     /// `cachedPages`: how far the cached pages went, checkpoint or not (where this prompt
     /// parts from one cached before).
     func matchWithState(_ tokens: [Int32], limit: Int) -> (pages: [Int32], state: Int32?, cachedPages: Int) {
-        clock += 1
-        var node = root, pages: [Int32] = [], at = 0
-        var best: (pages: Int, state: Int32)?
-        while at + pageSize <= min(limit, tokens.count), let child = node.children[Array(tokens[at..<at + pageSize])] {
-            child.lastUse = clock
-            pages.append(child.page)
-            if child.state >= 0 { best = (pages.count, child.state) }
-            node = child
-            at += pageSize
-        }
-        guard let best else {
+        let nodes = walk(tokens, limit: limit, touch: true)
+        guard let last = nodes.lastIndex(where: { $0.state >= 0 }) else {
             misses += 1
-            return ([], nil, pages.count)
+            return ([], nil, nodes.count)
         }
         hits += 1
-        cachedTokensServed += best.pages * pageSize
-        pinned[best.state, default: 0] += 1
-        return (Array(pages[..<best.pages]), best.state, pages.count)
+        cachedTokensServed += (last + 1) * pageSize
+        let state = nodes[last].state
+        pinned[state, default: 0] += 1
+        return (nodes[...last].map(\.page), state, nodes.count)
     }
 
     func unpin(_ state: Int32) {
@@ -118,15 +115,16 @@ public final class RadixCache {
     /// whole number of pages). A node that has a state already keeps it and the id goes back.
     func insert(_ tokens: [Int32], pages: [Int32], state: Int32) {
         precondition(tokens.count % pageSize == 0 && tokens.count / pageSize == pages.count, "a checkpoint off a page boundary")
-        insert(tokens, pages: pages)
-        var node = root
-        for i in 0..<pages.count { node = node.children[Array(tokens[i * pageSize..<(i + 1) * pageSize])]! }
+        let node = indexed(tokens, pages: pages)
         if node.state >= 0 { freeStates.append(state) } else { node.state = state }
     }
 
     /// Indexes the full pages of a sequence's computed prefix. Pages already indexed under the
     /// same tokens stay as they are (the sequence's copy is simply not shared).
-    public func insert(_ tokens: [Int32], pages: [Int32]) {
+    public func insert(_ tokens: [Int32], pages: [Int32]) { _ = indexed(tokens, pages: pages) }
+
+    /// `insert`, returning the node of the last full page (the root when there is none).
+    private func indexed(_ tokens: [Int32], pages: [Int32]) -> Node {
         clock += 1
         var node = root
         let full = min(tokens.count / pageSize, pages.count)
@@ -144,6 +142,7 @@ public final class RadixCache {
             nodeCount += 1
             node = child
         }
+        return node
     }
 
     /// Frees up to `pages` pages by dropping least-recently used leaves that no sequence
@@ -215,15 +214,7 @@ public final class RadixCache {
 
     /// Every (tokens, page) on the path of a prefix, for saving it.
     func path(for tokens: [Int32]) -> [(tokens: [Int32], page: Int32)] {
-        var node = root
-        var out: [(tokens: [Int32], page: Int32)] = []
-        var at = 0
-        while at + pageSize <= tokens.count, let child = node.children[Array(tokens[at..<at + pageSize])] {
-            out.append((child.tokens, child.page))
-            node = child
-            at += pageSize
-        }
-        return out
+        walk(tokens, limit: tokens.count, touch: false).map { ($0.tokens, $0.page) }
     }
 
     /// Checks the tree's invariants (for tests): every node's page is live and referenced by
