@@ -205,6 +205,8 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     // than the model), windows of 128 on every other layer, YaRN ×32 over 4096 (its o200k
     // vocabulary is not in tests/data: llama3's stands in, so the output matrix is smaller)
     "20b": { dim: 2880, ffn: 2880, layers: 24, heads: 64, kvHeads: 8, headDim: 64, ropeBase: 150000, ctx: 131072, vocab: LLAMA3_VOCAB, swa: 128, yarn: 32, origCtx: 4096, experts: { count: 32, used: 4, ffn: 2880 } },
+    // one layer of it with 4 experts, all used (bench/RESULTS.md: what MXFP4's Q8_0 activations cost)
+    "20b_1l": { dim: 2880, ffn: 2880, layers: 1, heads: 64, kvHeads: 8, headDim: 64, ropeBase: 150000, ctx: 131072, vocab: SPM_VOCAB, swa: 128, yarn: 32, origCtx: 4096, experts: { count: 4, used: 4, ffn: 2880 } },
     // queries wider than the model (6 × 32 > 128), windows of 8, YaRN ×8 over 256
     test: { ...TEST_BASE, layers: 4, heads: 6, kvHeads: 2, headDim: 32, ropeBase: 150000, swa: 8, yarn: 8, origCtx: 256, biasSigma: 0.1, experts: { count: 8, used: 4, ffn: 64 } },
   },
