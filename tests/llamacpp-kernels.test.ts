@@ -1,7 +1,7 @@
 // Velo's CPU dot-product kernels against llama.cpp's own, called through bun:ffi on the same
 // bytes: ggml-cpu from node-llama-cpp's prebuilt llama.cpp (the variant llama.cpp itself would
-// load here: the highest ggml_backend_score) and swift/Sources/CKernels, built by cc for the test
-// as Package.swift builds it (the library does not export its C kernels). For every weight type:
+// load here: the highest ggml_backend_score) and swift/Sources/CKernels, built for the test with
+// clang -O3 as Package.swift builds it (the library does not export its C kernels). For every weight type:
 // rows made by llama.cpp's quantize_row_<type>, activations quantized by each engine (the bytes
 // must be identical), then each weight row times each activation row by llama.cpp's
 // ggml_vec_dot_<type>_<act> and by Velo's ck_vec_dot and ck_matmul (its tiles: several rows at
@@ -71,7 +71,9 @@ const tmp = mkdtempSync(join(tmpdir(), "velo-ck-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 const src = join(repo, "swift", "Sources", "CKernels");
 const ckPath = join(tmp, "libck.so");
-const cc = Bun.spawnSync(["cc", "-O3", "-shared", "-fPIC", "-I", join(src, "include"), ...lib(src, /\.c$/), "-lm", "-o", ckPath], { stderr: "pipe" });
+// the compiler the library is built with (Debian's swiftlang keeps its clang off PATH), else cc
+const compiler = ["clang", "/usr/libexec/swift/bin/clang", "/usr/bin/clang"].find((c) => Bun.which(c)) ?? "cc";
+const cc = Bun.spawnSync([compiler, "-O3", "-shared", "-fPIC", "-I", join(src, "include"), ...lib(src, /\.c$/), "-lm", "-o", ckPath], { stderr: "pipe" });
 if (cc.exitCode !== 0) throw new Error(`cc could not build CKernels: ${cc.stderr.toString().slice(-2000)}`);
 const ck = dlopen(ckPath, {
   ck_quantize_row: sym([I32, P, P, I64]),
