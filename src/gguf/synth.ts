@@ -30,7 +30,7 @@ const SPM_VOCAB = "vocab/ggml-vocab-llama-spm.gguf";
 const LLAMA3_VOCAB = "vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf";
 const PHI3_VOCAB = "vocab/ggml-vocab-phi-3.gguf";
 
-export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3" | "mixtral" | "qwen3moe" | "qwen2moe" | "gpt-oss" | "qwen35" | "qwen35moe";
+export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3" | "mixtral" | "qwen3moe" | "qwen2moe" | "gpt-oss" | "qwen35" | "qwen35moe" | "deepseek2";
 
 export interface Shape {
   dim: number; ffn: number; layers: number; heads: number; kvHeads: number;
@@ -78,7 +78,14 @@ export interface Shape {
    * A mixture of experts in every layer: `count` experts of which `used` run per token, each a
    * gated MLP of `ffn` (Mixtral: the shape's ffn); `shared`: a shared expert's width (Qwen2-MoE).
    */
-  experts?: { count: number; used: number; ffn?: number; shared?: number };
+  experts?: {
+    count: number; used: number; ffn?: number; shared?: number;
+    /** DeepSeek: `sharedCount` ungated shared experts (one MLP of sharedCount × ffn), the first
+     * `dense` layers dense, a sigmoid router with exp_probs_b biases, groups, norm and scale. */
+    sharedCount?: number; dense?: number; sigmoid?: boolean; groups?: [number, number]; norm?: boolean; scale?: number;
+  };
+  /** DeepSeek's multi-head latent attention: latent width, query low rank (0: attn_q), a head's parts without and with RoPE, its output width. */
+  mla?: { kvLora: number; qLora: number; nope: number; rope: number; vHead: number };
   /** rope.scaling.type "yarn" with this factor over `origCtx` (gpt-oss). */
   yarn?: number;
   /**
@@ -199,6 +206,18 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     "35b_a3b_8l": { dim: 2048, ffn: 512, layers: 8, heads: 16, kvHeads: 2, headDim: 256, ropeDim: 64, ropeBase: 1e7, ctx: 262144, eps: 1e-6, vocab: LLAMA3_VOCAB, deltaNet: { interval: 4, kHeads: 16, vHeads: 32, state: 128, conv: 4 }, experts: { count: 256, used: 8, ffn: 512, shared: 512 }, mtp: 1 },
     test: { ...TEST_BASE, ffn: 256, layers: 4, heads: 4, kvHeads: 2, headDim: 64, ropeDim: 16, ropeBase: 1e7, eps: 1e-6, deltaNet: { interval: 4, kHeads: 2, vHeads: 4, state: 32, conv: 4 }, experts: { count: 8, used: 3, ffn: 64, shared: 96 }, mtp: 1 },
     "test-all": { ...TEST_BASE, ffn: 256, layers: 4, heads: 4, kvHeads: 2, headDim: 64, ropeDim: 16, ropeBase: 1e7, eps: 1e-6, deltaNet: { interval: 4, kHeads: 2, vHeads: 4, state: 32, conv: 4 }, experts: { count: 3, used: 3, ffn: 64, shared: 96 } },
+  },
+  deepseek2: {
+    // DeepSeek-V2-Lite's layout (attn_q direct, a softmax router, 2 shared experts, the first
+    // layer dense) at test size; its latent 64 wide, heads of 32 + 16 RoPE, outputs of 32
+    test: { ...TEST_BASE, layers: 3, heads: 4, kvHeads: 1, headDim: 80, ropeDim: 16, ropeBase: 10000, eps: 1e-6, mla: { kvLora: 64, qLora: 0, nope: 32, rope: 16, vHead: 32 }, experts: { count: 8, used: 2, ffn: 64, sharedCount: 2, dense: 1 } },
+    // with V2-Lite's YaRN (refused until Velo has it)
+    "test-yarn": { ...TEST_BASE, layers: 3, heads: 4, kvHeads: 1, headDim: 80, ropeDim: 16, ropeBase: 10000, eps: 1e-6, yarn: 40, origCtx: 256, mla: { kvLora: 64, qLora: 0, nope: 32, rope: 16, vHead: 32 }, experts: { count: 8, used: 2, ffn: 64, sharedCount: 2, dense: 1 } },
+    // DeepSeek-V3 / GLM-4.7-Flash's: queries through a low rank, a sigmoid router with choice
+    // biases in 4 groups of which 2 are used, weights renormalised and scaled
+    "test-v3": { ...TEST_BASE, layers: 3, heads: 4, kvHeads: 1, headDim: 80, ropeDim: 16, ropeBase: 10000, eps: 1e-6, mla: { kvLora: 64, qLora: 64, nope: 32, rope: 16, vHead: 32 }, experts: { count: 8, used: 3, ffn: 64, sharedCount: 1, dense: 1, sigmoid: true, groups: [4, 2], norm: true, scale: 2.5 } },
+    // DeepSeek-V2-Lite without its YaRN (27 layers, 64 experts of 1408, 6 a token; llama3's vocabulary)
+    "v2_lite": { dim: 2048, ffn: 10944, layers: 27, heads: 16, kvHeads: 1, headDim: 576, ropeDim: 64, ropeBase: 10000, ctx: 163840, eps: 1e-6, vocab: LLAMA3_VOCAB, mla: { kvLora: 512, qLora: 0, nope: 128, rope: 64, vHead: 128 }, experts: { count: 64, used: 6, ffn: 1408, sharedCount: 2, dense: 1 } },
   },
   "gpt-oss": {
     // gpt-oss-20b: 24 layers of 32 experts of 2880, 4 per token; 64 query heads of 64 (wider
@@ -526,7 +545,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   if ((arch === "qwen2" || arch === "phi3" || arch === "llama" || arch === "llama31" || arch === "mixtral" || arch === "qwen2moe") && qDim !== dim) {
     throw new Error(`${arch}: heads × head size must equal the width (${heads} × ${headDim} ≠ ${dim})`);
   }
-  if (arch !== "phi3" && !arch.startsWith("gemma") && !arch.startsWith("qwen35") && ropeDim !== headDim) {
+  if (arch !== "phi3" && !arch.startsWith("gemma") && !arch.startsWith("qwen35") && arch !== "deepseek2" && ropeDim !== headDim) {
     throw new Error(`${arch}: llama.cpp rotates whole heads (rope.dimension_count must be ${headDim})`);
   }
 
@@ -585,6 +604,37 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       const pairs = ropeDim / 2, third = Math.ceil(pairs / 3);
       add("rope.dimension_sections", meta.arr("i32", [third, third, pairs - 2 * third, 0]));
       if (shape.mtp) add("nextn_predict_layers", meta.u32(shape.mtp));
+      break;
+    }
+    case "deepseek2": {
+      // DeepseekV2Model: MLA's cache row (key_length = latent + RoPE, value_length = latent)
+      // and the heads' own widths (*_mla)
+      const m = shape.mla!, e = shape.experts!;
+      add("vocab_size", meta.u32(nVocab));
+      add("rope.freq_base", meta.f32(shape.ropeBase));
+      add("rope.dimension_count", meta.u32(m.rope));
+      add("leading_dense_block_count", meta.u32(e.dense ?? 0));
+      add("attention.q_lora_rank", meta.u32(m.qLora));
+      add("attention.kv_lora_rank", meta.u32(m.kvLora));
+      add("attention.key_length", meta.u32(m.kvLora + m.rope));
+      add("attention.value_length", meta.u32(m.kvLora));
+      add("attention.key_length_mla", meta.u32(m.nope + m.rope));
+      add("attention.value_length_mla", meta.u32(m.vHead));
+      add("expert_shared_count", meta.u32(e.sharedCount ?? 0));
+      add("expert_weights_scale", meta.f32(e.scale ?? 1));
+      add("expert_weights_norm", meta.bool(e.norm ?? false));
+      add("expert_gating_func", meta.u32(e.sigmoid ? 2 : 1));
+      if (shape.yarn) {
+        // V2-Lite's rope_scaling: YaRN with mscale_all_dim 0.707 (0.1 × it as the log multiplier)
+        add("rope.scaling.type", meta.str("yarn"));
+        add("rope.scaling.factor", meta.f32(shape.yarn));
+        add("rope.scaling.original_context_length", meta.u32(shape.origCtx!));
+        add("rope.scaling.yarn_log_multiplier", meta.f32(0.0707));
+      }
+      if (e.groups) {
+        add("expert_group_count", meta.u32(e.groups[0]));
+        add("expert_group_used_count", meta.u32(e.groups[1]));
+      }
       break;
     }
     case "gpt-oss":
@@ -700,6 +750,17 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       bias(p + "ffn_up_exps.bias", ef, experts.count);
       bias(p + "ffn_down_exps.bias", dim, experts.count);
     }
+    if (experts.sigmoid) {
+      // e_score_correction_bias: positive, of the probabilities' size, so it changes choices
+      const b = streamSeed();
+      vector(p + "exp_probs_b.bias", () => normals(experts.count, b).map((x) => 0.05 * Math.abs(x)), experts.count);
+    }
+    if (experts.sharedCount) {
+      // DeepSeek's shared experts: one MLP of their summed width, no gate
+      weight(p + "ffn_gate_shexp.weight", main, dim, ef * experts.sharedCount);
+      weight(p + "ffn_up_shexp.weight", main, dim, ef * experts.sharedCount);
+      weight(p + "ffn_down_shexp.weight", big, ef * experts.sharedCount, dim);
+    }
     if (experts.shared) {
       // shared_expert_gate [1, dim]: the converter squeezes it to a 1-D F32 tensor
       const g = streamSeed(), sigma = shape.unitInit ? 1 / Math.sqrt(dim) : SIGMA;
@@ -728,6 +789,32 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   for (let i = 0; i < shape.layers; i++) {
     const p = `blk.${i}.`;
     norm(p + "attn_norm.weight");
+    const mla = shape.mla;
+    if (mla) {
+      // DeepSeek2's layer (llama.cpp's deepseek2.cpp), attn_k_b / attn_v_b split per head
+      const qRows = heads * (mla.nope + mla.rope);
+      if (mla.qLora > 0) {
+        weight(p + "attn_q_a.weight", main, dim, mla.qLora);
+        norm(p + "attn_q_a_norm.weight", mla.qLora);
+        weight(p + "attn_q_b.weight", main, mla.qLora, qRows);
+      } else {
+        weight(p + "attn_q.weight", main, dim, qRows);
+      }
+      weight(p + "attn_kv_a_mqa.weight", main, dim, mla.kvLora + mla.rope);
+      norm(p + "attn_kv_a_norm.weight", mla.kvLora);
+      weight(p + "attn_k_b.weight", main, mla.nope, mla.kvLora, heads);
+      weight(p + "attn_v_b.weight", main, mla.kvLora, mla.vHead, heads);
+      weight(p + "attn_output.weight", main, heads * mla.vHead, dim);
+      norm(p + "ffn_norm.weight");
+      if (i < (experts?.dense ?? 0)) {
+        weight(p + "ffn_gate.weight", main, dim, ffn);
+        weight(p + "ffn_up.weight", main, dim, ffn);
+        weight(p + "ffn_down.weight", big, ffn, dim);
+      } else {
+        expertTensors(p);
+      }
+      continue;
+    }
     const dn = shape.deltaNet;
     if (dn) {
       // Qwen3.5: attn_norm, then a Gated DeltaNet or a gated attention block, post_attention_norm

@@ -1,5 +1,5 @@
 /// An architecture is configuration: how its GGUF metadata maps onto `ModelConfig`'s quirks and
-/// which optional tensors its layers carry. The forward pass is `DecoderModel`'s, shared by all but the hybrids (`HybridModel`).
+/// which optional tensors its layers carry. The forward pass is `DecoderModel`'s, shared by all but the hybrids (`HybridModel`) and MLA (`MLAModel`).
 /// Each architecture is one file in `Architectures/` plus one line in `architectures` below.
 protocol Architecture {
     /// Tensors every layer of this architecture must have beyond the Llama set.
@@ -30,6 +30,7 @@ let architectures: [String: Architecture.Type] = [
     "gpt-oss": GptOss.self,
     "qwen35": Qwen35.self,
     "qwen35moe": Qwen35MoE.self,
+    "deepseek2": DeepSeek2.self,
 ]
 
 /// Optional per-layer tensors an architecture requires (names as llama.cpp's converter writes).

@@ -16,14 +16,27 @@ public struct Experts: Sendable {
     /// Divide the chosen experts' weights by their sum (Mixtral, Qwen3-MoE; not Qwen2-MoE).
     public var normalizeWeights = true
     /// A shared expert of this width runs on every token, its output scaled by
-    /// sigmoid(ffn_gate_inp_shexp · x) (Qwen2-MoE); 0: none.
+    /// sigmoid(ffn_gate_inp_shexp · x) (Qwen2-MoE) or, without `sharedGated`, added as it is
+    /// (DeepSeek's shared experts, one MLP of their summed width); 0: none.
     public var sharedFFNDim = 0
+    public var sharedGated = true
+    /// The chosen weights are multiplied by this after any renormalising (DeepSeek's
+    /// expert_weights_scale).
+    public var weightsScale: Float = 1
+    /// ffn_exp_probs_b.bias: a per-expert bias added to the probabilities for the choice
+    /// only, not to the weights (DeepSeek-V3, GLM-4.7-Flash).
+    public var selectionBias = false
+    /// DeepSeek's grouped routing: experts in `count` equal groups, the choice limited to the
+    /// `used` groups whose two best experts score highest (nil: one group).
+    public var groups: (count: Int, used: Int)?
     /// How the router's logits become weights.
     public enum Gating: Sendable {
         /// a softmax over all experts, the chosen ones' probabilities (Mixtral, Qwen)
         case softmax
         /// the `used` largest logits, then a softmax over those alone (gpt-oss)
         case softmaxChosen
+        /// a sigmoid of each logit (DeepSeek-V3, GLM-4.7-Flash)
+        case sigmoid
     }
     public var gating = Gating.softmax
     /// The experts' gated activation.
@@ -43,8 +56,8 @@ public struct Experts: Sendable {
 struct ExpertLayer {
     struct Shared {
         let gate, up, down: WeightMatrix
-        /// ffn_gate_inp_shexp: the shared expert's scale is sigmoid(gateInput · x).
-        let gateInput: WeightVector
+        /// ffn_gate_inp_shexp: the shared expert's scale is sigmoid(gateInput · x) (nil: 1).
+        let gateInput: WeightVector?
     }
 
     /// Biases (`Experts.biases`): the router's, and the experts' stacked as [width, experts]
@@ -57,6 +70,8 @@ struct ExpertLayer {
     let gate, up, down: [WeightMatrix]
     let shared: Shared?
     let biases: Biases?
+    /// ffn_exp_probs_b.bias (`Experts.selectionBias`).
+    let selectionBias: WeightVector?
 
     init(_ w: WeightLoader, prefix p: String, _ c: ModelConfig, _ e: Experts) throws {
         router = try w.matrix(p + "ffn_gate_inp.weight", rows: e.count, cols: c.dim)
@@ -67,16 +82,18 @@ struct ExpertLayer {
             gate: try w.matrix(p + "ffn_gate_shexp.weight", rows: e.sharedFFNDim, cols: c.dim),
             up: try w.matrix(p + "ffn_up_shexp.weight", rows: e.sharedFFNDim, cols: c.dim),
             down: try w.matrix(p + "ffn_down_shexp.weight", rows: c.dim, cols: e.sharedFFNDim),
-            gateInput: try w.vector(p + "ffn_gate_inp_shexp.weight", count: c.dim))
+            gateInput: e.sharedGated ? try w.vector(p + "ffn_gate_inp_shexp.weight", count: c.dim) : nil)
         biases = !e.biases ? nil : Biases(
             router: try w.vector(p + "ffn_gate_inp.bias", count: e.count),
             gate: try w.vector(p + "ffn_gate_exps.bias", count: e.ffnDim * e.count),
             up: try w.vector(p + "ffn_up_exps.bias", count: e.ffnDim * e.count),
             down: try w.vector(p + "ffn_down_exps.bias", count: c.dim * e.count))
+        selectionBias = e.selectionBias ? try w.vector(p + "exp_probs_b.bias", count: e.count) : nil
     }
 
     var vectors: [WeightVector] {
-        (shared.map { [$0.gateInput] } ?? []) + (biases.map { [$0.router, $0.gate, $0.up, $0.down] } ?? [])
+        (shared?.gateInput.map { [$0] } ?? []) + (biases.map { [$0.router, $0.gate, $0.up, $0.down] } ?? [])
+            + (selectionBias.map { [$0] } ?? [])
     }
 
     var matrices: [WeightMatrix] {
@@ -91,19 +108,26 @@ struct ExpertRoutes {
     var weights: [[Float]]
 
     /// Routes `tokens` rows of router logits (`e.count` each; overwritten by their softmax
-    /// where the gating is `.softmax`).
-    init(logits: UnsafeMutablePointer<Float>, tokens: Int, _ e: Experts) {
+    /// or sigmoid where the gating is `.softmax` or `.sigmoid`), choosing by them plus `bias`.
+    init(logits: UnsafeMutablePointer<Float>, tokens: Int, _ e: Experts, bias: [Float]? = nil) {
         rows = Array(repeating: [], count: e.count)
         weights = Array(repeating: [], count: e.count)
         var chosen = [Int](repeating: 0, count: e.used)
         var w = [Float](repeating: 0, count: e.used)
+        var score = [Float](repeating: 0, count: e.count)
         for t in 0..<tokens {
             let p = logits + t * e.count
-            if e.gating == .softmax { ck_softmax(p, Int64(e.count)) }
-            // the `used` largest, largest first (ties: the lower expert)
+            switch e.gating {
+            case .softmax: ck_softmax(p, Int64(e.count))
+            case .sigmoid: for j in 0..<e.count { p[j] = 1 / (1 + expf(-p[j])) }
+            case .softmaxChosen: break
+            }
+            for j in 0..<e.count { score[j] = p[j] + (bias?[j] ?? 0) }
+            if let g = e.groups { Self.keepBestGroups(&score, g) }
+            // the `used` best scores, best first (ties: the lower expert)
             for k in 0..<e.used {
                 var best = -1
-                for j in 0..<e.count where !chosen[0..<k].contains(j) && (best < 0 || p[j] > p[best]) { best = j }
+                for j in 0..<e.count where !chosen[0..<k].contains(j) && (best < 0 || score[j] > score[best]) { best = j }
                 chosen[k] = best
                 w[k] = p[best]
             }
@@ -113,10 +137,27 @@ struct ExpertRoutes {
                 let sum = max(w.reduce(0, +), 6.103515625e-5)
                 for k in 0..<e.used { w[k] /= sum }
             }
+            if e.weightsScale != 1 { for k in 0..<e.used { w[k] *= e.weightsScale } }
             for k in 0..<e.used {
                 rows[chosen[k]].append(t)
                 weights[chosen[k]].append(w[k])
             }
+        }
+    }
+}
+
+extension ExpertRoutes {
+    /// -∞ for every expert outside the `g.used` groups whose two best scores sum highest
+    /// (llama.cpp's build_moe_ffn; ties: the lower group).
+    static func keepBestGroups(_ score: inout [Float], _ g: (count: Int, used: Int)) {
+        let size = score.count / g.count
+        let groupScore = (0..<g.count).map { i -> Float in
+            let s = score[i * size..<(i + 1) * size].sorted(by: >)
+            return s[0] + (s.count > 1 ? s[1] : 0)
+        }
+        let keep = Set((0..<g.count).sorted { groupScore[$0] > groupScore[$1] || (groupScore[$0] == groupScore[$1] && $0 < $1) }.prefix(g.used))
+        for i in 0..<g.count where !keep.contains(i) {
+            for j in i * size..<(i + 1) * size { score[j] = -.infinity }
         }
     }
 }
@@ -157,7 +198,7 @@ extension TransformerOps {
         if let b { addRows(s.router, rows: n, b.router.values[...]) }
         let routes = profiler.measure(.other) { () -> ExpertRoutes in
             s.sum.update(repeating: 0, count: n * d)
-            return ExpertRoutes(logits: s.router, tokens: n, e)
+            return ExpertRoutes(logits: s.router, tokens: n, e, bias: l.selectionBias?.values)
         }
         for j in 0..<e.count where !routes.rows[j].isEmpty {
             let picked = routes.rows[j], k = picked.count
@@ -181,7 +222,11 @@ extension TransformerOps {
             swiglu(rows: n, width: e.sharedFFNDim, ws: ws)
             matmul(ws.gate, rows: n, [(sh.down, s.output)], ws: ws)
             profiler.measure(.other) {
-                sh.gateInput.values.withUnsafeBufferPointer { g in
+                guard let gate = sh.gateInput else {
+                    addInPlace(s.sum, s.output, count: n * d)
+                    return
+                }
+                gate.values.withUnsafeBufferPointer { g in
                     for r in 0..<n {
                         let scale = 1 / (1 + expf(-ck_dot_f32(g.baseAddress, x + r * d, Int64(d))))
                         ck_axpy_f32(scale, s.output + r * d, s.sum + r * d, Int64(d))

@@ -4,10 +4,10 @@ enum FeedForward {
     case dense(gate: WeightMatrix, up: WeightMatrix, down: WeightMatrix)
     case experts(ExpertLayer)
 
-    /// blk.N.'s block: the experts where the config has them, else ffn_gate / ffn_up / ffn_down,
+    /// blk.N.'s block: the experts where the config has them (and not `dense`), else ffn_gate / ffn_up / ffn_down,
     /// or Phi-3's fused gate|up as ffn_up (a view of each half's rows).
-    init(_ w: WeightLoader, prefix p: String, _ c: ModelConfig) throws {
-        if let e = c.experts {
+    init(_ w: WeightLoader, prefix p: String, _ c: ModelConfig, dense: Bool = false) throws {
+        if let e = c.experts, !dense {
             self = .experts(try ExpertLayer(w, prefix: p, c, e))
             return
         }

@@ -57,6 +57,11 @@ protocol ForwardOps: AnyObject {
     func gatedQuery(_ src: Activation, _ w: WeightMatrix)
     /// attn *= sigmoid(the gates `gatedQuery` kept).
     func gateAttention()
+    /// Multi-head latent attention's inputs from src (MLA.swift): q = every head's absorbed
+    /// query, k = v = the token's latent row, each [RoPE part, latent], RoPE not yet turned.
+    func latentQKV(_ src: Activation, _ layer: MLALayer)
+    /// dst = each head's output taken out of latent space (attn_v_b), `heads × vHead` a row.
+    func latentOutput(_ layer: MLALayer, into dst: Activation)
     /// Logits of the batch's `logitRows`: output · rmsnorm(x) * norm, then softcapped (0: not).
     func logits(norm: WeightVector, output: WeightMatrix, softcap: Float)
     /// Runs what was recorded; the logits, `logitRows.count` rows of `vocabSize`.
@@ -83,6 +88,8 @@ extension ForwardOps {
     }
     func gatedQuery(_ src: Activation, _ w: WeightMatrix) { preconditionFailure("gated attention runs on the CPU only (refused at load elsewhere)") }
     func gateAttention() { preconditionFailure("gated attention runs on the CPU only (refused at load elsewhere)") }
+    func latentQKV(_ src: Activation, _ layer: MLALayer) { preconditionFailure("latent attention runs on the CPU only (refused at load elsewhere)") }
+    func latentOutput(_ layer: MLALayer, into dst: Activation) { preconditionFailure("latent attention runs on the CPU only (refused at load elsewhere)") }
 
     /// Backends that round through nothing narrower than float32 never re-run a pass.
     func widen() -> Bool { false }
@@ -148,6 +155,7 @@ final class CPUForward: ForwardOps {
     deinit {
         hiddenBuffer?.deallocate()
         gatedScratch?.deallocate()
+        latentScratch?.deallocate()
     }
 
     private func buf(_ a: Activation) -> UnsafeMutablePointer<Float> {
@@ -275,6 +283,63 @@ final class CPUForward: ForwardOps {
         let n = batch.count * config.qDim, g = gatedScratch! + ws.maxTokens * 2 * config.qDim
         ops.profiler.measure(.other) {
             for i in 0..<n { ws.attn[i] *= 1 / (1 + expf(-g[i])) }
+        }
+    }
+
+    /// latentQKV's and latentOutput's buffers, made on first use, `maxTokens` rows each: the
+    /// query product, q_a, kv_a, and one head's gathered input and output.
+    private var latentScratch: UnsafeMutablePointer<Float>?
+
+    private func latentBuffers() -> (q: UnsafeMutablePointer<Float>, qa: UnsafeMutablePointer<Float>, kva: UnsafeMutablePointer<Float>, gin: UnsafeMutablePointer<Float>, gout: UnsafeMutablePointer<Float>) {
+        let s = config.mla!, m = ws.maxTokens, g = max(s.nope, s.kvLora, s.vHead)
+        let widths = [config.heads * s.queryHead, s.qLora, s.rowWidth, g, g]
+        let base = latentScratch ?? .allocate(capacity: m * widths.reduce(0, +))
+        latentScratch = base
+        var at = base, parts: [UnsafeMutablePointer<Float>] = []
+        for w in widths { parts.append(at); at += m * w }
+        return (parts[0], parts[1], parts[2], parts[3], parts[4])
+    }
+
+    func latentQKV(_ src: Activation, _ l: MLALayer) {
+        let s = config.mla!, n = batch.count, heads = config.heads, row = s.rowWidth, qh = s.queryHead
+        let b = latentBuffers(), x = buf(src)
+        switch l.query {
+        case let .direct(wq):
+            ops.matmul(x, rows: n, [(wq, b.q), (l.kvA, b.kva)], ws: ws)
+        case let .lowRank(a, norm, wb):
+            ops.matmul(x, rows: n, [(a, b.qa), (l.kvA, b.kva)], ws: ws)
+            ops.rmsNorm(b.qa, norm, rows: n, n: s.qLora, into: b.qa)
+            ops.matmul(b.qa, rows: n, [(wb, b.q)], ws: ws)
+        }
+        ops.profiler.measure(.other) {
+            l.kvANorm.values.withUnsafeBufferPointer { nw in
+                for t in 0..<n {
+                    // kv_a's row is [latent, RoPE part]; the cache's [RoPE part, normed latent]
+                    let k = ws.k + t * row, from = b.kva + t * row
+                    k.update(from: from + s.kvLora, count: s.rope)
+                    ck_rms_norm(from, nw.baseAddress, k + s.rope, Int64(s.kvLora), config.normEps)
+                    (ws.v + t * row).update(from: k, count: row)
+                    for h in 0..<heads {
+                        (ws.q + (t * heads + h) * row).update(from: b.q + (t * heads + h) * qh + s.nope, count: s.rope)
+                    }
+                }
+            }
+        }
+        // each head's q_nope through its attn_k_b into latent space
+        for h in 0..<heads {
+            for t in 0..<n { (b.gin + t * s.nope).update(from: b.q + (t * heads + h) * qh, count: s.nope) }
+            ops.matmul(b.gin, rows: n, [(l.kB[h], b.gout)], ws: ws)
+            for t in 0..<n { (ws.q + (t * heads + h) * row + s.rope).update(from: b.gout + t * s.kvLora, count: s.kvLora) }
+        }
+    }
+
+    func latentOutput(_ l: MLALayer, into dst: Activation) {
+        let s = config.mla!, n = batch.count, heads = config.heads, row = s.rowWidth
+        let b = latentBuffers(), out = buf(dst)
+        for h in 0..<heads {
+            for t in 0..<n { (b.gin + t * s.kvLora).update(from: ws.attn + (t * heads + h) * row + s.rope, count: s.kvLora) }
+            ops.matmul(b.gin, rows: n, [(l.vB[h], b.gout)], ws: ws)
+            for t in 0..<n { (out + (t * heads + h) * s.vHead).update(from: b.gout + t * s.vHead, count: s.vHead) }
         }
     }
 

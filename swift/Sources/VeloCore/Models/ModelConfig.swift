@@ -43,12 +43,17 @@ public struct ModelConfig: Sendable {
     public var deltaNet: DeltaNetShape?
     /// The layers that keep K/V in the pages (every one, but a hybrid's attention layers only).
     public var kvLayers: Int
+    /// Multi-head latent attention (DeepSeek-V2/V3, GLM-4.7-Flash, Kimi; nil: grouped-query).
+    public var mla: MLAShape?
+    /// The first layers whose FFN is one dense gated MLP of `ffnDim` though the rest have
+    /// experts (DeepSeek's leading_dense_block_count).
+    public var leadingDenseLayers = 0
 
     public var qDim: Int { heads * headDim }
     public var kvDim: Int { kvHeads * headDim }
     /// The widest gated-MLP hidden layer the forward pass has: the dense FFN's, or an expert's
     /// or the shared expert's (a mixture-of-experts model's `ffnDim` is not used).
-    var hiddenWidth: Int { experts.map { max($0.ffnDim, $0.sharedFFNDim) } ?? ffnDim }
+    var hiddenWidth: Int { experts.map { max($0.ffnDim, $0.sharedFFNDim, leadingDenseLayers > 0 ? ffnDim : 0) } ?? ffnDim }
 
     /// The shape and the Llama defaults; `Architecture.configure` adjusts the quirks.
     init(gguf: GGUFFile, arch: String) throws {
@@ -89,7 +94,8 @@ public struct ModelConfig: Sendable {
         guard ropeDim <= headDim, ropeDim % 2 == 0 else {
             throw VeloError(.invalidFile, "\(gguf.file.path): rope dimension \(ropeDim) does not fit head size \(headDim)")
         }
-        if let v = m.int("attention.value_length"), v != headDim {
+        // (multi-head latent attention's values are its latent, narrower than its keys: MLA.swift)
+        if let v = m.int("attention.value_length"), v != headDim, m.int("attention.kv_lora_rank") == nil {
             throw VeloError(.unsupported, "\(gguf.file.path): value heads of \(v) differ from key heads of \(headDim), which Velo does not support")
         }
     }

@@ -64,7 +64,7 @@ final class Workspace {
         logits = buf(maxLogitRows * c.vocabSize)
         experts = ExpertScratch(c, maxTokens: maxTokens)
         deltaNet = DeltaNetScratch(c, maxTokens: maxTokens, sequences: sequences, checkpoints: checkpoints)
-        let widest = max(c.dim, c.qDim, c.hiddenWidth, c.deltaNet?.valueDim ?? 0)
+        let widest = max(c.dim, c.qDim, c.hiddenWidth, c.deltaNet?.valueDim ?? 0, c.mla?.qLora ?? 0)
         // F32 activations are the largest format: 4 bytes per element, plus block headroom.
         quantStride = (widest * 4 + 63) / 64 * 64
         quant = .allocate(byteCount: quantStride * maxTokens, alignment: 64)
@@ -74,7 +74,7 @@ final class Workspace {
 
     /// Bytes a workspace of these sizes takes (the fit check, before one is made).
     static func bytes(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int, sequences: Int = 1, checkpoints: Int = 0) -> Int {
-        let widest = max(c.dim, c.qDim, c.hiddenWidth, c.deltaNet?.valueDim ?? 0)
+        let widest = max(c.dim, c.qDim, c.hiddenWidth, c.deltaNet?.valueDim ?? 0, c.mla?.qLora ?? 0)
         let floats = maxTokens * (2 * c.dim + 2 * c.qDim + 2 * c.kvDim + 2 * c.hiddenWidth) + maxLogitRows * c.vocabSize
             + (maxContext + 15) / 16 * 16 * threads * (c.heads / max(c.kvHeads, 1)) + ExpertScratch.floats(c, maxTokens: maxTokens)
             + DeltaNetScratch.floats(c, maxTokens: maxTokens, sequences: sequences, checkpoints: checkpoints)

@@ -235,7 +235,7 @@ extension GPUForward {
             multiply(sh.up, x, rows: n, xStride: xs, into: act(.up), yStride: w, op: .matmul)
             swiglu(act(.gate), act(.up), count: n * w)
             multiply(sh.down, act(.gate), rows: n, xStride: w, into: GPUBinding(out), yStride: d, op: .matmul)
-            shared = (GPUBinding(out), GPUBinding(vectors[sh.gateInput.name]!))
+            shared = (GPUBinding(out), GPUBinding(vectors[sh.gateInput!.name]!))
         }
         dispatch(GPUKernels.moeCombine,
                  [act(dst), GPUBinding(m.output), m.section(.slot), m.section(.weight), shared.out, shared.gate],

@@ -739,11 +739,15 @@ extension GPUForward {
         let c = model.config
         var missing: [String] = []
         if c.deltaNet != nil { missing.append("Gated DeltaNet layers, gated attention") }
+        if c.mla != nil { missing.append("multi-head latent attention") }
+        if c.leadingDenseLayers > 0 && c.experts != nil { missing.append("dense layers before the experts") }
         if let d = model as? DecoderModel, d.layers.contains(where: { $0.sinks != nil }) { missing.append("attention sinks") }
         if let d = model as? DecoderModel, d.layers.contains(where: { $0.bo != nil }) { missing.append("output biases") }
         if let e = c.experts {
             if e.biases { missing.append("expert biases") }
-            if e.gating != .softmax { missing.append("softmax-of-the-chosen routing") }
+            if e.gating == .softmaxChosen { missing.append("softmax-of-the-chosen routing") }
+            if e.gating == .sigmoid || e.selectionBias || e.groups != nil || e.weightsScale != 1 { missing.append("DeepSeek's expert routing") }
+            if e.sharedFFNDim > 0 && !e.sharedGated { missing.append("ungated shared experts") }
             if e.glu != .swiglu { missing.append("the clamped SwiGLU") }
         }
         if let t = Set(model.matrices.map(\.type)).first(where: { !GPUKernels.weightTypes.contains($0) }) { missing.append("\(t.name) weights") }
