@@ -57,7 +57,13 @@ describe("qwen35 in the engine", () => {
   }, SLOW);
 
   test.each(["qwen35", "qwen35moe"])("%s: a prefix-cache hit mid-conversation resumes the saved state and gives a cold prefill's tokens", async (arch) => {
-    const file = synthModel(arch, "q8_0", arch === "qwen35moe" ? "test-all" : "test");
+    // f32 weights: the claim is that the restored state is the cold one, to 1e-3. With Q8_0
+    // activations the two runs split prefill at different rows (the warm one stops at each
+    // checkpoint, so its last 5 rows are a batch of 5), and on AMX machines batches of 16+
+    // take the tile kernels while smaller ones take AVX-512's: the float order differs by
+    // ~1e-7, enough to flip a Q8_0 activation rounding downstream (0.04 in a logit, seen on
+    // Sapphire Rapids), which is kernel noise, not a state that was restored wrong.
+    const file = synthModel(arch, "f32", arch === "qwen35moe" ? "test-all" : "test");
     // turn 1, then turn 2 = turn 1's prompt + its answer + more (as a chat's next request is)
     const turn1 = PROMPTS[2]!;
     const m = Model.open(file);
