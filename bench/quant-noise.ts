@@ -1,5 +1,5 @@
 // What a quantized file's activations cost, beside how far Velo is from llama.cpp: both engines
-// on QUANT.gguf and on EXACT.gguf (the same weights in F32, e.g. bench/mxfp4-to-f32.ts), step
+// on QUANT.gguf and on EXACT.gguf (the same weights in F32, e.g. bench/dequantize-f32.ts), step
 // by step, the largest difference of the top-10 logits (each side's measured from its top).
 //   scripts/toolchain.sh run node_modules/bun/bin/bun.exe bench/quant-noise.ts QUANT.gguf EXACT.gguf [-n 6] [-t 2]
 import { parseArgs } from "node:util";
