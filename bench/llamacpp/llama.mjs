@@ -3,7 +3,7 @@
 import { readFileSync } from "node:fs";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
-export async function loadReference(modelPath, { threads, verbose }) {
+export async function loadReference(modelPath, { threads, verbose, vocabOnly = false }) {
   const llama = await getLlama({
     gpu: false,
     build: "never",
@@ -11,7 +11,7 @@ export async function loadReference(modelPath, { threads, verbose }) {
     logLevel: verbose ? LlamaLogLevel.info : LlamaLogLevel.error,
     logger: (level, message) => process.stderr.write(`[llama.cpp ${level}] ${message}\n`),
   });
-  const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
+  const model = await llama.loadModel({ modelPath, gpuLayers: 0, vocabOnly });
   return { llama, model };
 }
 

@@ -72,6 +72,15 @@ export async function runReference(model: string, prompts: number[][], opts: Run
   return JSON.parse(out) as ReferenceRun;
 }
 
+/** llama.cpp's tokens of each text (no BOS/EOS, special-token text as text) and its text back for them, through tokenize.mjs. */
+export async function runTokenizerReference(model: string, texts: string[]): Promise<{ ids: number[]; text: string }[]> {
+  ensureLlamaCpp();
+  const proc = Bun.spawn([process.execPath, join(here, "tokenize.mjs"), model], { stdin: new Blob([JSON.stringify(texts)]), stdout: "pipe", stderr: "pipe" });
+  const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  if (code !== 0) throw new Error(`llama.cpp tokenizer failed on ${model} (exit ${code}): ${err.trim().split("\n").slice(-3).join(" | ")}`);
+  return JSON.parse(out) as { ids: number[]; text: string }[];
+}
+
 /** What embeddings.mjs prints: llama.cpp's raw (not normalised) embedding of each input. */
 export interface EmbeddingReference {
   runner: string;

@@ -1,6 +1,6 @@
 // Writes a random-weight GGUF of a real or a small test shape, laid out exactly as llama.cpp's
 // converter (convert_hf_to_gguf.py) writes that architecture: same metadata keys, tensor names,
-// shapes and conventions (Gemma's norm weights stored as w + 1, Llama 3.1's rope_freqs factors,
+// shapes and conventions (Gemma 2/3's norm weights stored as w + 1, Llama 3.1's rope_freqs factors,
 // Phi-3's fused attn_qkv / gate|up ffn_up and LongRoPE factors). For speed tests of Velo and
 // llama.cpp (real shapes) and for checking Velo's forward pass of every architecture against
 // llama.cpp's (test shapes, tests/architectures.test.ts).
@@ -12,6 +12,7 @@
 //   bun src/gguf/synth.ts OUT.gguf --arch gpt-oss --shape test|20b --type q8_0   (experts in MXFP4, as the files ship)
 //   bun src/gguf/synth.ts OUT.gguf --arch qwen35 --shape test --type q8_0   (Gated DeltaNet layers between gated attention)
 //   bun src/gguf/synth.ts OUT.gguf --arch qwen35moe --shape test|35b_a3b --type q8_0   (the same with experts, and an MTP block)
+//   bun src/gguf/synth.ts OUT.gguf --arch gemma4 --shape test|test-kv|e2b|31b --type q8_0   (Gemma 4 text; its BPE vocabulary made from llama-spm's)
 // Weights are random but well-formed: quantized blocks are made directly (random quants,
 // scales chosen so each weight has a standard deviation near 0.02, like a fresh init; on test
 // shapes 1/√(row length), with norm gains and biases random too), so activations stay finite
@@ -21,7 +22,8 @@
 import { statSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { arrayLength, readGGUFMetadata } from "./reader";
+import { arrayLength, decodeValue, type GGUFKeyValue, readGGUFMetadata } from "./reader";
+import { spmMerges } from "./spm-merges";
 import { blockLayout, type GGMLTypeName, type MetaValue, meta, type TensorSpec, writeGGUF } from "./writer";
 
 // the vocabularies of tests/data (VELO_TEST_DATA: a copy of that folder elsewhere, as on the GPU machine)
@@ -30,7 +32,7 @@ const SPM_VOCAB = "vocab/ggml-vocab-llama-spm.gguf";
 const LLAMA3_VOCAB = "vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf";
 const PHI3_VOCAB = "vocab/ggml-vocab-phi-3.gguf";
 
-export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3" | "mixtral" | "qwen3moe" | "qwen2moe" | "gpt-oss" | "qwen35" | "qwen35moe" | "deepseek2";
+export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "gemma4" | "phi3" | "mixtral" | "qwen3moe" | "qwen2moe" | "gpt-oss" | "qwen35" | "qwen35moe" | "deepseek2";
 
 export interface Shape {
   dim: number; ffn: number; layers: number; heads: number; kvHeads: number;
@@ -99,6 +101,19 @@ export interface Shape {
    * converter writes one): a full-attention block with the nextn.* projection and norms.
    */
   mtp?: number;
+  /**
+   * Gemma 4: every `pattern`-th layer is full attention, the others slide (headDim and kvHeads
+   * are the sliding layers'); a full layer's heads are `fullHeadDim` wide (`fullKvHeads` KV heads,
+   * when its config has num_global_key_value_heads), a `fullRotary` part of them rotated. The last
+   * `sharedKv` layers read earlier layers' KV (their FFN twice as wide with `doubleWide`);
+   * `perLayer`: the width of the per-layer embeddings (0: none); `kEqV`: full layers have no
+   * attn_v (attention_k_eq_v: V is K's projection); `layerScale`: layer_output_scale drawn in
+   * 0.5..1.5 (otherwise 1).
+   */
+  gemma4?: {
+    pattern: number; fullHeadDim: number; fullKvHeads?: number; fullRotary: number; sharedKv: number; perLayer: number;
+    doubleWide?: boolean; kEqV?: boolean; layerScale?: boolean;
+  };
 }
 
 // Test shapes: 128-wide, a few layers (Gemma 3: 6, so layer 5 is a global one), the llama-spm
@@ -155,6 +170,24 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     // base is 20000, not Gemma 3's 10000, so that an engine must read rope.freq_base_swa as
     // llama.cpp does rather than assume it
     test: { ...TEST_BASE, layers: 6, headDim: 64, ropeBase: 1e6, ropeBaseSwa: 20000, ropeLinear: 8, ctx: 131072, eps: 1e-6, tied: true, swa: 12, postNormGain: 3 },
+  },
+  gemma4: {
+    // Gemma-4-E2B (text_config as public copies of its config.json give it; the checkpoint was
+    // not read here): 35 layers, every 5th full (heads of 512, a
+    // quarter rotated) and the rest sliding over 512 (heads of 256), one KV head; the last 20
+    // layers share KV and have a double-wide FFN; per-layer embeddings of 256 (vocabulary: llama3's
+    // 128256 tokens stand in for Gemma's 262144, in token_embd and per_layer_token_embd)
+    e2b: { dim: 1536, ffn: 6144, layers: 35, heads: 8, kvHeads: 1, headDim: 256, ropeBase: 1e6, ropeBaseSwa: 10000, ctx: 131072, eps: 1e-6, tied: true, swa: 512, finalSoftcap: 30, vocab: LLAMA3_VOCAB, gemma4: { pattern: 5, fullHeadDim: 512, fullRotary: 0.25, sharedKv: 20, perLayer: 256, doubleWide: true } },
+    // Gemma-4-31B (dense; the same kind of source): 60 layers, every 6th full (4 KV heads of 512, V = K) and the rest
+    // sliding over 1024 (16 KV heads of 256); no KV sharing, no per-layer embeddings
+    "31b": { dim: 5376, ffn: 21504, layers: 60, heads: 32, kvHeads: 16, headDim: 256, ropeBase: 1e6, ropeBaseSwa: 10000, ctx: 262144, eps: 1e-6, tied: true, swa: 1024, finalSoftcap: 30, vocab: LLAMA3_VOCAB, gemma4: { pattern: 6, fullHeadDim: 512, fullKvHeads: 4, fullRotary: 0.25, sharedKv: 0, perLayer: 0, kEqV: true } },
+    // sliding, sliding, full ×2: sliding heads of 32 (2 KV heads) over 12 tokens, full heads of 64
+    // (1 KV head, 16 of 64 values rotated); layers 3-5 read layers 1 and 2's KV (llama.cpp's
+    // reuse rule: the last sliding and the last full layer before them, so 3 not 2 of the 6),
+    // per-layer embeddings of 16; the cap small enough to bend the logits
+    test: { ...TEST_BASE, layers: 6, headDim: 32, ropeBase: 1e6, ropeBaseSwa: 10000, eps: 1e-6, tied: true, swa: 12, finalSoftcap: 8, postNormGain: 3, gemma4: { pattern: 3, fullHeadDim: 64, fullKvHeads: 1, fullRotary: 0.25, sharedKv: 3, perLayer: 16, doubleWide: true, layerScale: true } },
+    // Gemma-4-31B's attention at test size: no KV sharing, no per-layer embeddings, V = K on full layers
+    "test-kv": { ...TEST_BASE, layers: 6, headDim: 32, ropeBase: 1e6, ropeBaseSwa: 10000, eps: 1e-6, tied: true, swa: 12, finalSoftcap: 8, postNormGain: 3, gemma4: { pattern: 3, fullHeadDim: 64, fullKvHeads: 1, fullRotary: 0.25, sharedKv: 0, perLayer: 0, kEqV: true, layerScale: true } },
   },
   phi3: {
     // Phi-3-mini-4k-instruct (no LongRoPE factors; sliding_window 2047, which llama.cpp ignores)
@@ -522,6 +555,61 @@ export function phi3AttnFactor(ctx: number, origCtx: number): number {
 
 const f32Data = (values: ArrayLike<number>) => new Uint8Array(Float32Array.from(values).buffer);
 
+/** A Gemma 4 layer as llama.cpp sees it (hparams.is_swa, n_embd_head_k(il), n_head_kv(il), n_ff(il), has_kv(il)). */
+export interface Gemma4Layer { swa: boolean; headDim: number; kvHeads: number; ffn: number; hasKv: boolean }
+
+export function gemma4Layers(shape: Shape): Gemma4Layer[] {
+  const g = shape.gemma4!;
+  const firstShared = shape.layers - g.sharedKv;
+  return Array.from({ length: shape.layers }, (_, i) => {
+    const swa = (i + 1) % g.pattern !== 0;
+    return {
+      swa,
+      headDim: swa ? shape.headDim! : g.fullHeadDim,
+      kvHeads: swa ? shape.kvHeads : g.fullKvHeads ?? shape.kvHeads,
+      ffn: g.doubleWide && i >= firstShared ? 2 * shape.ffn : shape.ffn,
+      hasKv: i < firstShared,
+    };
+  });
+}
+
+/**
+ * Gemma 4's rope_freqs.weight (Gemma4Model.generate_extra_tensors), read by the full layers
+ * only: their "proportional" RoPE rotates the first `rotary` of each head's pairs, at the
+ * frequencies of the whole head; ggml's NeoX RoPE rotates them all, so the other pairs get a
+ * factor of 1e30 (their frequency divided to nothing).
+ */
+export function gemma4RopeFactors(headDim: number, rotary: number): number[] {
+  const rotated = Math.trunc((headDim * rotary) / 2);
+  return Array.from({ length: headDim / 2 }, (_, i) => (i < rotated ? 1 : 1e30));
+}
+
+/**
+ * A "gemma4" tokenizer from a SentencePiece vocabulary's metadata (tests/data has no Gemma 4
+ * vocabulary): its tokens, scores and types, BPE merges made from them (spmMerges), its special
+ * ids, in Gemma4Model.set_vocab's keys: add_bos_token true (llama.cpp forces it anyway),
+ * add_space_prefix false, no tokenizer.ggml.pre (llama.cpp takes "gemma4" from the model name).
+ */
+export function gemma4Tokenizer(kvs: GGUFKeyValue[]): [string, MetaValue][] {
+  const raw = (key: string): [string, MetaValue][] => {
+    const kv = kvs.find((x) => x.key === key);
+    return kv ? [[key, { type: "raw", bytes: kv.raw }]] : [];
+  };
+  const tokens = kvs.find((x) => x.key === "tokenizer.ggml.tokens");
+  if (!tokens) throw new Error("the vocabulary has no tokenizer.ggml.tokens");
+  return [
+    ["tokenizer.ggml.model", meta.str("gemma4")],
+    ...raw("tokenizer.ggml.tokens"),
+    ...raw("tokenizer.ggml.scores"),
+    ...raw("tokenizer.ggml.token_type"),
+    ["tokenizer.ggml.merges", meta.arr("string", spmMerges(decodeValue(tokens.raw) as string[]))],
+    ...["bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id"].flatMap((k) => raw(`tokenizer.ggml.${k}`)),
+    ["tokenizer.ggml.add_bos_token", meta.bool(true)],
+    ...raw("tokenizer.ggml.add_eos_token"),
+    ["tokenizer.ggml.add_space_prefix", meta.bool(false)],
+  ];
+}
+
 export function synthesize(opts: SynthOptions): { tensors: number; bytes: number } {
   const arch = (opts.arch ?? "llama") as Arch;
   const shape = shapeOf(arch, opts.shape);
@@ -548,6 +636,10 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   if (arch !== "phi3" && !arch.startsWith("gemma") && !arch.startsWith("qwen35") && arch !== "deepseek2" && ropeDim !== headDim) {
     throw new Error(`${arch}: llama.cpp rotates whole heads (rope.dimension_count must be ${headDim})`);
   }
+  if (arch === "gemma4" && (shape.experts || !shape.gemma4)) {
+    throw new Error("gemma4: only the dense layout is written (not 26B-A4B's experts)");
+  }
+  const g4 = shape.gemma4 && gemma4Layers(shape);
 
   // Metadata in the converter's keys (LLM_KV_* of llama-arch.cpp under the architecture's name).
   const gguArch = arch === "llama31" || arch === "mixtral" ? "llama" : arch;
@@ -564,6 +656,12 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
     [k("attention.head_count_kv"), meta.u32(kvHeads)],
   ];
   const add = (key: string, v: MetaValue) => metadata.push([k(key), v]);
+  /** A key written again: the converter's writer overwrites it where it stands. */
+  const set = (key: string, v: MetaValue) => {
+    const at = metadata.findIndex(([name]) => name === k(key));
+    if (at < 0) add(key, v);
+    else metadata[at] = [k(key), v];
+  };
   if (gguArch === "llama") {
     add("rope.freq_base", meta.f32(shape.ropeBase));
     add("rope.dimension_count", meta.u32(headDim));
@@ -670,6 +768,28 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       add("attention.value_length", meta.u32(headDim));
       add("attention.sliding_window", meta.u32(shape.swa!));
       break;
+    case "gemma4": {
+      // Gemma3Model's keys with Gemma4Model's over them: key/value_length are the full layers'
+      // heads, *_swa the sliding ones'; per-layer arrays (i32, as the writer types Python ints)
+      // where layers differ; a full head rotated whole (rope_freqs does the partial rotation)
+      const g = shape.gemma4!;
+      add("attention.key_length", meta.u32(g.fullHeadDim));
+      add("attention.value_length", meta.u32(g.fullHeadDim));
+      add("rope.freq_base", meta.f32(shape.ropeBase));
+      add("rope.freq_base_swa", meta.f32(shape.ropeBaseSwa!));
+      if (shape.finalSoftcap) add("final_logit_softcapping", meta.f32(shape.finalSoftcap));
+      add("attention.sliding_window", meta.u32(shape.swa!));
+      add("attention.shared_kv_layers", meta.u32(g.sharedKv));
+      add("embedding_length_per_layer_input", meta.u32(g.perLayer));
+      add("attention.sliding_window_pattern", meta.arr("bool", g4!.map((l) => l.swa)));
+      add("attention.key_length_swa", meta.u32(headDim));
+      add("attention.value_length_swa", meta.u32(headDim));
+      if (g.doubleWide) set("feed_forward_length", meta.arr("i32", g4!.map((l) => l.ffn)));
+      if (g.fullKvHeads !== undefined) set("attention.head_count_kv", meta.arr("i32", g4!.map((l) => l.kvHeads)));
+      add("rope.dimension_count", meta.u32(g.fullHeadDim));
+      add("rope.dimension_count_swa", meta.u32(headDim));
+      break;
+    }
     case "phi3":
       add("rope.scaling.original_context_length", meta.u32(shape.origCtx ?? shape.ctx));
       add("rope.dimension_count", meta.u32(ropeDim));
@@ -687,7 +807,8 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
     if (experts.ffn) add("expert_feed_forward_length", meta.u32(experts.ffn));
     if (experts.shared) add("expert_shared_feed_forward_length", meta.u32(experts.shared));
   }
-  metadata.push(...tokenizer.map((kv): [string, MetaValue] => [kv.key, { type: "raw", bytes: kv.raw }]));
+  if (arch === "gemma4") metadata.push(...gemma4Tokenizer(tokenizer));
+  else metadata.push(...tokenizer.map((kv): [string, MetaValue] => [kv.key, { type: "raw", bytes: kv.raw }]));
 
   const tensors: TensorSpec[] = [];
   const streamSeed = () => (seed * 0x10001 + tensors.length) | 0; // each tensor its own stream
@@ -727,10 +848,24 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
     vector("rope_factors_long.weight", () => long, ropeDim / 2);
     vector("rope_factors_short.weight", () => short, ropeDim / 2);
   }
+  if (arch === "gemma4") {
+    const g = shape.gemma4!;
+    vector("rope_freqs.weight", () => gemma4RopeFactors(g.fullHeadDim, g.fullRotary), g.fullHeadDim / 2);
+  }
 
   const big = opts.pure ? types.main : types.big ?? types.main;
   const main = types.main;
   weight("token_embd.weight", main, dim, nVocab);
+  const perLayer = shape.gemma4?.perLayer ?? 0;
+  // rows of the per-layer width (16 on the test shape) that fit no block of the type: the
+  // converter (and llama-quantize) fall back to F16
+  const plType: GGMLTypeName = perLayer % blockLayout[main][0] === 0 ? main : "F16";
+  if (perLayer > 0) {
+    // Gemma 4's per-layer embeddings: a row of every layer's per token, and their projection from the embedding
+    weight("per_layer_token_embd.weight", main, perLayer * shape.layers, nVocab);
+    weight("per_layer_model_proj.weight", main, dim, perLayer * shape.layers);
+    norm("per_layer_proj_norm.weight", perLayer);
+  }
   /** blk.N.'s mixture of experts: the router, the stacked experts, their biases, the shared expert. */
   const expertTensors = (p: string) => {
     const experts = shape.experts!;
@@ -813,6 +948,37 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       } else {
         expertTensors(p);
       }
+      continue;
+    }
+    if (g4) {
+      // Gemma 4's layer (llama.cpp's gemma4.cpp): each layer's own head size and KV heads; the
+      // kv-shared layers keep attn_k/attn_v/attn_k_norm as the converter writes them (llama.cpp
+      // loads them as optional and reads another layer's KV); norms as they are used (not w + 1)
+      const l = g4[i]!, g = shape.gemma4!;
+      const q = heads * l.headDim, kv = l.kvHeads * l.headDim;
+      weight(p + "attn_q.weight", main, dim, q);
+      weight(p + "attn_k.weight", main, dim, kv);
+      if (!(g.kEqV && !l.swa)) weight(p + "attn_v.weight", main, dim, kv);
+      // Gemma 4 leaves scores unscaled (its trained Q/K norms scale them): gains near d^-1/4
+      // each give random weights the usual 1/√d, so that attention is not near one-hot and
+      // the Q8_0 rounding of its inputs does not swing it
+      norm(p + "attn_q_norm.weight", l.headDim, l.headDim ** -0.25);
+      norm(p + "attn_k_norm.weight", l.headDim, l.headDim ** -0.25);
+      weight(p + "attn_output.weight", main, q, dim);
+      norm(p + "post_attention_norm.weight", dim, shape.postNormGain);
+      norm(p + "ffn_norm.weight");
+      weight(p + "ffn_gate.weight", main, dim, l.ffn);
+      weight(p + "ffn_up.weight", main, dim, l.ffn);
+      weight(p + "ffn_down.weight", big, l.ffn, dim);
+      norm(p + "post_ffw_norm.weight", dim, shape.postNormGain);
+      if (perLayer > 0) {
+        weight(p + "inp_gate.weight", main, dim, perLayer);
+        weight(p + "proj.weight", plType, perLayer, dim);
+        norm(p + "post_norm.weight");
+      }
+      // layer_scalar: multiplies the whole residual stream at the layer's end
+      const s = streamSeed();
+      vector(p + "layer_output_scale.weight", () => (g.layerScale ? [0.5 + randomBytes(1, s)[0]! / 255] : [1]), 1);
       continue;
     }
     const dn = shape.deltaNet;

@@ -19,14 +19,14 @@ final class WidenTests: XCTestCase {
         func begin(_ batch: ForwardBatch) throws { passes.append(["begin \(batch.tokens)"]) }
         func embed(_ table: WeightMatrix, scale: Float) { op("embed") }
         func rmsNorm(_ src: Activation, _ w: WeightVector, into dst: Activation) { op("norm \(w.name)") }
-        func headNorm(_ a: Activation, _ w: WeightVector, heads: Int) { op("head norm") }
+        func headNorm(_ a: Activation, _ w: WeightVector?, heads: Int, headDim: Int) { op("head norm") }
         func matmul(_ src: Activation, _ pairs: [(WeightMatrix, Activation)]) { op("matmul " + pairs.map(\.0.name).joined(separator: ",")) }
         func addBias(_ a: Activation, _ b: WeightVector) { op("bias") }
-        func rope(_ a: Activation, heads: Int, rope: Int) { op("rope") }
-        func storeKV(layer: Int) { op("kv \(layer)") }
+        func rope(_ a: Activation, heads: Int, headDim: Int, rope: Int) { op("rope") }
+        func storeKV(layer: Int, kvDim: Int) { op("kv \(layer)") }
         func attention(layer: Int, _ p: AttentionParams) { op("attention \(layer)") }
         func add(_ dst: Activation, _ src: Activation) { op("add") }
-        func glu(_ act: ModelConfig.FFNActivation) { op("glu") }
+        func glu(_ act: ModelConfig.FFNActivation, width: Int) { op("glu") }
         func hidden(norm: WeightVector) { op("hidden") }
         func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation) { op("experts") }
         func logits(norm: WeightVector, output: WeightMatrix, softcap: Float) { op("logits") }

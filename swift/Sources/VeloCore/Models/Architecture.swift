@@ -26,6 +26,7 @@ let architectures: [String: Architecture.Type] = [
     "qwen3moe": Qwen3MoE.self,
     "gemma2": Gemma2.self,
     "gemma3": Gemma3.self,
+    "gemma4": Gemma4.self,
     "phi3": Phi3.self,
     "gpt-oss": GptOss.self,
     "qwen35": Qwen35.self,

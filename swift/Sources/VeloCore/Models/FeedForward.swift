@@ -4,21 +4,23 @@ enum FeedForward {
     case dense(gate: WeightMatrix, up: WeightMatrix, down: WeightMatrix)
     case experts(ExpertLayer)
 
-    /// blk.N.'s block: the experts where the config has them (and not `dense`), else ffn_gate / ffn_up / ffn_down,
+    /// blk.N.'s block: the experts where the config has them (and not `dense`), else ffn_gate / ffn_up / ffn_down
+    /// `width` wide (default `ffnDim`),
     /// or Phi-3's fused gate|up as ffn_up (a view of each half's rows).
-    init(_ w: WeightLoader, prefix p: String, _ c: ModelConfig, dense: Bool = false) throws {
+    init(_ w: WeightLoader, prefix p: String, _ c: ModelConfig, dense: Bool = false, width: Int? = nil) throws {
         if let e = c.experts, !dense {
             self = .experts(try ExpertLayer(w, prefix: p, c, e))
             return
         }
+        let f = width ?? c.ffnDim
         let gate, up: WeightMatrix
-        if let g = try w.optionalMatrix(p + "ffn_gate.weight", rows: c.ffnDim, cols: c.dim) {
-            (gate, up) = (g, try w.matrix(p + "ffn_up.weight", rows: c.ffnDim, cols: c.dim))
+        if let g = try w.optionalMatrix(p + "ffn_gate.weight", rows: f, cols: c.dim) {
+            (gate, up) = (g, try w.matrix(p + "ffn_up.weight", rows: f, cols: c.dim))
         } else {
-            let gu = try w.matrix(p + "ffn_up.weight", rows: 2 * c.ffnDim, cols: c.dim)
-            (gate, up) = (gu.rows(0, c.ffnDim), gu.rows(c.ffnDim, c.ffnDim))
+            let gu = try w.matrix(p + "ffn_up.weight", rows: 2 * f, cols: c.dim)
+            (gate, up) = (gu.rows(0, f), gu.rows(f, f))
         }
-        self = .dense(gate: gate, up: up, down: try w.matrix(p + "ffn_down.weight", rows: c.dim, cols: c.ffnDim))
+        self = .dense(gate: gate, up: up, down: try w.matrix(p + "ffn_down.weight", rows: c.dim, cols: f))
     }
 
     var matrices: [WeightMatrix] {

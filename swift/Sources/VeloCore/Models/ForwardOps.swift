@@ -21,26 +21,27 @@ protocol ForwardOps: AnyObject {
     func embed(_ table: WeightMatrix, scale: Float)
     /// dst = rmsnorm(src) * w, every row (dst may be src).
     func rmsNorm(_ src: Activation, _ w: WeightVector, into dst: Activation)
-    /// In place: each of the `heads` heads of every row = rmsnorm(head) * w (Q/K norms).
-    func headNorm(_ a: Activation, _ w: WeightVector, heads: Int)
+    /// In place: each of the `heads` heads (of `headDim`) of every row = rmsnorm(head) * w
+    /// (Q/K norms; no gain where w is nil: Gemma 4's V).
+    func headNorm(_ a: Activation, _ w: WeightVector?, heads: Int, headDim: Int)
     /// out = W · src for several weights sharing one input.
     func matmul(_ src: Activation, _ pairs: [(WeightMatrix, Activation)])
     /// a += b on every row.
     func addBias(_ a: Activation, _ b: WeightVector)
-    /// Rotary embedding `config.ropes[rope]` in place on `heads` heads per row, at each token's position.
-    func rope(_ a: Activation, heads: Int, rope: Int)
-    /// Writes k and v into the pages of layer `layer`.
-    func storeKV(layer: Int)
+    /// Rotary embedding `config.ropes[rope]` in place on `heads` heads of `headDim` per row, at each token's position.
+    func rope(_ a: Activation, heads: Int, headDim: Int, rope: Int)
+    /// Writes k and v (`kvDim` a row) into the pages of layer `layer`.
+    func storeKV(layer: Int, kvDim: Int)
     /// Rotary embedding of q and k at each token's position, then k and v into the pages.
-    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope: Int)
+    func ropeAndStoreKV(layer: Int, _ shape: HeadShape, rope: Int)
     /// attn = causal attention of q over each token's own sequence, layer `layer`.
     func attention(layer: Int, _ p: AttentionParams)
     /// dst += src (model-width rows).
     func add(_ dst: Activation, _ src: Activation)
     /// The residual add and the norm after it: dst += src, then out = rmsnorm(dst) * w.
     func addRMSNorm(_ dst: Activation, _ src: Activation, _ w: WeightVector, into out: Activation)
-    /// gate = act(gate) * up.
-    func glu(_ act: ModelConfig.FFNActivation)
+    /// gate = act(gate) * up, `width` a row.
+    func glu(_ act: ModelConfig.FFNActivation, width: Int)
     /// gate = act(gate_w · src) * (up_w · src): a gated MLP's input (the pair should be in the
     /// model's `gatedPairs`, so a GPU has it interleaved for one dispatch).
     func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix, _ act: ModelConfig.FFNActivation)
@@ -62,6 +63,13 @@ protocol ForwardOps: AnyObject {
     func latentQKV(_ src: Activation, _ layer: MLALayer)
     /// dst = each head's output taken out of latent space (attn_v_b), `heads × vHead` a row.
     func latentOutput(_ layer: MLALayer, into dst: Activation)
+    /// x's rows times `s` (dst: model-width rows).
+    func scale(_ a: Activation, by s: Float)
+    /// Each token's per-layer inputs from its embedding row and x (the scaled main embedding),
+    /// kept for `perLayerEmbedding` through the pass (PerLayerEmbeddings.swift).
+    func perLayerInputs(_ p: PerLayerEmbeddings)
+    /// x += layer `layer`'s per-layer embedding block of x.
+    func perLayerEmbedding(layer: Int, _ b: PerLayerBlock)
     /// Logits of the batch's `logitRows`: output · rmsnorm(x) * norm, then softcapped (0: not).
     func logits(norm: WeightVector, output: WeightMatrix, softcap: Float)
     /// Runs what was recorded; the logits, `logitRows.count` rows of `vocabSize`.
@@ -90,6 +98,9 @@ extension ForwardOps {
     func gateAttention() { preconditionFailure("gated attention runs on the CPU only (refused at load elsewhere)") }
     func latentQKV(_ src: Activation, _ layer: MLALayer) { preconditionFailure("latent attention runs on the CPU only (refused at load elsewhere)") }
     func latentOutput(_ layer: MLALayer, into dst: Activation) { preconditionFailure("latent attention runs on the CPU only (refused at load elsewhere)") }
+    func scale(_ a: Activation, by s: Float) { preconditionFailure("layer output scales run on the CPU only (refused at load elsewhere)") }
+    func perLayerInputs(_ p: PerLayerEmbeddings) { preconditionFailure("per-layer embeddings run on the CPU only (refused at load elsewhere)") }
+    func perLayerEmbedding(layer: Int, _ b: PerLayerBlock) { preconditionFailure("per-layer embeddings run on the CPU only (refused at load elsewhere)") }
 
     /// Backends that round through nothing narrower than float32 never re-run a pass.
     func widen() -> Bool { false }
@@ -100,10 +111,10 @@ extension ForwardOps {
     func settleKernels(wait: Bool) {}
 
     /// What a backend without fused kernels runs instead.
-    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope r: Int) {
-        rope(.q, heads: heads, rope: r)
-        rope(.k, heads: kvHeads, rope: r)
-        storeKV(layer: layer)
+    func ropeAndStoreKV(layer: Int, _ s: HeadShape, rope r: Int) {
+        rope(.q, heads: s.heads, headDim: s.headDim, rope: r)
+        rope(.k, heads: s.kvHeads, headDim: s.headDim, rope: r)
+        storeKV(layer: layer, kvDim: s.kvDim)
     }
 
     func addRMSNorm(_ dst: Activation, _ src: Activation, _ w: WeightVector, into out: Activation) {
@@ -116,7 +127,7 @@ extension ForwardOps {
     /// The two products, then the activation, where a backend has no fused kernel.
     func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix, _ act: ModelConfig.FFNActivation) {
         matmul(src, [(gate, .gate), (up, .up)])
-        glu(act)
+        glu(act, width: gate.rows)
     }
 }
 
@@ -153,6 +164,7 @@ final class CPUForward: ForwardOps {
     }
 
     deinit {
+        perLayerScratch?.deallocate()
         hiddenBuffer?.deallocate()
         gatedScratch?.deallocate()
         latentScratch?.deallocate()
@@ -192,9 +204,9 @@ final class CPUForward: ForwardOps {
         ops.rmsNorm(buf(src), w, rows: batch.count, n: config.dim, into: buf(dst))
     }
 
-    func headNorm(_ a: Activation, _ w: WeightVector, heads: Int) {
+    func headNorm(_ a: Activation, _ w: WeightVector?, heads: Int, headDim: Int) {
         // a token's heads are consecutive rows of headDim
-        ops.rmsNorm(buf(a), w, rows: batch.count * heads, n: config.headDim, into: buf(a))
+        ops.rmsNorm(buf(a), w, rows: batch.count * heads, n: headDim, into: buf(a))
     }
 
     func addBias(_ a: Activation, _ b: WeightVector) {
@@ -210,11 +222,11 @@ final class CPUForward: ForwardOps {
         ops.matmul(buf(src), rows: batch.count, pairs.map { ($0.0, buf($0.1)) }, ws: ws)
     }
 
-    func rope(_ a: Activation, heads: Int, rope: Int) {
-        ops.rope(buf(a), rows: batch.count, heads: heads, table: ropeTables[rope])
+    func rope(_ a: Activation, heads: Int, headDim: Int, rope: Int) {
+        ops.rope(buf(a), rows: batch.count, heads: heads, headDim: headDim, table: ropeTables[rope])
     }
 
-    func storeKV(layer: Int) { ops.storeKV(batch, layer: layer, kv: kv, ws: ws) }
+    func storeKV(layer: Int, kvDim: Int) { ops.storeKV(batch, layer: layer, kvDim: kvDim, kv: kv, ws: ws) }
 
     func attention(layer: Int, _ p: AttentionParams) { ops.attention(batch, layer: layer, p, kv: kv, ws: ws) }
 
@@ -222,8 +234,7 @@ final class CPUForward: ForwardOps {
         ops.profiler.measure(.other) { ops.addInPlace(buf(dst), buf(src), count: batch.count * config.dim) }
     }
 
-    func glu(_ act: ModelConfig.FFNActivation) {
-        let f = config.ffnDim
+    func glu(_ act: ModelConfig.FFNActivation, width f: Int) {
         ops.profiler.measure(.mlpActivation) {
             for r in 0..<batch.count {
                 let g = ws.gate + r * f, u = ws.up + r * f
@@ -341,6 +352,52 @@ final class CPUForward: ForwardOps {
             ops.matmul(b.gin, rows: n, [(l.vB[h], b.gout)], ws: ws)
             for t in 0..<n { (out + (t * heads + h) * s.vHead).update(from: b.gout + t * s.vHead, count: s.vHead) }
         }
+    }
+
+    func scale(_ a: Activation, by s: Float) {
+        let x = buf(a)
+        ops.profiler.measure(.other) { for i in 0..<batch.count * config.dim { x[i] *= s } }
+    }
+
+    /// perLayerInputs' and perLayerEmbedding's buffers, made on first use, `maxTokens` rows
+    /// each: the inputs (layers × width a row), then the gate's and the projection's outputs.
+    private var perLayerScratch: UnsafeMutablePointer<Float>?
+
+    private func perLayerBuffers(_ width: Int) -> (inputs: UnsafeMutablePointer<Float>, gated: UnsafeMutablePointer<Float>, out: UnsafeMutablePointer<Float>) {
+        let m = ws.maxTokens, all = config.layers * width
+        let base = perLayerScratch ?? .allocate(capacity: m * (all + width + config.dim))
+        perLayerScratch = base
+        return (base, base + m * all, base + m * (all + width))
+    }
+
+    func perLayerInputs(_ p: PerLayerEmbeddings) {
+        let n = batch.count, w = p.width, all = config.layers * w, b = perLayerBuffers(w)
+        ops.matmul(ws.x, rows: n, [(p.modelProj, b.inputs)], ws: ws)
+        ops.profiler.measure(.embed) {
+            let row = UnsafeMutablePointer<Float>.allocate(capacity: all)
+            defer { row.deallocate() }
+            let projScale = 1 / Float(config.dim).squareRoot(), tokenScale = Float(w).squareRoot(), mix = 1 / Float(2).squareRoot()
+            p.projNorm.values.withUnsafeBufferPointer { g in
+                for (t, token) in batch.tokens.enumerated() {
+                    let x = b.inputs + t * all
+                    ck_dequantize_row(Int32(p.tokens.type.rawValue), p.tokens.data + Int(token) * p.tokens.rowBytes, row, Int64(all))
+                    for i in 0..<all { x[i] *= projScale }
+                    for l in 0..<config.layers { ck_rms_norm(x + l * w, g.baseAddress, x + l * w, Int64(w), config.normEps) }
+                    for i in 0..<all { x[i] = (x[i] + row[i] * tokenScale) * mix }
+                }
+            }
+        }
+    }
+
+    func perLayerEmbedding(layer: Int, _ pb: PerLayerBlock) {
+        let n = batch.count, w = pb.gate.rows, all = config.layers * w, b = perLayerBuffers(w)
+        ops.matmul(ws.x, rows: n, [(pb.gate, b.gated)], ws: ws)
+        ops.profiler.measure(.mlpActivation) {
+            for t in 0..<n { ck_geglu(b.gated + t * w, b.inputs + t * all + layer * w, b.gated + t * w, Int64(w)) }
+        }
+        ops.matmul(b.gated, rows: n, [(pb.proj, b.out)], ws: ws)
+        ops.rmsNorm(b.out, pb.postNorm, rows: n, n: config.dim, into: b.out)
+        ops.profiler.measure(.other) { ops.addInPlace(ws.x, b.out, count: n * config.dim) }
     }
 
     func logits(norm: WeightVector, output: WeightMatrix, softcap: Float) {

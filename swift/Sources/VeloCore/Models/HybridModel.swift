@@ -98,9 +98,9 @@ final class HybridModel: LanguageModel, @unchecked Sendable {
             case let .attention(a):
                 ops.gatedQuery(.xn, a.wq)
                 ops.matmul(.xn, [(a.wk, .k), (a.wv, .v)])
-                ops.headNorm(.q, a.qNorm, heads: c.heads)
-                ops.headNorm(.k, a.kNorm, heads: c.kvHeads)
-                ops.ropeAndStoreKV(layer: a.kvLayer, heads: c.heads, kvHeads: c.kvHeads, rope: 0)
+                ops.headNorm(.q, a.qNorm, heads: c.heads, headDim: c.headDim)
+                ops.headNorm(.k, a.kNorm, heads: c.kvHeads, headDim: c.headDim)
+                ops.ropeAndStoreKV(layer: a.kvLayer, c.uniformHeads, rope: 0)
                 ops.attention(layer: a.kvLayer, c.attention(layer: li))
                 ops.gateAttention()
                 ops.matmul(.attn, [(a.wo, .xn)])

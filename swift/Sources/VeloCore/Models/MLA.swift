@@ -119,7 +119,7 @@ final class MLAModel: LanguageModel, @unchecked Sendable {
         ops.rmsNorm(.x, layers[0].attnNorm, into: .xn)
         for (li, l) in layers.enumerated() {
             ops.latentQKV(.xn, l.attention)
-            ops.ropeAndStoreKV(layer: li, heads: c.heads, kvHeads: 1, rope: 0)
+            ops.ropeAndStoreKV(layer: li, c.uniformHeads, rope: 0)
             ops.attention(layer: li, c.attention(layer: li))
             ops.latentOutput(l.attention, into: .q)
             ops.matmul(.q, [(l.attention.wo, .xn)])

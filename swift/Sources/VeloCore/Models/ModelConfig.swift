@@ -41,6 +41,9 @@ public struct ModelConfig: Sendable {
     var ffnNormTensor = "ffn_norm.weight"
     /// Gated DeltaNet layers between the attention layers (Qwen3.5; nil: attention everywhere).
     public var deltaNet: DeltaNetShape?
+    /// Each layer's MLP width where layers differ (Gemma 4; empty: `ffnDim` everywhere).
+    public var layerFFNDim: [Int] = []
+    func ffnDim(layer: Int) -> Int { layerFFNDim.isEmpty ? ffnDim : layerFFNDim[layer] }
     /// The layers that keep K/V in the pages (every one, but a hybrid's attention layers only).
     public var kvLayers: Int
     /// Multi-head latent attention (DeepSeek-V2/V3, GLM-4.7-Flash, Kimi; nil: grouped-query).
@@ -49,8 +52,26 @@ public struct ModelConfig: Sendable {
     /// experts (DeepSeek's leading_dense_block_count).
     public var leadingDenseLayers = 0
 
-    public var qDim: Int { heads * headDim }
-    public var kvDim: Int { kvHeads * headDim }
+    /// Each layer's heads where layers differ (Gemma 4: 256-wide sliding heads and 512-wide
+    /// global ones, each with its own K/V head count); empty: every layer has `uniformHeads`.
+    public var layerHeads: [HeadShape] = []
+    /// The layer whose K/V pages a layer reads: itself, or, for Gemma 4's last layers, an
+    /// earlier layer's (they keep none of their own). Empty: every layer its own.
+    public var kvSource: [Int] = []
+    /// Each head of V is RMS-normed (no gain) before it is stored, and a layer without its own
+    /// V projection uses K's (Gemma 4).
+    public var valueNorm = false
+    /// Per-layer embeddings of this many values a layer (Gemma 4's E2B/E4B; 0: none).
+    public var perLayerWidth = 0
+
+    public var uniformHeads: HeadShape { HeadShape(heads: heads, kvHeads: kvHeads, headDim: headDim) }
+    func heads(layer: Int) -> HeadShape { layerHeads.isEmpty ? uniformHeads : layerHeads[layer] }
+    func kvLayer(_ layer: Int) -> Int { kvSource.isEmpty ? layer : kvSource[layer] }
+    /// The widest layer's Q and K/V rows (buffers and KV pages are sized by them).
+    public var qDim: Int { layerHeads.map(\.qDim).max() ?? heads * headDim }
+    public var kvDim: Int { layerHeads.map(\.kvDim).max() ?? kvHeads * headDim }
+    /// The most query heads that share one K/V head in any layer.
+    var maxGroup: Int { layerHeads.map(\.group).max() ?? heads / kvHeads }
     /// The widest gated-MLP hidden layer the forward pass has: the dense FFN's, or an expert's
     /// or the shared expert's (a mixture-of-experts model's `ffnDim` is not used).
     var hiddenWidth: Int { experts.map { max($0.ffnDim, $0.sharedFFNDim, leadingDenseLayers > 0 ? ffnDim : 0) } ?? ffnDim }
@@ -68,8 +89,15 @@ public struct ModelConfig: Sendable {
         }
         layers = blocks - nextn
         heads = try m.required("attention.head_count")
-        kvHeads = m.int("attention.head_count_kv") ?? heads
-        ffnDim = try m.required("feed_forward_length")
+        // (both may be one a layer: Gemma 4's K/V heads and its wider MLPs in the last layers)
+        let kvPerLayer = try m.perLayer("attention.head_count_kv", layers: layers)
+        kvHeads = kvPerLayer?.max() ?? heads
+        let ffnPerLayer = try m.perLayer("feed_forward_length", layers: layers)
+        guard let widest = ffnPerLayer?.max(), widest > 0 else {
+            throw VeloError(.invalidFile, "\(gguf.file.path): missing or invalid \(arch).feed_forward_length")
+        }
+        ffnDim = widest
+        if let f = ffnPerLayer, Set(f).count > 1 { layerFFNDim = f }
         contextLength = m.int("context_length") ?? 2048
         headDim = m.int("attention.key_length") ?? dim / heads
         normEps = Float(m.double("attention.layer_norm_rms_epsilon") ?? 1e-5)
@@ -88,8 +116,11 @@ public struct ModelConfig: Sendable {
         } else {
             vocabSize = gguf.tensor("token_embd.weight")?.dims.last ?? 0
         }
-        guard kvHeads > 0, heads % kvHeads == 0 else {
-            throw VeloError(.invalidFile, "\(gguf.file.path): \(heads) attention heads cannot share \(kvHeads) KV heads")
+        for kv in Set(kvPerLayer ?? [kvHeads]) where kv <= 0 || heads % kv != 0 {
+            throw VeloError(.invalidFile, "\(gguf.file.path): \(heads) attention heads cannot share \(kv) KV heads")
+        }
+        if let kv = kvPerLayer, Set(kv).count > 1 {
+            layerHeads = kv.map { HeadShape(heads: heads, kvHeads: $0, headDim: headDim) }
         }
         guard ropeDim <= headDim, ropeDim % 2 == 0 else {
             throw VeloError(.invalidFile, "\(gguf.file.path): rope dimension \(ropeDim) does not fit head size \(headDim)")
@@ -119,6 +150,14 @@ public struct ModelConfig: Sendable {
     }
 }
 
+/// A layer's attention heads: query heads, the K/V heads they share, and one head's width.
+public struct HeadShape: Sendable, Equatable {
+    public var heads, kvHeads, headDim: Int
+    public var qDim: Int { heads * headDim }
+    public var kvDim: Int { kvHeads * headDim }
+    public var group: Int { heads / kvHeads }
+}
+
 /// `{arch}.key` lookups for one file, with errors that name the file and the key.
 struct Metadata {
     let gguf: GGUFFile
@@ -127,6 +166,15 @@ struct Metadata {
     func int(_ key: String) -> Int? { gguf.int("\(arch).\(key)") }
     func double(_ key: String) -> Double? { gguf.double("\(arch).\(key)") }
     func string(_ key: String) -> String? { gguf.string("\(arch).\(key)") }
+    /// A key that is one integer for every layer or an array of one per layer.
+    func perLayer(_ key: String, layers: Int) throws -> [Int]? {
+        guard let v = gguf["\(arch).\(key)"] else { return nil }
+        if let i = v.int { return Array(repeating: i, count: layers) }
+        guard let a = v.array?.map(\.int), a.count == layers, a.allSatisfy({ $0 != nil }) else {
+            throw VeloError(.invalidFile, "\(gguf.file.path): \(arch).\(key) is neither an integer nor one a layer (\(layers))")
+        }
+        return a.map { $0! }
+    }
 
     func required(_ key: String) throws -> Int {
         guard let v = int(key), v > 0 else {

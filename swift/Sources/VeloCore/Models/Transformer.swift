@@ -69,14 +69,14 @@ final class Workspace {
         quantStride = (widest * 4 + 63) / 64 * 64
         quant = .allocate(byteCount: quantStride * maxTokens, alignment: 64)
         scoreStride = (maxContext + 15) / 16 * 16
-        scores = buf(scoreStride * threads * (c.heads / c.kvHeads))
+        scores = buf(scoreStride * threads * c.maxGroup)
     }
 
     /// Bytes a workspace of these sizes takes (the fit check, before one is made).
     static func bytes(config c: ModelConfig, maxTokens: Int, maxLogitRows: Int, maxContext: Int, threads: Int, sequences: Int = 1, checkpoints: Int = 0) -> Int {
         let widest = max(c.dim, c.qDim, c.hiddenWidth, c.deltaNet?.valueDim ?? 0, c.mla?.qLora ?? 0)
         let floats = maxTokens * (2 * c.dim + 2 * c.qDim + 2 * c.kvDim + 2 * c.hiddenWidth) + maxLogitRows * c.vocabSize
-            + (maxContext + 15) / 16 * 16 * threads * (c.heads / max(c.kvHeads, 1)) + ExpertScratch.floats(c, maxTokens: maxTokens)
+            + (maxContext + 15) / 16 * 16 * threads * c.maxGroup + ExpertScratch.floats(c, maxTokens: maxTokens)
             + DeltaNetScratch.floats(c, maxTokens: maxTokens, sequences: sequences, checkpoints: checkpoints)
         return floats * 4 + (widest * 4 + 63) / 64 * 64 * maxTokens
     }
@@ -143,9 +143,9 @@ struct TransformerOps {
         }
     }
 
-    func rmsNorm(_ x: UnsafePointer<Float>, _ w: WeightVector, rows: Int, n: Int, into y: UnsafeMutablePointer<Float>) {
+    func rmsNorm(_ x: UnsafePointer<Float>, _ w: WeightVector?, rows: Int, n: Int, into y: UnsafeMutablePointer<Float>) {
         profiler.measure(.norm) {
-            w.values.withUnsafeBufferPointer { wp in
+            (w?.values ?? [Float](repeating: 1, count: n)).withUnsafeBufferPointer { wp in
                 for r in 0..<rows {
                     ck_rms_norm(x + r * n, wp.baseAddress, y + r * n, Int64(n), config.normEps)
                 }
@@ -170,8 +170,8 @@ struct TransformerOps {
     }
 
     /// Rotary embedding in place on `heads` heads of each row.
-    func rope(_ x: UnsafeMutablePointer<Float>, rows: Int, heads: Int, table: (cos: [Float], sin: [Float])) {
-        let hd = config.headDim, half = config.ropeDim / 2
+    func rope(_ x: UnsafeMutablePointer<Float>, rows: Int, heads: Int, headDim hd: Int, table: (cos: [Float], sin: [Float])) {
+        let half = rows > 0 ? table.cos.count / rows : 0
         let neox = config.ropeStyle == .neox
         profiler.measure(.rope) {
         table.cos.withUnsafeBufferPointer { cp in
@@ -203,8 +203,8 @@ struct TransformerOps {
     /// Writes each token's K and V into its sequence's page slot for this layer, in the pool's
     /// types (ck_kv_store: f32/f16 K transposed, [dim][slot] within the page, for the attention
     /// kernel; V and quantized K by slot).
-    func storeKV(_ batch: ForwardBatch, layer: Int, kv: KVView, ws: Workspace) {
-        let kvDim = config.kvDim, ps = kv.pageSize
+    func storeKV(_ batch: ForwardBatch, layer: Int, kvDim: Int, kv: KVView, ws: Workspace) {
+        let ps = kv.pageSize
         let tk = kv.typeK.ggml, tv = kv.typeV.ggml
         for t in 0..<batch.count {
             let table = batch.tables[batch.sequence[t]]
@@ -220,8 +220,8 @@ struct TransformerOps {
     /// K/V through the block table. Work is split over (token, KV head) pairs; the query heads
     /// of a GQA group are done together so each K/V row is read once for all of them.
     func attention(_ batch: ForwardBatch, layer: Int, _ p: AttentionParams, kv: KVView, ws: Workspace) {
-        let c = config
-        let hd = c.headDim, group = c.heads / c.kvHeads, ps = kv.pageSize
+        let c = p.shape
+        let hd = c.headDim, group = c.group, ps = kv.pageSize
         let tk = kv.typeK.ggml, tv = kv.typeV.ggml
         // page base pointers of every sequence for this layer (K plane 0, V plane 1)
         let kPages = batch.tables.map { t in t.pages.map { UnsafeRawPointer(kv.plane($0, layer: layer, plane: 0)) as UnsafeRawPointer? } }

@@ -44,6 +44,10 @@ final class WeightLoader {
         }
     }
 
+    /// Counts these tensors as known though not run (where present): the K/V projections of
+    /// Gemma 4's layers that read an earlier layer's K/V.
+    func skip(_ names: [String]) { used.formUnion(names.filter { gguf.tensor($0) != nil }) }
+
     /// Throws, naming them, if the file holds tensors that were never loaded.
     func checkAllUsed() throws {
         let unused = gguf.tensors.map(\.name).filter { !used.contains($0) }

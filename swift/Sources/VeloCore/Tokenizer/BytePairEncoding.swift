@@ -78,6 +78,11 @@ enum ByteLevel {
 /// Everything works on raw bytes: tokens are looked up by the bytes they spell rather than
 /// by their GPT-2 characters, which is the same thing (the mapping is a bijection) without
 /// re-encoding every word.
+///
+/// Without `byteLevel` (Gemma 4's "gemma4" model, SentencePiece-style BPE): token texts are
+/// the UTF-8 they spell (spaces as ▁, which the caller substitutes), a word starts as its
+/// characters rather than its bytes, and what is left outside the vocabulary is spelled with
+/// the "<0xNN>" byte tokens, as llama.cpp's tokenizer does for it.
 struct BytePairEncoder {
     /// Raw bytes → id, for the tokens whose text lies in the byte alphabet.
     let tokens: ByteStringTable
@@ -90,13 +95,25 @@ struct BytePairEncoder {
     /// llama3-style: a word that is itself a token is taken whole, without merging.
     let ignoreMerges: Bool
     let preTokenizer: PreTokenizer
+    let byteLevel: Bool
+    /// Character mode: every symbol a merge names (tokens and the strings outside the
+    /// vocabulary that merges pass through) → its id.
+    private let symbols: ByteStringTable?
+    /// Character mode: llama.cpp takes a word of newlines whole when it is a token.
+    private let wholeNewlines: Bool
 
     /// `texts[id]` is each token's vocabulary text; `mergeList` the `tokenizer.ggml.merges` strings.
-    init(texts: [[UInt8]], mergeList: [[UInt8]], ignoreMerges: Bool, preTokenizer: PreTokenizer) {
+    init(texts: [[UInt8]], mergeList: [[UInt8]], ignoreMerges: Bool, preTokenizer: PreTokenizer, byteLevel: Bool = true) {
+        func decode<C: Collection>(_ text: C, into out: inout [UInt8]) -> Bool where C.Element == UInt8 {
+            if byteLevel { return ByteLevel.decode(text, into: &out) }
+            out.append(contentsOf: text)
+            return true
+        }
         var entries: [(key: [UInt8], value: Int32)] = []
         entries.reserveCapacity(texts.count)
         for (id, text) in texts.enumerated() {
-            if let raw = ByteLevel.decode(text) {
+            var raw: [UInt8] = []
+            if decode(text, into: &raw) {
                 entries.append((raw, Int32(id)))
             }
         }
@@ -113,7 +130,12 @@ struct BytePairEncoder {
             return v
         }
 
-        byteSymbols = (0..<256).map { symbol([UInt8($0)]) }
+        // bytes: their own symbols (byte level), or the "<0xNN>" tokens that spell them
+        let hex = Array("0123456789ABCDEF".utf8)
+        byteSymbols = byteLevel ? (0..<256).map { symbol([UInt8($0)]) } : (0..<256).map { b in
+            let id = tokens.lookup(Array("<0x".utf8) + [hex[b >> 4], hex[b & 15], UInt8(ascii: ">")])
+            return id >= 0 ? id : Int32.max
+        }
 
         let merges = IntegerPairTable(capacity: mergeList.count)
         var left: [UInt8] = [], right: [UInt8] = []
@@ -123,7 +145,7 @@ struct BytePairEncoder {
             guard merge.count >= 3, let space = merge[1...].firstIndex(of: UInt8(ascii: " ")) else { continue }
             left.removeAll(keepingCapacity: true)
             right.removeAll(keepingCapacity: true)
-            guard ByteLevel.decode(merge[..<space], into: &left), ByteLevel.decode(merge[(space + 1)...], into: &right),
+            guard decode(merge[..<space], into: &left), decode(merge[(space + 1)...], into: &right),
                   !right.isEmpty else { continue }
             let l = symbol(left), r = symbol(right)
             left.append(contentsOf: right)
@@ -136,6 +158,9 @@ struct BytePairEncoder {
         self.vocabSize = vocabSize
         self.ignoreMerges = ignoreMerges
         self.preTokenizer = preTokenizer
+        self.byteLevel = byteLevel
+        self.wholeNewlines = !byteLevel
+        self.symbols = byteLevel ? nil : ByteStringTable(entries + virtual.map { ($0.key, $0.value) })
     }
 
     /// Reusable buffers for one `encode` call.
@@ -187,7 +212,7 @@ struct BytePairEncoder {
 
     private func encodeWord(_ word: UnsafePointer<UInt8>, _ n: Int, into out: inout [Int32], scratch s: inout Scratch) {
         guard n > 0 else { return }
-        if n == 1 || ignoreMerges {
+        if n == 1 || ignoreMerges || (wholeNewlines && (0..<n).allSatisfy { word[$0] == 0x0A }) {
             let id = tokens.lookup(word, n)
             if id >= 0 {
                 out.append(id)
@@ -200,16 +225,34 @@ struct BytePairEncoder {
         s.length.removeAll(keepingCapacity: true)
         s.prev.removeAll(keepingCapacity: true)
         s.next.removeAll(keepingCapacity: true)
-        for i in 0..<n {
-            s.ids.append(byteSymbols[Int(word[i])])
-            s.start.append(Int32(i))
-            s.length.append(1)
-            s.prev.append(Int32(i) - 1)
-            s.next.append(i + 1 < n ? Int32(i + 1) : -1)
+        if let symbols {
+            // characters (a malformed byte is one of its own); one outside every merge and the
+            // vocabulary gets an id that merges nothing
+            var i = 0
+            while i < n {
+                let lead = word[i]
+                let len = min(n - i, lead < 0x80 ? 1 : lead >> 5 == 0x6 ? 2 : lead >> 4 == 0xE ? 3 : lead >> 3 == 0x1E ? 4 : 1)
+                let id = symbols.lookup(word + i, len)
+                s.ids.append(id >= 0 ? id : Int32.max)
+                s.start.append(Int32(i))
+                s.length.append(Int32(len))
+                s.prev.append(Int32(s.ids.count) - 2)
+                s.next.append(Int32(s.ids.count))
+                i += len
+            }
+            s.next[s.next.count - 1] = -1
+        } else {
+            for i in 0..<n {
+                s.ids.append(byteSymbols[Int(word[i])])
+                s.start.append(Int32(i))
+                s.length.append(1)
+                s.prev.append(Int32(i) - 1)
+                s.next.append(i + 1 < n ? Int32(i + 1) : -1)
+            }
         }
 
         s.queue.removeAll()
-        for i in 1..<n {
+        for i in stride(from: 1, to: s.ids.count, by: 1) {
             consider(Int32(i - 1), Int32(i), &s)
         }
         while let c = s.queue.pop() {

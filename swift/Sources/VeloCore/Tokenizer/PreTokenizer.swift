@@ -30,6 +30,7 @@ struct PreTokenizer {
         case falconPunctuation     // [\p{P}\$\+<=>\^~\|`]
         case defaultPunctuation    // [\p{P}\$\+<=>\^~\|]
         case newline               // [\r\n]
+        case lineFeed              // [\n]
         case deepseekCasedLetter   // DeepSeek LLM's explicit list of cased letters
         case deepseekPunctuation   // [!-/:-~！-／：-～‘-‟　-。]
         case cjk                   // [一-龥ࠀ-一가-퟿]
@@ -47,6 +48,7 @@ struct PreTokenizer {
             case .falconPunctuation: return flags.isPunctuation || Self.isFalconSymbol(cp) || cp == 0x60
             case .defaultPunctuation: return flags.isPunctuation || Self.isFalconSymbol(cp)
             case .newline: return cp == 0x0A || cp == 0x0D
+            case .lineFeed: return cp == 0x0A
             case .deepseekCasedLetter: return Self.inRanges(cp, Self.deepseekCasedLetters)
             case .deepseekPunctuation: return Self.inRanges(cp, Self.deepseekPunctuationRanges)
             case .cjk: return (cp >= 0x0800 && cp <= 0x9FA5) || (cp >= 0xAC00 && cp <= 0xD7FF)
@@ -161,6 +163,9 @@ struct PreTokenizer {
             return Configuration(preTokenizer: poro)
         case "poro-chat":
             return Configuration(preTokenizer: poro, cleanSpaces: false)
+        case "gemma4":
+            // `[^\n]+|[\n]+` over text whose spaces are already ▁ (Tokenizer)
+            return Configuration(preTokenizer: PreTokenizer(passes: [.run(.lineFeed, optionalSpace: false)]), addBOS: true)
         case "viking":
             return Configuration(preTokenizer: PreTokenizer(passes: [
                 .run(.poroWord, optionalSpace: true), .single(.number),

@@ -2,7 +2,8 @@
 /// alone and behaving like llama.cpp's tokenizer (the test vectors of llama.cpp pass).
 ///
 /// Supported `tokenizer.ggml.model` values: "llama" (SentencePiece), "gpt2" (byte-level BPE,
-/// with the pre-tokenizers `PreTokenizer.configuration(for:)` knows) and "bert" (WordPiece).
+/// with the pre-tokenizers `PreTokenizer.configuration(for:)` knows), "gemma4" (BPE over
+/// characters with SentencePiece's space markers and byte tokens) and "bert" (WordPiece).
 /// Immutable after init, so one instance may serve several threads.
 public final class Tokenizer: @unchecked Sendable {
     public let vocabSize: Int
@@ -49,10 +50,12 @@ public final class Tokenizer: @unchecked Sendable {
                 throw VeloError(.unsupported, "\(meta.path): pre-tokenizer '\(preName)' (tokenizer.ggml.pre) is not supported")
             }
             kind = .bytePair(config)
+        case "gemma4":
+            kind = .bytePair(PreTokenizer.configuration(for: "gemma4")!)
         case "bert":
             kind = .wordPiece
         default:
-            throw VeloError(.unsupported, "\(meta.path): tokenizer model '\(modelName)' is not supported (llama, gpt2 and bert are)")
+            throw VeloError(.unsupported, "\(meta.path): tokenizer model '\(modelName)' is not supported (llama, gpt2, gemma4 and bert are)")
         }
 
         // The vocabulary. Token ids are positions in tokenizer.ggml.tokens.
@@ -79,14 +82,15 @@ public final class Tokenizer: @unchecked Sendable {
         case .wordPiece:
             defaults = SpecialDefaults(bos: 101, unknown: 100, separator: 102, addBOS: true, addSeparator: true, cleanSpaces: true)
         case .bytePair(let config):
-            let chatGLM = preName == "glm4" || preName == "chatglm-bpe"
-            defaults = SpecialDefaults(bos: chatGLM ? nil : 11, eos: 11, addBOS: config.addBOS, cleanSpaces: config.cleanSpaces)
+            let chatGLM = preName == "glm4" || preName == "chatglm-bpe", gemma4 = modelName == "gemma4"
+            defaults = SpecialDefaults(bos: chatGLM || gemma4 ? nil : 11, eos: gemma4 ? nil : 11, addBOS: config.addBOS, cleanSpaces: config.cleanSpaces)
         }
         let bos = try meta.tokenID("tokenizer.ggml.bos_token_id", default: defaults.bos, count: n, strict: true)
         let eos = try meta.tokenID("tokenizer.ggml.eos_token_id", default: defaults.eos, count: n, strict: true)
         let unknown = try meta.tokenID("tokenizer.ggml.unknown_token_id", default: defaults.unknown, count: n)
         let separator = try meta.tokenID("tokenizer.ggml.seperator_token_id", default: defaults.separator, count: n)
-        let addBOS = meta.bool("tokenizer.ggml.add_bos_token") ?? defaults.addBOS
+        // (llama.cpp adds Gemma 4's BOS whatever the file says)
+        let addBOS = modelName == "gemma4" || (meta.bool("tokenizer.ggml.add_bos_token") ?? defaults.addBOS)
         let addEOS = meta.bool("tokenizer.ggml.add_eos_token") ?? defaults.addEOS
         let addSeparator = meta.bool("tokenizer.ggml.add_sep_token") ?? defaults.addSeparator
         if addBOS && bos == nil {
@@ -124,10 +128,10 @@ public final class Tokenizer: @unchecked Sendable {
         case .bytePair(let config):
             let merges = try meta.stringArray("tokenizer.ggml.merges")
             model = .bytePair(BytePairEncoder(texts: texts, mergeList: merges, ignoreMerges: config.ignoreMerges,
-                                              preTokenizer: config.preTokenizer))
+                                              preTokenizer: config.preTokenizer, byteLevel: modelName != "gemma4"))
         }
         let byteLevel: Bool
-        if case .bytePair = kind { byteLevel = true } else { byteLevel = false }
+        if case .bytePair = kind { byteLevel = modelName != "gemma4" } else { byteLevel = false }
 
         self.vocabSize = n
         self.bos = bos
@@ -248,6 +252,10 @@ public final class Tokenizer: @unchecked Sendable {
                     switch model {
                     case .sentencePiece(let spm):
                         spm.encode(text, prefixSpace: addSpacePrefix && afterSpecial && k == 0, into: &out)
+                    case .bytePair(let bpe) where !bpe.byteLevel:
+                        // spaces as ▁ before the merges (llama.cpp's escape_whitespaces)
+                        let escaped = Self.spaceMarked(text)
+                        escaped.withUnsafeBufferPointer { bpe.encode($0, into: &out, scratch: &scratch) }
                     case .bytePair(let bpe):
                         bpe.encode(text, into: &out, scratch: &scratch)
                     case .wordPiece(let wpm):
@@ -354,6 +362,16 @@ public final class Tokenizer: @unchecked Sendable {
             return [byteValue(text)]
         }
         return []
+    }
+
+    /// Spaces as "▁" (U+2581).
+    private static func spaceMarked(_ text: UnsafeBufferPointer<UInt8>) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(text.count + text.count / 4)
+        for b in text {
+            if b == 0x20 { out.append(contentsOf: [0xE2, 0x96, 0x81]) } else { out.append(b) }
+        }
+        return out
     }
 
     /// "▁" (U+2581) back to spaces.

@@ -2,10 +2,11 @@
 /// tiled prefill kernels, or decode's split-K kernels and what merges their splits), or, for a
 /// prompt on VK_NV_cooperative_matrix2, over a contiguous copy of its sequence's keys.
 extension GPUForward {
-    func rope(_ a: Activation, heads: Int, rope r: Int) {
+    // (one head shape for every layer: GPUForward.lacking refuses models whose layers differ)
+    func rope(_ a: Activation, heads: Int, headDim: Int, rope r: Int) {
         let c = config
         dispatch(GPUKernels.rope, [act(a), tokpos, GPUBinding(ropeFreqs[r])],
-                 GPUParams.Rope(rows: UInt32(n), heads: UInt32(heads), headDim: UInt32(c.headDim), ropeDim: UInt32(c.ropeDim),
+                 GPUParams.Rope(rows: UInt32(n), heads: UInt32(heads), headDim: UInt32(headDim), ropeDim: UInt32(c.ropeDim),
                                 neox: c.ropeStyle == .neox ? 1 : 0, magnitude: c.ropes[r].magnitude, rowStride: UInt32(stride(a))),
                  (n, heads, 1), .rope)
     }
@@ -17,7 +18,8 @@ extension GPUForward {
         (UInt32(kvPlaces[layer].pageStride), UInt32(kvPlaces[layer].layerOff))
     }
 
-    func storeKV(layer: Int) {
+    func storeKV(layer: Int, kvDim rowWidth: Int) {
+        precondition(rowWidth == kvDim, "K/V rows of \(rowWidth) in pages of \(kvDim)")
         let ps = kv.pageSize
         dispatch(kvStoreKernel, [act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab],
                  GPUParams.KVStore(n: UInt32(n), kvDim: UInt32(kvDim), pageSize: UInt32(ps), pageStride: UInt32(kvPlaces[layer].pageStride),
@@ -28,8 +30,9 @@ extension GPUForward {
     /// Split-K attention: keys in splits of `chunk` (from the longest context of the batch),
     /// one workgroup per (token, KV head, split), then the combine kernel merges the splits
     /// (a single split writes the output directly).
-    func ropeAndStoreKV(layer: Int, heads: Int, kvHeads: Int, rope r: Int) {
-        let c = config, ps = kv.pageSize
+    func ropeAndStoreKV(layer: Int, _ s: HeadShape, rope r: Int) {
+        let c = config, ps = kv.pageSize, heads = s.heads, kvHeads = s.kvHeads
+        precondition(s.headDim == c.headDim, "heads of \(s.headDim) in a model of \(c.headDim)")
         if let p = pendingQKV, let kvType = ropeJoin, heads == c.heads, kvHeads == c.kvHeads, p.w.rows == c.qDim + 2 * kvDim,
            p.biases.isEmpty || p.biases.count == 3 {
             pendingQKV = nil

@@ -166,8 +166,8 @@ extension GPUForward {
         }
     }
 
-    func glu(_ a: ModelConfig.FFNActivation) {
-        let count = n * config.ffnDim
+    func glu(_ a: ModelConfig.FFNActivation, width: Int) {
+        let count = n * width
         dispatch(GPUKernels.swiglu, [act(.gate), act(.up)], GPUParams.GLU(count: UInt32(count), act: UInt32(a.rawValue)), ((count + 255) / 256, 1, 1), .mlpActivation)
     }
 
@@ -176,7 +176,7 @@ extension GPUForward {
     func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix, _ a: ModelConfig.FFNActivation) {
         guard let wb = gatedWeights[gate.data] else {
             matmul(src, [(gate, .gate), (up, .up)])
-            glu(a)
+            glu(a, width: gate.rows)
             return
         }
         let ffn = gate.rows

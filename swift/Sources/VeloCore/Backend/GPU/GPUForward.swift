@@ -644,10 +644,11 @@ final class GPUForward: ForwardOps {
                  (rows, 1, 1), .norm)
     }
 
-    func headNorm(_ a: Activation, _ w: WeightVector, heads: Int) {
+    func headNorm(_ a: Activation, _ w: WeightVector?, heads: Int, headDim: Int) {
+        guard let w else { preconditionFailure("a head norm without gain on a GPU (GPUForward.lacking refuses such models)") }
         let s = UInt32(stride(a))
         dispatch(GPUKernels.rmsNorm, [act(a), GPUBinding(vectors[w.name]!), act(a), input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
-                 GPUParams.RMSNorm(n: UInt32(config.headDim), rows: UInt32(n * heads), eps: config.normEps, useRowsel: 0, xStride: s, heads: UInt32(heads), yStride: s),
+                 GPUParams.RMSNorm(n: UInt32(headDim), rows: UInt32(n * heads), eps: config.normEps, useRowsel: 0, xStride: s, heads: UInt32(heads), yStride: s),
                  (n * heads, 1, 1), .norm)
     }
 
@@ -741,6 +742,12 @@ extension GPUForward {
         if c.deltaNet != nil { missing.append("Gated DeltaNet layers, gated attention") }
         if c.mla != nil { missing.append("multi-head latent attention") }
         if c.leadingDenseLayers > 0 && c.experts != nil { missing.append("dense layers before the experts") }
+        if !c.layerHeads.isEmpty { missing.append("layers of different head shapes") }
+        if !c.layerFFNDim.isEmpty { missing.append("MLPs of different widths") }
+        if !c.kvSource.isEmpty { missing.append("K/V shared across layers") }
+        if c.valueNorm { missing.append("V norms") }
+        if c.perLayerWidth > 0 { missing.append("per-layer embeddings") }
+        if let d = model as? DecoderModel, d.layers.contains(where: { $0.outScale != nil }) { missing.append("layer output scales") }
         if let d = model as? DecoderModel, d.layers.contains(where: { $0.sinks != nil }) { missing.append("attention sinks") }
         if let d = model as? DecoderModel, d.layers.contains(where: { $0.bo != nil }) { missing.append("output biases") }
         if let e = c.experts {
