@@ -13,6 +13,7 @@
 //   bun src/gguf/synth.ts OUT.gguf --arch qwen35 --shape test --type q8_0   (Gated DeltaNet layers between gated attention)
 //   bun src/gguf/synth.ts OUT.gguf --arch qwen35moe --shape test|35b_a3b --type q8_0   (the same with experts, and an MTP block)
 //   bun src/gguf/synth.ts OUT.gguf --arch gemma4 --shape test|test-kv|e2b|31b --type q8_0   (Gemma 4 text; its BPE vocabulary made from llama-spm's)
+//   bun src/gguf/synth.ts OUT.gguf --arch gemma4 --shape test-moe|26b_a4b --type q8_0   (Gemma 4 with experts beside the dense MLP)
 // Weights are random but well-formed: quantized blocks are made directly (random quants,
 // scales chosen so each weight has a standard deviation near 0.02, like a fresh init; on test
 // shapes 1/√(row length), with norm gains and biases random too), so activations stay finite
@@ -79,6 +80,8 @@ export interface Shape {
   /**
    * A mixture of experts in every layer: `count` experts of which `used` run per token, each a
    * gated MLP of `ffn` (Mixtral: the shape's ffn); `shared`: a shared expert's width (Qwen2-MoE).
+   * Gemma 4 (26B-A4B): the experts run beside the layer's dense MLP of the shape's ffn, fused
+   * gate|up, with a router scale per input channel and a scale per expert.
    */
   experts?: {
     count: number; used: number; ffn?: number; shared?: number;
@@ -188,6 +191,17 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     test: { ...TEST_BASE, layers: 6, headDim: 32, ropeBase: 1e6, ropeBaseSwa: 10000, eps: 1e-6, tied: true, swa: 12, finalSoftcap: 8, postNormGain: 3, gemma4: { pattern: 3, fullHeadDim: 64, fullKvHeads: 1, fullRotary: 0.25, sharedKv: 3, perLayer: 16, doubleWide: true, layerScale: true } },
     // Gemma-4-31B's attention at test size: no KV sharing, no per-layer embeddings, V = K on full layers
     "test-kv": { ...TEST_BASE, layers: 6, headDim: 32, ropeBase: 1e6, ropeBaseSwa: 10000, eps: 1e-6, tied: true, swa: 12, finalSoftcap: 8, postNormGain: 3, gemma4: { pattern: 3, fullHeadDim: 64, fullKvHeads: 1, fullRotary: 0.25, sharedKv: 0, perLayer: 0, kEqV: true, layerScale: true } },
+    // Gemma-4-26B-A4B's layout at test size: test's attention (no KV sharing, no per-layer
+    // embeddings) with 8 experts of 64, 2 a token, beside the dense MLP of 384 in every layer;
+    // ffn_down_exps.scale drawn in 0.5..1.5, ffn_gate_inp.scale around 1
+    "test-moe": { ...TEST_BASE, layers: 6, headDim: 32, ropeBase: 1e6, ropeBaseSwa: 10000, eps: 1e-6, tied: true, swa: 12, finalSoftcap: 8, postNormGain: 3, gemma4: { pattern: 3, fullHeadDim: 64, fullKvHeads: 1, fullRotary: 0.25, sharedKv: 0, perLayer: 0, layerScale: true }, experts: { count: 8, used: 2, ffn: 64 } },
+    // Gemma-4-26B-A4B (text_config as public copies of its config.json give it; the checkpoint
+    // was not read here): 30 layers, every 6th full (2 KV heads of 512, V = K, a quarter rotated)
+    // and the rest sliding over 1024 (8 KV heads of 256), 16 query heads; in every layer a dense
+    // MLP of 2112 and 128 experts of 704, 8 a token; no KV sharing, no per-layer embeddings
+    // (attention_k_eq_v and 2 global KV heads as those copies and llama.cpp's test-backend-ops
+    // note give them: unverified against the checkpoint)
+    "26b_a4b": { dim: 2816, ffn: 2112, layers: 30, heads: 16, kvHeads: 8, headDim: 256, ropeBase: 1e6, ropeBaseSwa: 10000, ctx: 262144, eps: 1e-6, tied: true, swa: 1024, finalSoftcap: 30, vocab: LLAMA3_VOCAB, gemma4: { pattern: 6, fullHeadDim: 512, fullKvHeads: 2, fullRotary: 0.25, sharedKv: 0, perLayer: 0, kEqV: true }, experts: { count: 128, used: 8, ffn: 704 } },
   },
   phi3: {
     // Phi-3-mini-4k-instruct (no LongRoPE factors; sliding_window 2047, which llama.cpp ignores)
@@ -244,13 +258,13 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     // DeepSeek-V2-Lite's layout (attn_q direct, a softmax router, 2 shared experts, the first
     // layer dense) at test size; its latent 64 wide, heads of 32 + 16 RoPE, outputs of 32
     test: { ...TEST_BASE, layers: 3, heads: 4, kvHeads: 1, headDim: 80, ropeDim: 16, ropeBase: 10000, eps: 1e-6, mla: { kvLora: 64, qLora: 0, nope: 32, rope: 16, vHead: 32 }, experts: { count: 8, used: 2, ffn: 64, sharedCount: 2, dense: 1 } },
-    // with V2-Lite's YaRN (refused until Velo has it)
+    // with V2-Lite's YaRN: factor 40 (over an original context of 256) and mscale_all_dim 0.707
     "test-yarn": { ...TEST_BASE, layers: 3, heads: 4, kvHeads: 1, headDim: 80, ropeDim: 16, ropeBase: 10000, eps: 1e-6, yarn: 40, origCtx: 256, mla: { kvLora: 64, qLora: 0, nope: 32, rope: 16, vHead: 32 }, experts: { count: 8, used: 2, ffn: 64, sharedCount: 2, dense: 1 } },
     // DeepSeek-V3 / GLM-4.7-Flash's: queries through a low rank, a sigmoid router with choice
     // biases in 4 groups of which 2 are used, weights renormalised and scaled
     "test-v3": { ...TEST_BASE, layers: 3, heads: 4, kvHeads: 1, headDim: 80, ropeDim: 16, ropeBase: 10000, eps: 1e-6, mla: { kvLora: 64, qLora: 64, nope: 32, rope: 16, vHead: 32 }, experts: { count: 8, used: 3, ffn: 64, sharedCount: 1, dense: 1, sigmoid: true, groups: [4, 2], norm: true, scale: 2.5 } },
-    // DeepSeek-V2-Lite without its YaRN (27 layers, 64 experts of 1408, 6 a token; llama3's vocabulary)
-    "v2_lite": { dim: 2048, ffn: 10944, layers: 27, heads: 16, kvHeads: 1, headDim: 576, ropeDim: 64, ropeBase: 10000, ctx: 163840, eps: 1e-6, vocab: LLAMA3_VOCAB, mla: { kvLora: 512, qLora: 0, nope: 128, rope: 64, vHead: 128 }, experts: { count: 64, used: 6, ffn: 1408, sharedCount: 2, dense: 1 } },
+    // DeepSeek-V2-Lite (27 layers, 64 experts of 1408, 6 a token, YaRN 40 over 4096; llama3's vocabulary)
+    "v2_lite": { dim: 2048, ffn: 10944, layers: 27, heads: 16, kvHeads: 1, headDim: 576, ropeDim: 64, ropeBase: 10000, ctx: 163840, eps: 1e-6, yarn: 40, origCtx: 4096, vocab: LLAMA3_VOCAB, mla: { kvLora: 512, qLora: 0, nope: 128, rope: 64, vHead: 128 }, experts: { count: 64, used: 6, ffn: 1408, sharedCount: 2, dense: 1 } },
   },
   "gpt-oss": {
     // gpt-oss-20b: 24 layers of 32 experts of 2880, 4 per token; 64 query heads of 64 (wider
@@ -636,8 +650,13 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   if (arch !== "phi3" && !arch.startsWith("gemma") && !arch.startsWith("qwen35") && arch !== "deepseek2" && ropeDim !== headDim) {
     throw new Error(`${arch}: llama.cpp rotates whole heads (rope.dimension_count must be ${headDim})`);
   }
-  if (arch === "gemma4" && (shape.experts || !shape.gemma4)) {
-    throw new Error("gemma4: only the dense layout is written (not 26B-A4B's experts)");
+  if (arch === "gemma4") {
+    if (!shape.gemma4) throw new Error("gemma4: the shape has no Gemma 4 layer layout");
+    // 26B-A4B's experts: a softmax router, every layer, beside the dense MLP; nothing else
+    const e = shape.experts;
+    if (e && (!e.ffn || e.shared || e.sharedCount || e.dense || e.sigmoid || e.groups || e.norm || e.scale !== undefined)) {
+      throw new Error("gemma4: only 26B-A4B's experts are written (every layer, an expert width, no shared experts, a softmax router)");
+    }
   }
   const g4 = shape.gemma4 && gemma4Layers(shape);
 
@@ -812,12 +831,12 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
 
   const tensors: TensorSpec[] = [];
   const streamSeed = () => (seed * 0x10001 + tensors.length) | 0; // each tensor its own stream
-  /** A weight of `rows` rows of `rowLength`; `stack` of them in one 3-D tensor (experts). */
-  const weight = (name: string, type: GGMLTypeName, rowLength: number, rows: number, stack = 1) => {
+  /** A weight of `rows` rows of `rowLength`; `stack` of them in one 3-D tensor (experts); `gain` times the usual σ. */
+  const weight = (name: string, type: GGMLTypeName, rowLength: number, rows: number, stack = 1, gain = 1) => {
     const t = opts.pure ? type : typeForRow(type, rowLength, name);
     if (rowLength % blockLayout[t][0] !== 0) throw new Error(`${name}: rows of ${rowLength} do not fit ${t} blocks of ${blockLayout[t][0]} (--pure)`);
     const s = streamSeed();
-    const sigma = shape.unitInit ? 1 / Math.sqrt(rowLength) : SIGMA;
+    const sigma = (shape.unitInit ? 1 / Math.sqrt(rowLength) : SIGMA) * gain;
     const dims = stack > 1 ? [rowLength, rows, stack] : [rowLength, rows];
     tensors.push({ name, type: t, dims, data: () => tensorData(t, rowLength * rows * stack, s, sigma) });
   };
@@ -905,6 +924,30 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       weight(p + "ffn_down_shexp.weight", big, experts.shared, dim);
     }
   };
+  /**
+   * Gemma 4's experts (26B-A4B; llama.cpp's gemma4.cpp): post_ffw_norm_1 after the dense MLP;
+   * the router (router.proj) and its scale per input channel (router.scale); pre_ffw_norm_2,
+   * the experts' fused gate|up (experts.gate_up_proj: the first ef rows of each expert its
+   * gate) and down, a scale per expert (router.per_expert_scale, applied by llama.cpp to each
+   * expert's down output), post_ffw_norm_2. Router and scales F32 as the converter keeps them.
+   */
+  const gemma4Experts = (p: string) => {
+    const e = shape.experts!, ef = e.ffn!;
+    // test shapes: scales drawn; real shapes: 1
+    const drawn = (shape.normSpread ?? 0) > 0;
+    norm(p + "post_ffw_norm_1.weight", dim, shape.postNormGain);
+    // llama.cpp scales the router's input by 1/√dim: on unit-init shapes a router σ of 1 (not
+    // 1/√dim) gives logits of unit size, so the softmax weights of the chosen experts differ
+    weight(p + "ffn_gate_inp.weight", "F32", dim, e.count, 1, shape.unitInit ? Math.sqrt(dim) : 1);
+    const rs = streamSeed();
+    vector(p + "ffn_gate_inp.scale", () => (drawn ? normals(dim, rs).map((x) => Math.exp(0.25 * x)) : new Float32Array(dim).fill(1)), dim);
+    norm(p + "pre_ffw_norm_2.weight");
+    weight(p + "ffn_gate_up_exps.weight", main, dim, 2 * ef, e.count);
+    weight(p + "ffn_down_exps.weight", big, ef, dim, e.count);
+    const ds = streamSeed();
+    vector(p + "ffn_down_exps.scale", () => (drawn ? Array.from(randomBytes(e.count, ds), (b) => 0.5 + b / 255) : new Float32Array(e.count).fill(1)), e.count);
+    norm(p + "post_ffw_norm_2.weight", dim, shape.postNormGain);
+  };
   /** Qwen3.5's gated attention: the query projection is each head's query, then its output gate. */
   const gatedAttention = (p: string) => {
     weight(p + "attn_q.weight", main, dim, 2 * qDim);
@@ -970,6 +1013,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       weight(p + "ffn_gate.weight", main, dim, l.ffn);
       weight(p + "ffn_up.weight", main, dim, l.ffn);
       weight(p + "ffn_down.weight", big, l.ffn, dim);
+      if (experts) gemma4Experts(p);
       norm(p + "post_ffw_norm.weight", dim, shape.postNormGain);
       if (perLayer > 0) {
         weight(p + "inp_gate.weight", main, dim, perLayer);

@@ -28,7 +28,7 @@ final class WidenTests: XCTestCase {
         func add(_ dst: Activation, _ src: Activation) { op("add") }
         func glu(_ act: ModelConfig.FFNActivation, width: Int) { op("glu") }
         func hidden(norm: WeightVector) { op("hidden") }
-        func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation) { op("experts") }
+        func experts(_ src: Activation, _ layer: ExpertLayer, routedBy router: Activation, into dst: Activation) { op("experts") }
         func logits(norm: WeightVector, output: WeightMatrix, softcap: Float) { op("logits") }
         func finish() throws -> UnsafeMutablePointer<Float> { op("finish"); return logits }
         var hiddenStates: UnsafePointer<Float> { UnsafePointer(logits) }

@@ -96,7 +96,7 @@ final class DecoderModel: LanguageModel, @unchecked Sendable {
             let optional: [WeightVector?] = [l.bq, l.bk, l.bv, l.bo, l.sinks, l.qNorm, l.kNorm, l.postAttnNorm, l.postFFNNorm, l.perLayer?.postNorm]
             all += [l.attnNorm, l.ffnNorm] + optional.compactMap { $0 }
         }
-        all += expertLayers.flatMap(\.vectors) + [outputNorm]
+        all += expertLayers.flatMap(\.vectors) + layers.flatMap(\.ffn.norms) + [outputNorm]
         if let p = perLayerEmbeddings { all.append(p.projNorm) }
         return all
     }

@@ -44,8 +44,15 @@ public struct Experts: Sendable {
         case swiglu
         /// gpt-oss's: gate clamped above at `limit`, up to ±limit, gate·σ(α·gate)·(up + 1)
         case swigluClamped(alpha: Float, limit: Float)
+        /// tanh-GELU(gate)·up (Gemma 4)
+        case geglu
     }
     public var glu = GLU.swiglu
+    /// Gemma 4: each layer with experts runs a dense MLP of `ModelConfig.ffnDim` beside them,
+    /// each with norms of its own, and routes by rmsnorm(x)/√dim · ffn_gate_inp.scale of the
+    /// block's input rather than the experts' input; each expert's output is scaled by its
+    /// ffn_down_exps.scale.
+    public var mlpBeside = false
     /// The router and every expert's gate, up and down products carry biases (gpt-oss).
     public var biases = false
 }
@@ -72,11 +79,22 @@ struct ExpertLayer {
     let biases: Biases?
     /// ffn_exp_probs_b.bias (`Experts.selectionBias`).
     let selectionBias: WeightVector?
+    /// Gemma 4 (`Experts.mlpBeside`): ffn_gate_inp.scale, already divided by √dim: the router
+    /// reads rmsnorm(its input) times this.
+    let routerScale: WeightVector?
+    /// Gemma 4: ffn_down_exps.scale, one factor an expert on its output.
+    let downScale: WeightVector?
 
     init(_ w: WeightLoader, prefix p: String, _ c: ModelConfig, _ e: Experts) throws {
         router = try w.matrix(p + "ffn_gate_inp.weight", rows: e.count, cols: c.dim)
-        gate = try w.experts(p + "ffn_gate_exps.weight", count: e.count, rows: e.ffnDim, cols: c.dim)
-        up = try w.experts(p + "ffn_up_exps.weight", count: e.count, rows: e.ffnDim, cols: c.dim)
+        // gate and up stacked as one tensor (Gemma 4's converter): each expert's first rows, then the others
+        if w.gguf.tensor(p + "ffn_gate_up_exps.weight") != nil {
+            let both = try w.experts(p + "ffn_gate_up_exps.weight", count: e.count, rows: 2 * e.ffnDim, cols: c.dim)
+            (gate, up) = (both.map { $0.rows(0, e.ffnDim) }, both.map { $0.rows(e.ffnDim, e.ffnDim) })
+        } else {
+            gate = try w.experts(p + "ffn_gate_exps.weight", count: e.count, rows: e.ffnDim, cols: c.dim)
+            up = try w.experts(p + "ffn_up_exps.weight", count: e.count, rows: e.ffnDim, cols: c.dim)
+        }
         down = try w.experts(p + "ffn_down_exps.weight", count: e.count, rows: c.dim, cols: e.ffnDim)
         shared = e.sharedFFNDim == 0 ? nil : Shared(
             gate: try w.matrix(p + "ffn_gate_shexp.weight", rows: e.sharedFFNDim, cols: c.dim),
@@ -89,11 +107,19 @@ struct ExpertLayer {
             up: try w.vector(p + "ffn_up_exps.bias", count: e.ffnDim * e.count),
             down: try w.vector(p + "ffn_down_exps.bias", count: c.dim * e.count))
         selectionBias = e.selectionBias ? try w.vector(p + "exp_probs_b.bias", count: e.count) : nil
+        if e.mlpBeside {
+            let s = try w.vector(p + "ffn_gate_inp.scale", count: c.dim)
+            routerScale = WeightVector(name: s.name, values: s.values.map { $0 / Float(c.dim).squareRoot() })
+            downScale = try w.vector(p + "ffn_down_exps.scale", count: e.count)
+        } else {
+            (routerScale, downScale) = (nil, nil)
+        }
     }
 
     var vectors: [WeightVector] {
-        (shared?.gateInput.map { [$0] } ?? []) + (biases.map { [$0.router, $0.gate, $0.up, $0.down] } ?? [])
-            + (selectionBias.map { [$0] } ?? [])
+        var all = (shared?.gateInput.map { [$0] } ?? []) + (biases.map { [$0.router, $0.gate, $0.up, $0.down] } ?? [])
+        all += [selectionBias, routerScale, downScale].compactMap { $0 }
+        return all
     }
 
     var matrices: [WeightMatrix] {
@@ -190,10 +216,17 @@ extension TransformerOps {
     /// y = the expert FFN of `rows` rows of x (y may be x). Each expert with tokens routed to
     /// it runs once over all of them: gather their rows, gate/up product, SwiGLU, down
     /// product, then add each row times its weight back to its token.
-    func experts(_ x: UnsafePointer<Float>, rows n: Int, _ l: ExpertLayer, into y: UnsafeMutablePointer<Float>, ws: Workspace) {
+    /// `router`: the rows the router reads (x itself but for Gemma 4's).
+    func experts(_ x: UnsafePointer<Float>, rows n: Int, _ l: ExpertLayer, router: UnsafePointer<Float>, into y: UnsafeMutablePointer<Float>, ws: Workspace) {
         let c = config, e = c.experts!, d = c.dim, h = e.ffnDim
         let s = ws.experts!
-        matmul(x, rows: n, [(l.router, s.router)], ws: ws)
+        if let scale = l.routerScale {
+            // s.input is free until the first expert gathers its rows
+            rmsNorm(router, scale, rows: n, n: d, into: s.input)
+            matmul(s.input, rows: n, [(l.router, s.router)], ws: ws)
+        } else {
+            matmul(router, rows: n, [(l.router, s.router)], ws: ws)
+        }
         let b = l.biases
         if let b { addRows(s.router, rows: n, b.router.values[...]) }
         let routes = profiler.measure(.other) { () -> ExpertRoutes in
@@ -213,8 +246,9 @@ extension TransformerOps {
             glu(e.glu, rows: k, width: h, ws: ws)
             matmul(ws.gate, rows: k, [(l.down[j], s.output)], ws: ws)
             if let b { addRows(s.output, rows: k, b.down.values[j * d..<(j + 1) * d]) }
+            let scale = l.downScale?.values[j] ?? 1
             profiler.measure(.other) {
-                for (i, r) in picked.enumerated() { ck_axpy_f32(routes.weights[j][i], s.output + i * d, s.sum + r * d, Int64(d)) }
+                for (i, r) in picked.enumerated() { ck_axpy_f32(routes.weights[j][i] * scale, s.output + i * d, s.sum + r * d, Int64(d)) }
             }
         }
         if let sh = l.shared {
@@ -250,6 +284,8 @@ extension TransformerOps {
                 for r in 0..<rows { ck_swiglu(ws.gate + r * width, ws.up + r * width, ws.gate + r * width, Int64(width)) }
             case let .swigluClamped(alpha, limit):
                 ck_swiglu_clamped(ws.gate, ws.up, ws.gate, Int64(rows * width), alpha, limit)
+            case .geglu:
+                ck_geglu(ws.gate, ws.up, ws.gate, Int64(rows * width))
             }
         }
     }

@@ -48,8 +48,9 @@ protocol ForwardOps: AnyObject {
     /// The final-norm hidden states of the batch's `hiddenRows`, rmsnorm(x) * norm (what the
     /// output projection reads), for embeddings; nothing when it has none.
     func hidden(norm: WeightVector)
-    /// dst = the layer's mixture-of-experts FFN of src (`ModelConfig.experts`; dst may be src).
-    func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation)
+    /// dst = the layer's mixture-of-experts FFN of src (`ModelConfig.experts`; dst may be src),
+    /// its router reading `router` (src itself but for Gemma 4's).
+    func experts(_ src: Activation, _ layer: ExpertLayer, routedBy router: Activation, into dst: Activation)
     /// dst = the Gated DeltaNet block of src (`ModelConfig.deltaNet`), through and into each
     /// sequence's recurrent state (`ForwardBatch.stateSlots`); dst may be src.
     func deltaNet(_ src: Activation, _ layer: DeltaNetLayer, into dst: Activation)
@@ -101,6 +102,8 @@ extension ForwardOps {
     func scale(_ a: Activation, by s: Float) { preconditionFailure("layer output scales run on the CPU only (refused at load elsewhere)") }
     func perLayerInputs(_ p: PerLayerEmbeddings) { preconditionFailure("per-layer embeddings run on the CPU only (refused at load elsewhere)") }
     func perLayerEmbedding(layer: Int, _ b: PerLayerBlock) { preconditionFailure("per-layer embeddings run on the CPU only (refused at load elsewhere)") }
+
+    func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation) { experts(src, layer, routedBy: src, into: dst) }
 
     /// Backends that round through nothing narrower than float32 never re-run a pass.
     func widen() -> Bool { false }
@@ -262,8 +265,8 @@ final class CPUForward: ForwardOps {
 
     var hiddenStates: UnsafePointer<Float> { UnsafePointer(hiddenBuffer!) }
 
-    func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation) {
-        ops.experts(buf(src), rows: batch.count, layer, into: buf(dst), ws: ws)
+    func experts(_ src: Activation, _ layer: ExpertLayer, routedBy router: Activation, into dst: Activation) {
+        ops.experts(buf(src), rows: batch.count, layer, router: buf(router), into: buf(dst), ws: ws)
     }
 
     func deltaNet(_ src: Activation, _ layer: DeltaNetLayer, into dst: Activation) {

@@ -74,7 +74,7 @@ public struct ModelConfig: Sendable {
     var maxGroup: Int { layerHeads.map(\.group).max() ?? heads / kvHeads }
     /// The widest gated-MLP hidden layer the forward pass has: the dense FFN's, or an expert's
     /// or the shared expert's (a mixture-of-experts model's `ffnDim` is not used).
-    var hiddenWidth: Int { experts.map { max($0.ffnDim, $0.sharedFFNDim, leadingDenseLayers > 0 ? ffnDim : 0) } ?? ffnDim }
+    var hiddenWidth: Int { experts.map { max($0.ffnDim, $0.sharedFFNDim, leadingDenseLayers > 0 || $0.mlpBeside ? ffnDim : 0) } ?? ffnDim }
 
     /// The shape and the Llama defaults; `Architecture.configure` adjusts the quirks.
     init(gguf: GGUFFile, arch: String) throws {

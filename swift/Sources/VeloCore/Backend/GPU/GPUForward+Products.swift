@@ -204,7 +204,8 @@ extension GPUForward {
     /// by expert, all on the device: no wait), one expert-indexed product per stacked tensor
     /// (gate and up read each pair's token row from the layer's input, down the pairs' hidden
     /// rows), SwiGLU over all the pairs, and moe_combine's weighted sum into dst.
-    func experts(_ src: Activation, _ l: ExpertLayer, into dst: Activation) {
+    func experts(_ src: Activation, _ l: ExpertLayer, routedBy router: Activation, into dst: Activation) {
+        precondition(router == src, "a router reading other rows than its experts (GPUForward.lacking refuses such models)")
         let c = config, e = c.experts!, m = moe!, d = c.dim, h = e.ffnDim
         let x = act(src), xs = stride(src)
         multiply(l.router, x, rows: n, xStride: xs, into: GPUBinding(m.router), yStride: e.count, op: .matmul)

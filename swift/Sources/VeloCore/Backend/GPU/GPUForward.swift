@@ -755,7 +755,8 @@ extension GPUForward {
             if e.gating == .softmaxChosen { missing.append("softmax-of-the-chosen routing") }
             if e.gating == .sigmoid || e.selectionBias || e.groups != nil || e.weightsScale != 1 { missing.append("DeepSeek's expert routing") }
             if e.sharedFFNDim > 0 && !e.sharedGated { missing.append("ungated shared experts") }
-            if e.glu != .swiglu { missing.append("the clamped SwiGLU") }
+            if case .swigluClamped = e.glu { missing.append("the clamped SwiGLU") }
+            if e.mlpBeside { missing.append("Gemma 4's experts") }
         }
         if let t = Set(model.matrices.map(\.type)).first(where: { !GPUKernels.weightTypes.contains($0) }) { missing.append("\(t.name) weights") }
         return missing.isEmpty ? nil : missing.joined(separator: ", ")

@@ -1,11 +1,12 @@
-/// Gemma 4 (text: E2B, E4B, 31B), as llama.cpp's gemma4 graph: Gemma 3's block with sliding
+/// Gemma 4 (text: E2B, E4B, 31B, 26B-A4B), as llama.cpp's gemma4 graph: Gemma 3's block with sliding
 /// and global layers of their own head widths and K/V head counts (`key_length_swa`, a
 /// `head_count_kv` a layer), V RMS-normed per head and, where a layer has no V projection,
 /// K's product; attention unscaled (the Q/K norms do it); global layers turn RoPE over their
 /// whole head with `rope_freqs` factors that leave all but the first pairs still
 /// ("proportional" RoPE), sliding ones at `rope.freq_base_swa` over `rope.dimension_count_swa`;
 /// the last `shared_kv_layers` layers attend over the K/V of the last own layer of their kind;
-/// per-layer embeddings (E2B/E4B) and a scale on each layer's output. Norm gains are
+/// per-layer embeddings (E2B/E4B) and a scale on each layer's output; 26B-A4B's experts beside
+/// a dense MLP (Experts.mlpBeside). Norm gains are
 /// stored as they are applied (the converter adds no 1 for Gemma 4).
 enum Gemma4: Architecture {
     static let layerTensors: LayerTensors = [.qkNorm, .postNorms]
@@ -13,7 +14,14 @@ enum Gemma4: Architecture {
     static func configure(_ c: inout ModelConfig, _ m: Metadata, _ w: WeightLoader, contextSize: Int) throws {
         let path = m.gguf.file.path
         if m.int("expert_count") ?? 0 > 0 {
-            throw VeloError(.unsupported, "\(path): Gemma 4 with experts (26B-A4B) is not supported yet; its dense models (E2B, E4B, 31B) are")
+            // 26B-A4B: a dense MLP beside the experts in each layer (FeedForward.mixed), routed
+            // by a softmax over all experts, the chosen ones' weights renormalised, GELU experts
+            try c.readExperts(m, ownWidth: true)
+            c.experts!.glu = .geglu
+            c.experts!.mlpBeside = true
+            guard c.qDim >= c.dim else {
+                throw VeloError(.unsupported, "\(path): Gemma 4 experts with query rows (\(c.qDim)) narrower than the model (\(c.dim)), which Velo does not run")
+            }
         }
         guard let flags = m.gguf["\(m.arch).attention.sliding_window_pattern"]?.array?.map(\.bool), flags.count == c.layers,
               flags.allSatisfy({ $0 != nil }) else {
