@@ -217,10 +217,11 @@ describe("structured output", () => {
   }, 120_000);
 
   test("json_object, and a bad schema is a 400 naming text.format", async () => {
-    // The random-weight model rarely closes an object (seed 6 does, at once): every output is a
-    // prefix of the grammar's language, a finished one an object, and at least one finishes.
+    // Every output is a prefix of the grammar's language and a finished one an object. The
+    // random-weight model rarely closes an object, and which seeds do changes with the CPU's
+    // kernels (seed 6 at once on Sapphire Rapids, none of 0-15 in 64 tokens on an AMD EPYC), so
+    // that objects can close is checked below with a schema that allows only the empty one.
     const g = new Gbnf(jsonObjectGrammar());
-    let finished = 0;
     for (const seed of [4, 5, 6]) {
       const r = await create({ model: MODEL, input: "JSON", text: { format: { type: "json_object" } }, temperature: 1, seed, max_output_tokens: 64 });
       expect({ seed, text: r.output_text, prefix: g.isPrefix(r.output_text) }).toEqual({ seed, text: r.output_text, prefix: true });
@@ -228,11 +229,12 @@ describe("structured output", () => {
         expect({ seed, status: r.status, reason: r.incomplete_details?.reason }).toEqual({ seed, status: "incomplete", reason: "max_output_tokens" });
         continue;
       }
-      finished++;
       const parsed = JSON.parse(r.output_text);
       expect(parsed !== null && typeof parsed === "object" && !Array.isArray(parsed)).toBe(true);
     }
-    expect(finished).toBeGreaterThanOrEqual(1);
+    const empty = { type: "object", properties: {}, additionalProperties: false };
+    const closed = await create({ model: MODEL, input: "JSON", text: { format: { type: "json_schema", name: "empty", schema: empty } }, temperature: 1, seed: 4, max_output_tokens: 48 });
+    expect({ status: closed.status, value: closed.status === "completed" ? JSON.parse(closed.output_text) : closed.output_text }).toEqual({ status: "completed", value: {} });
     const err = await create({ model: MODEL, input: "x", text: { format: { type: "json_schema", name: "x", schema: { type: "object", properties: { a: { not: {} } } } } } }).catch((e) => e);
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
     expect(err.param).toBe("text.format.schema");
