@@ -8,9 +8,11 @@
 // shared K/V, and global layers without a V projection (V is K's product). `test-moe` is
 // 26B-A4B's: in every layer a dense MLP beside 8 GELU experts (2 a token), the router reading
 // rmsnorm(x)/√dim · ffn_gate_inp.scale, each expert's output times its ffn_down_exps.scale.
+// `test-wide` is `test` with global K/V rows twice as wide as the sliding ones (E2B's 512 and
+// 256), so the KV pages hold layers of two widths.
 //
 // Tolerances: f32 3e-3. llama.cpp's CPU GELU reads a float16 table (tests/architectures.test.ts,
-// Gemma); Velo's exact GELU lands 1.2e-3 (test) and 1.7e-3 (test-kv) from it (measured
+// Gemma); Velo's exact GELU lands 1.2e-3 (test), 1.7e-3 (test-kv) and 2.1e-3 (test-wide) from it (measured
 // 2026-12-03; 3-4x less when Velo's GELU emulated the table). Each feature left out or misread
 // (window, sliding RoPE base, rope_freqs, output scales) changes the greedy tokens. q8_0 0.1:
 // both engines quantize each product's input to Q8_0; measured 0.056 and 0.085, as far as
@@ -34,8 +36,8 @@ import { testData } from "./helpers/paths";
 import { synthModel } from "./helpers/synth-models";
 
 describe("gemma4 against llama.cpp, CPU backend", () => {
-  for (const shape of ["test", "test-kv", "test-moe"]) {
-    for (const type of shape === "test-moe" ? (["f32"] as const) : (["f32", "q8_0"] as const)) {
+  for (const shape of ["test", "test-kv", "test-moe", "test-wide"]) {
+    for (const type of shape === "test-moe" || shape === "test-wide" ? (["f32"] as const) : (["f32", "q8_0"] as const)) {
       test(`${shape} ${type}`, () => checkAgainstLlamaCpp(synthModel("gemma4", type, shape), `gemma4 ${shape} ${type}`, { ctx: 512, tol: { rtol: type === "f32" ? 3e-3 : 0.1 }, backend: "cpu" }), SLOW);
     }
   }
@@ -61,7 +63,7 @@ describe("gemma4's tokenizer (BPE over characters, ▁ for spaces, byte tokens)"
 });
 
 describe("gemma4 in the engine", () => {
-  test.each(["test", "test-moe"])("%s: batched decoding and the prefix cache give each sequence its own tokens", (shape) => expectBatchedAsAlone(synthModel("gemma4", "f32", shape)), SLOW);
+  test.each(["test", "test-moe", "test-wide"])("%s: batched decoding and the prefix cache give each sequence its own tokens", (shape) => expectBatchedAsAlone(synthModel("gemma4", "f32", shape)), SLOW);
 
   test("the layers that read an earlier layer's K/V keep none: 3 layers of K/V pages for 6 layers", () => {
     const m = Model.open(synthModel("gemma4", "f32"));
@@ -72,6 +74,23 @@ describe("gemma4 in the engine", () => {
         // global; llama.cpp: the same 3 × 2 × 64 here)
         const st = e.stats();
         expect(st.kv_bytes_per_page / st.page_size).toBe(3 * 2 * 64 * 4);
+      } finally {
+        e.close();
+      }
+    } finally {
+      m.close();
+    }
+  });
+
+  test("layers of different K/V widths take their own width in the pages, not the widest", () => {
+    const m = Model.open(synthModel("gemma4", "f32", "test-wide"));
+    try {
+      const e = Engine.create(m, { ctxSize: 256, backend: "cpu", cacheTypeK: "f32", cacheTypeV: "f32" });
+      try {
+        // layers 0 and 1 slide (2 K/V heads of 32), layer 2 is global (2 of 64): (64 + 64 + 128) × (K + V),
+        // as llama.cpp sizes them (3 × 2 × 128 if every row took the widest)
+        const st = e.stats();
+        expect(st.kv_bytes_per_page / st.page_size).toBe((64 + 64 + 128) * 2 * 4);
       } finally {
         e.close();
       }

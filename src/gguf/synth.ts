@@ -191,6 +191,9 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     test: { ...TEST_BASE, layers: 6, headDim: 32, ropeBase: 1e6, ropeBaseSwa: 10000, eps: 1e-6, tied: true, swa: 12, finalSoftcap: 8, postNormGain: 3, gemma4: { pattern: 3, fullHeadDim: 64, fullKvHeads: 1, fullRotary: 0.25, sharedKv: 3, perLayer: 16, doubleWide: true, layerScale: true } },
     // Gemma-4-31B's attention at test size: no KV sharing, no per-layer embeddings, V = K on full layers
     "test-kv": { ...TEST_BASE, layers: 6, headDim: 32, ropeBase: 1e6, ropeBaseSwa: 10000, eps: 1e-6, tied: true, swa: 12, finalSoftcap: 8, postNormGain: 3, gemma4: { pattern: 3, fullHeadDim: 64, fullKvHeads: 1, fullRotary: 0.25, sharedKv: 0, perLayer: 0, kEqV: true, layerScale: true } },
+    // test with 2 K/V heads on the global layers: their K/V rows (128) twice the sliding ones' (64),
+    // so the KV pages hold layers of two widths
+    "test-wide": { ...TEST_BASE, layers: 6, headDim: 32, ropeBase: 1e6, ropeBaseSwa: 10000, eps: 1e-6, tied: true, swa: 12, finalSoftcap: 8, postNormGain: 3, gemma4: { pattern: 3, fullHeadDim: 64, fullKvHeads: 2, fullRotary: 0.25, sharedKv: 3, perLayer: 16, doubleWide: true, layerScale: true } },
     // Gemma-4-26B-A4B's layout at test size: test's attention (no KV sharing, no per-layer
     // embeddings) with 8 experts of 64, 2 a token, beside the dense MLP of 384 in every layer;
     // ffn_down_exps.scale drawn in 0.5..1.5, ffn_gate_inp.scale around 1

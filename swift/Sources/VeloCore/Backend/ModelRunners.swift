@@ -37,7 +37,7 @@ struct ModelRunners {
                               kv: view)
         }
         return ModelRunners(target: runner(model, kv: kv.view, logitRows: logitRows),
-                            draft: try draft.map { d in (d, runner(d, kv: try KVView(pool: kv, layers: d.config.kvLayers, kvDim: d.config.kvDim), logitRows: seqs)) },
+                            draft: try draft.map { d in (d, runner(d, kv: try KVView(pool: kv, layers: d.config.kvLayers, kvDim: d.config.kvDim, layerDims: d.config.kvLayerDims), logitRows: seqs)) },
                             backend: "cpu", device: ck_isa_name().map { String(cString: $0) } ?? "cpu", threads: pool.size)
     }
 }

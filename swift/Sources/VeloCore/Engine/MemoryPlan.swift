@@ -131,7 +131,8 @@ struct MemoryPlanner {
 
     var pageBytes: Int {
         let c = model.config
-        return PagePool.bytesPerPage(pageSize: options.pageSize, layers: c.kvLayers, kvDim: c.kvDim, typeK: options.cacheTypeK, typeV: options.cacheTypeV)
+        return PagePool.bytesPerPage(pageSize: options.pageSize, layers: c.kvLayers, kvDim: c.kvDim, typeK: options.cacheTypeK, typeV: options.cacheTypeV,
+                                     layerDims: c.kvLayerDims)
     }
 
     func scratch(ctx: Int, batch: Int, gpu: GPUDevice?) -> Int {

@@ -47,7 +47,7 @@ final class Scheduler {
         self.options = o
         self.plan = plan
         kv = try PagePool(pageCount: o.kvPages, pageSize: o.pageSize, layers: c.kvLayers, kvDim: c.kvDim,
-                          typeK: o.cacheTypeK, typeV: o.cacheTypeV, hostStorage: gpu == nil)
+                          typeK: o.cacheTypeK, typeV: o.cacheTypeV, layerDims: c.kvLayerDims, hostStorage: gpu == nil)
         cache = o.prefixCache ? RadixCache(pool: kv, states: DeltaNetShape.checkpoints(c, sequences: o.maxBatchSize, prefixCache: true)) : nil
         planner = StepPlanner(limits: .init(sequences: o.maxBatchSize, tokens: o.batchTokens, context: o.contextSize), kv: kv, cache: cache,
                               stateSlots: c.deltaNet != nil)

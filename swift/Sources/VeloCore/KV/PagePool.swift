@@ -43,29 +43,50 @@ public enum KVCacheType: String, Sendable, CaseIterable {
 }
 
 /// Where K and V of one layer sit inside a page, and of what types (the pool's layout, or a
-/// draft model's inside the same pages): layer l's K plane at `layer * layerBytes`, its V plane
-/// `kPlaneBytes` after it.
+/// draft model's inside the same pages): layer l's K plane at `offset(layer: l)`, its V plane
+/// `kPlaneBytes(layer: l)` after it. Layers are `kvDim` values a row, or each its own width
+/// (`layerDims`: Gemma 4's sliding layers keep half its global layers' K/V).
 public struct KVLayout: Sendable, Equatable {
     public let pageSize: Int
     public let layers: Int
+    /// The widest layer's K/V values a row.
     public let kvDim: Int
     public let typeK: KVCacheType
     public let typeV: KVCacheType
+    /// Each layer's K/V values a row where layers differ (empty: `kvDim` for all).
+    public let layerDims: [Int]
+    /// Each layer's start in a page, and the page's end.
+    private let offsets: [Int]
 
-    public init(pageSize: Int, layers: Int, kvDim: Int, typeK: KVCacheType = .f32, typeV: KVCacheType = .f32) {
+    public init(pageSize: Int, layers: Int, kvDim: Int, typeK: KVCacheType = .f32, typeV: KVCacheType = .f32, layerDims: [Int] = []) {
+        precondition(layerDims.isEmpty || (layerDims.count == layers && layerDims.max() == kvDim), "layer widths \(layerDims) for \(layers) layers of at most \(kvDim)")
         self.pageSize = pageSize
         self.layers = layers
         self.kvDim = kvDim
         self.typeK = typeK
         self.typeV = typeV
+        self.layerDims = layerDims
+        var at = 0, offsets = [0]
+        for l in 0..<layers {
+            let d = layerDims.isEmpty ? kvDim : layerDims[l]
+            at += typeK.planeBytes(pageSize: pageSize, kvDim: d) + typeV.planeBytes(pageSize: pageSize, kvDim: d)
+            offsets.append(at)
+        }
+        self.offsets = offsets
     }
 
+    /// The widest layer's planes (every layer's, unless `layerDims`).
     public var kPlaneBytes: Int { typeK.planeBytes(pageSize: pageSize, kvDim: kvDim) }
     public var vPlaneBytes: Int { typeV.planeBytes(pageSize: pageSize, kvDim: kvDim) }
-    /// Bytes of one layer's K and V in a page (a multiple of 4).
+    /// Bytes of one layer's K and V in a page (a multiple of 4), for the widest layer.
     public var layerBytes: Int { kPlaneBytes + vPlaneBytes }
     /// Bytes of one page: every layer's K and V.
-    public var pageBytes: Int { layers * layerBytes }
+    public var pageBytes: Int { offsets[layers] }
+    /// Where layer `l`'s K plane starts in a page, and its bytes (the V plane follows it).
+    @inline(__always) func offset(layer l: Int) -> Int { offsets[l] }
+    @inline(__always) func kPlaneBytes(layer l: Int) -> Int {
+        layerDims.isEmpty ? kPlaneBytes : typeK.planeBytes(pageSize: pageSize, kvDim: layerDims[l])
+    }
     /// Bytes one token position costs (every layer's K and V, the page's share).
     public var bytesPerToken: Double { Double(pageBytes) / Double(pageSize) }
     /// "f16" when K and V share a type, else "q8_0/f16" (K/V).
@@ -92,13 +113,13 @@ public final class PagePool: @unchecked Sendable {
     private var freeList: [Int32]
 
     public init(pageCount: Int, pageSize: Int, layers: Int, kvDim: Int, typeK: KVCacheType = .f32, typeV: KVCacheType = .f32,
-                hostStorage: Bool = true) throws {
+                layerDims: [Int] = [], hostStorage: Bool = true) throws {
         guard pageCount > 0, pageSize > 0 else { throw VeloError(.invalidArgument, "the KV pool needs at least one page") }
         self.pageSize = pageSize
         self.pageCount = pageCount
         self.layers = layers
         self.kvDim = kvDim
-        layout = KVLayout(pageSize: pageSize, layers: layers, kvDim: kvDim, typeK: typeK, typeV: typeV)
+        layout = KVLayout(pageSize: pageSize, layers: layers, kvDim: kvDim, typeK: typeK, typeV: typeV, layerDims: layerDims)
         if hostStorage {
             let total = pageCount * layout.pageBytes
             // calloc: large blocks come zeroed from the OS and are backed only when written
@@ -116,8 +137,9 @@ public final class PagePool: @unchecked Sendable {
     deinit { free(storage) }
 
     /// Bytes of one page of a model's K and V in these types.
-    public static func bytesPerPage(pageSize: Int, layers: Int, kvDim: Int, typeK: KVCacheType = .f32, typeV: KVCacheType = .f32) -> Int {
-        KVLayout(pageSize: pageSize, layers: layers, kvDim: kvDim, typeK: typeK, typeV: typeV).pageBytes
+    public static func bytesPerPage(pageSize: Int, layers: Int, kvDim: Int, typeK: KVCacheType = .f32, typeV: KVCacheType = .f32,
+                                    layerDims: [Int] = []) -> Int {
+        KVLayout(pageSize: pageSize, layers: layers, kvDim: kvDim, typeK: typeK, typeV: typeV, layerDims: layerDims).pageBytes
     }
 
     public var freePages: Int { freeList.count }
@@ -165,7 +187,7 @@ public final class PagePool: @unchecked Sendable {
     }
 
     /// The pool's own layout (the target model's).
-    public var view: KVView { try! KVView(pool: self, layers: layers, kvDim: kvDim) }
+    public var view: KVView { try! KVView(pool: self, layers: layers, kvDim: kvDim, layerDims: layout.layerDims) }
 }
 
 /// The pages of one sequence, in position order, and how many positions are filled.
@@ -207,8 +229,8 @@ public struct KVView {
     public let kvDim: Int
     public let layout: KVLayout
 
-    init(pool: PagePool, layers: Int, kvDim: Int) throws {
-        let l = KVLayout(pageSize: pool.pageSize, layers: layers, kvDim: kvDim, typeK: pool.typeK, typeV: pool.typeV)
+    init(pool: PagePool, layers: Int, kvDim: Int, layerDims: [Int] = []) throws {
+        let l = KVLayout(pageSize: pool.pageSize, layers: layers, kvDim: kvDim, typeK: pool.typeK, typeV: pool.typeV, layerDims: layerDims)
         guard l.pageBytes <= pool.pageBytes else {
             throw VeloError(.invalidArgument, "a model with \(layers) layers of \(kvDim) K/V values does not fit the KV pages (\(pool.layers) × \(pool.kvDim))")
         }
@@ -225,6 +247,6 @@ public struct KVView {
     /// K (plane 0) or V (plane 1) of one layer of a page (host memory).
     @inline(__always)
     func plane(_ page: Int32, layer: Int, plane: Int) -> UnsafeMutableRawPointer {
-        pool.storage + Int(page) * pool.pageBytes + layer * layout.layerBytes + plane * layout.kPlaneBytes
+        pool.storage + Int(page) * pool.pageBytes + layout.offset(layer: layer) + plane * layout.kPlaneBytes(layer: layer)
     }
 }

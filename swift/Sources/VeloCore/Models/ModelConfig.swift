@@ -70,6 +70,12 @@ public struct ModelConfig: Sendable {
     /// The widest layer's Q and K/V rows (buffers and KV pages are sized by them).
     public var qDim: Int { layerHeads.map(\.qDim).max() ?? heads * headDim }
     public var kvDim: Int { layerHeads.map(\.kvDim).max() ?? kvHeads * headDim }
+    /// Each K/V-keeping layer's K/V values a row where they differ (the page layout's
+    /// `layerDims`; those layers are the first `kvLayers`, `kvSource` pointing back into them).
+    var kvLayerDims: [Int] {
+        let dims = layerHeads.prefix(kvLayers).map(\.kvDim)
+        return Set(dims).count > 1 ? Array(dims) : []
+    }
     /// The most query heads that share one K/V head in any layer.
     var maxGroup: Int { layerHeads.map(\.group).max() ?? heads / kvHeads }
     /// The widest gated-MLP hidden layer the forward pass has: the dense FFN's, or an expert's
