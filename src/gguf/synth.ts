@@ -205,6 +205,8 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     // (attention_k_eq_v and 2 global KV heads as those copies and llama.cpp's test-backend-ops
     // note give them: unverified against the checkpoint)
     "26b_a4b": { dim: 2816, ffn: 2112, layers: 30, heads: 16, kvHeads: 8, headDim: 256, ropeBase: 1e6, ropeBaseSwa: 10000, ctx: 262144, eps: 1e-6, tied: true, swa: 1024, finalSoftcap: 30, vocab: LLAMA3_VOCAB, gemma4: { pattern: 6, fullHeadDim: 512, fullKvHeads: 2, fullRotary: 0.25, sharedKv: 0, perLayer: 0, kEqV: true }, experts: { count: 128, used: 8, ffn: 704 } },
+    // its first 12 of 30 layers (two global), for CPU speed tests on this machine
+    "26b_a4b_12l": { dim: 2816, ffn: 2112, layers: 12, heads: 16, kvHeads: 8, headDim: 256, ropeBase: 1e6, ropeBaseSwa: 10000, ctx: 262144, eps: 1e-6, tied: true, swa: 1024, finalSoftcap: 30, vocab: LLAMA3_VOCAB, gemma4: { pattern: 6, fullHeadDim: 512, fullKvHeads: 2, fullRotary: 0.25, sharedKv: 0, perLayer: 0, kEqV: true }, experts: { count: 128, used: 8, ffn: 704 } },
   },
   phi3: {
     // Phi-3-mini-4k-instruct (no LongRoPE factors; sliding_window 2047, which llama.cpp ignores)
