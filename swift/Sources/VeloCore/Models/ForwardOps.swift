@@ -64,7 +64,7 @@ protocol ForwardOps: AnyObject {
     func latentQKV(_ src: Activation, _ layer: MLALayer)
     /// dst = each head's output taken out of latent space (attn_v_b), `heads × vHead` a row.
     func latentOutput(_ layer: MLALayer, into dst: Activation)
-    /// x's rows times `s` (dst: model-width rows).
+    /// a's model-width rows times `s` (Gemma 4's layer output scale).
     func scale(_ a: Activation, by s: Float)
     /// Each token's per-layer inputs from its embedding row and x (the scaled main embedding),
     /// kept for `perLayerEmbedding` through the pass (PerLayerEmbeddings.swift).

@@ -99,8 +99,6 @@ struct BytePairEncoder {
     /// Character mode: every symbol a merge names (tokens and the strings outside the
     /// vocabulary that merges pass through) → its id.
     private let symbols: ByteStringTable?
-    /// Character mode: llama.cpp takes a word of newlines whole when it is a token.
-    private let wholeNewlines: Bool
 
     /// `texts[id]` is each token's vocabulary text; `mergeList` the `tokenizer.ggml.merges` strings.
     init(texts: [[UInt8]], mergeList: [[UInt8]], ignoreMerges: Bool, preTokenizer: PreTokenizer, byteLevel: Bool = true) {
@@ -159,7 +157,6 @@ struct BytePairEncoder {
         self.ignoreMerges = ignoreMerges
         self.preTokenizer = preTokenizer
         self.byteLevel = byteLevel
-        self.wholeNewlines = !byteLevel
         self.symbols = byteLevel ? nil : ByteStringTable(entries + virtual.map { ($0.key, $0.value) })
     }
 
@@ -212,7 +209,8 @@ struct BytePairEncoder {
 
     private func encodeWord(_ word: UnsafePointer<UInt8>, _ n: Int, into out: inout [Int32], scratch s: inout Scratch) {
         guard n > 0 else { return }
-        if n == 1 || ignoreMerges || (wholeNewlines && (0..<n).allSatisfy { word[$0] == 0x0A }) {
+        // (character mode: llama.cpp takes a word of newlines whole when it is a token)
+        if n == 1 || ignoreMerges || (!byteLevel && (0..<n).allSatisfy { word[$0] == 0x0A }) {
             let id = tokens.lookup(word, n)
             if id >= 0 {
                 out.append(id)

@@ -39,6 +39,8 @@ public final class Tokenizer: @unchecked Sendable {
         let meta = MetadataReader(gguf: gguf)
         let modelName = try meta.requiredString("tokenizer.ggml.model")
         let preName = meta.string("tokenizer.ggml.pre") ?? "default"
+        // Gemma 4's BPE: over characters, spaces as ▁, not byte-level
+        let gemma4 = modelName == "gemma4"
 
         enum Kind { case sentencePiece, bytePair(PreTokenizer.Configuration), wordPiece }
         let kind: Kind
@@ -82,7 +84,7 @@ public final class Tokenizer: @unchecked Sendable {
         case .wordPiece:
             defaults = SpecialDefaults(bos: 101, unknown: 100, separator: 102, addBOS: true, addSeparator: true, cleanSpaces: true)
         case .bytePair(let config):
-            let chatGLM = preName == "glm4" || preName == "chatglm-bpe", gemma4 = modelName == "gemma4"
+            let chatGLM = preName == "glm4" || preName == "chatglm-bpe"
             defaults = SpecialDefaults(bos: chatGLM || gemma4 ? nil : 11, eos: gemma4 ? nil : 11, addBOS: config.addBOS, cleanSpaces: config.cleanSpaces)
         }
         let bos = try meta.tokenID("tokenizer.ggml.bos_token_id", default: defaults.bos, count: n, strict: true)
@@ -90,7 +92,7 @@ public final class Tokenizer: @unchecked Sendable {
         let unknown = try meta.tokenID("tokenizer.ggml.unknown_token_id", default: defaults.unknown, count: n)
         let separator = try meta.tokenID("tokenizer.ggml.seperator_token_id", default: defaults.separator, count: n)
         // (llama.cpp adds Gemma 4's BOS whatever the file says)
-        let addBOS = modelName == "gemma4" || (meta.bool("tokenizer.ggml.add_bos_token") ?? defaults.addBOS)
+        let addBOS = gemma4 || (meta.bool("tokenizer.ggml.add_bos_token") ?? defaults.addBOS)
         let addEOS = meta.bool("tokenizer.ggml.add_eos_token") ?? defaults.addEOS
         let addSeparator = meta.bool("tokenizer.ggml.add_sep_token") ?? defaults.addSeparator
         if addBOS && bos == nil {
@@ -128,10 +130,10 @@ public final class Tokenizer: @unchecked Sendable {
         case .bytePair(let config):
             let merges = try meta.stringArray("tokenizer.ggml.merges")
             model = .bytePair(BytePairEncoder(texts: texts, mergeList: merges, ignoreMerges: config.ignoreMerges,
-                                              preTokenizer: config.preTokenizer, byteLevel: modelName != "gemma4"))
+                                              preTokenizer: config.preTokenizer, byteLevel: !gemma4))
         }
         let byteLevel: Bool
-        if case .bytePair = kind { byteLevel = modelName != "gemma4" } else { byteLevel = false }
+        if case .bytePair = kind { byteLevel = !gemma4 } else { byteLevel = false }
 
         self.vocabSize = n
         self.bos = bos
