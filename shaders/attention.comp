@@ -8,6 +8,8 @@
 // head, split); dispatch (n, kvHeads, splits). Split s takes keys [s*chunk, min((s+1)*chunk, tokpos[t]+1)) (a split past
 // the token's last key does nothing).
 //   splits == 1: the workgroup writes out[t][h] itself (part is not touched).
+//   sinks: a head's sink logit joins its softmax (attention_sink.glsl; binding SINK_BINDING,
+//   the last buffer), where the output is normalised: here, or in the merge of the splits.
 //   splits  > 1: it writes a partial for each head h to part, row r = (t*heads + h)*splits + s of
 //                headDim+2 floats: sum_j exp(x_j - m) v[j] (headDim floats), m, sum_j exp(x_j - m);
 //                attention_combine then merges the splits into out.
@@ -77,29 +79,34 @@ layout(std430, binding = 8) writeonly buffer Q8DBuf { vec2 XD[]; };
 shared float q8src[2048];  // a pass's outputs (QMAX floats), for q8_store
 #define Q8_STORE 128
 #include "q8.glsl"
-#define PARAMS_BINDING 10
+#define SINK_BINDING 10
+#define PARAMS_BINDING 11
 #elif defined(F16OUT)
 // the output also as to_f16's float16 rows (x16Stride halves apart, pairs packed as to_f16
 // packs them), for the O product on tensor cores
 layout(std430, binding = 7) writeonly buffer X16Buf { uint X16[]; };
 layout(std430, binding = 8) coherent buffer DoneBuf { uint done[]; }; // a counter a (token, KV head)
-#define PARAMS_BINDING 9
+#define SINK_BINDING 9
+#define PARAMS_BINDING 10
 #else
 layout(std430, binding = 6) writeonly buffer PartBuf { float part[]; };
-#define PARAMS_BINDING 7
+#define SINK_BINDING 7
+#define PARAMS_BINDING 8
 #endif
+layout(std430, binding = SINK_BINDING) readonly buffer SinkBuf { float sinkv[]; };
 layout(std140, binding = PARAMS_BINDING) uniform Params {
     uint n, heads, kvHeads, headDim, kvDim, pageSize, pageStride, layerOff;
     float scale;
     uint chunk, splits, qStride;
     float softcap;
-    uint window;
+    uint window, sinks;
 #ifdef F16OUT
     uint x16Stride;
 #endif
 } p;
 
 #include "attention_mask.glsl"
+#include "attention_sink.glsl"
 #define KV_BINDING 1
 #define KV_ACCESS readonly
 #include "kv_types.glsl"
@@ -353,7 +360,7 @@ void main() {
             for (uint q = 0u; q < groups; q++) acc += uintBitsToFloat(KO[(q * GMAX + g) * cols + cc]);
             if (p.splits == 1u) {
                 const uint ob = (t * p.heads + h) * hd + 4u * cc;
-                const vec4 r = acc / l;
+                const vec4 r = acc / with_sink(l, mS[g], h);
                 outv[ob] = r.x; outv[ob + 1u] = r.y; outv[ob + 2u] = r.z; outv[ob + 3u] = r.w;
 #ifdef Q8
                 [[unroll]] for (uint i = 0u; i < 4u; i++) q8src[g * hd + 4u * cc + i] = r[i];
@@ -400,7 +407,7 @@ void main() {
                     jw[tid * JMAX + s] = w;
                     L = fma(w, partR[rb + s * stride + hd + 1u], L);
                 }
-                jl[tid] = L;
+                jl[tid] = with_sink(L, M, h0 + tid);
             }
             barrier();
 #ifdef Q8

@@ -26,12 +26,17 @@ layout(std430, binding = 3) writeonly buffer Q8QBuf { uint XQ[]; };
 layout(std430, binding = 4) writeonly buffer Q8DBuf { vec2 XD[]; };
 #define Q8_STORE 128
 #include "q8.glsl"
-layout(std140, binding = 5) uniform Params {
+#define SINK_BINDING 5
+#define PARAMS_BINDING 6
 #else
-layout(std140, binding = 3) uniform Params {
+#define SINK_BINDING 3
+#define PARAMS_BINDING 4
 #endif
-    uint n, heads, headDim, chunk, splits;
+layout(std430, binding = SINK_BINDING) readonly buffer SinkBuf { float sinkv[]; }; // attention_sink.glsl
+layout(std140, binding = PARAMS_BINDING) uniform Params {
+    uint n, heads, headDim, chunk, splits, sinks;
 } p;
+#include "attention_sink.glsl"
 
 const uint SMAX = 256u; // most splits (the host's split count stays below)
 const uint WMAX = 128u; // workgroup size (a power of two, at most this)
@@ -76,7 +81,7 @@ void main() {
         w[s] = exp(w[s] - M);
         l = fma(w[s], part[rb + s * stride + hd + 1u], l);
     }
-    const float L = reduce(l, 1u); // its barriers also publish w
+    const float L = with_sink(reduce(l, 1u), M, h); // reduce's barriers also publish w
     const uint ob = (t * p.heads + h) * hd;
     // dimension d of the block, every nq-th split from q (four loads in flight)
     const uint d = d0 + tid % DB, q = tid / DB, nq = WG / DB;

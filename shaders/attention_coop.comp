@@ -45,16 +45,18 @@ layout(std430, binding = 4) readonly buffer PtBuf { int tokpt[]; };
 layout(std430, binding = 5) readonly buffer PageBuf { int pagetab[]; };
 layout(std430, binding = 6) readonly buffer BlockBuf { int blocks[]; };
 layout(std430, binding = 7) writeonly buffer PartBuf { float part[]; };
-layout(std140, binding = 8) uniform Params {
+layout(std430, binding = 8) readonly buffer SinkBuf { float sinkv[]; };  // attention_sink.glsl
+layout(std140, binding = 9) uniform Params {
     uint heads, kvHeads, headDim, kvDim, pageSize, pageStride, layerOff;
     float scale;
     uint qStride;
     float softcap;
     uint window;
-    uint chunk, splits;
+    uint chunk, splits, sinks;
 } p;
 
 #include "attention_mask.glsl"
+#include "attention_sink.glsl"
 #define KV_BINDING 1
 #define KV_ACCESS readonly
 #include "kv_types.glsl"
@@ -334,7 +336,10 @@ void main() {
         return;
     }
     // out = O / sum, each element to its row
-    if (hk == 0u) alphaS[grow] = lrun > 0.0 ? 1.0 / lrun : 0.0;
+    if (hk == 0u) {
+        const float ls = with_sink(lrun, mrun, kvh * G + grow % G);
+        alphaS[grow] = ls > 0.0 ? 1.0 / ls : 0.0;
+    }
     subgroupMemoryBarrierShared();
     subgroupBarrier();
     [[unroll]] for (uint i = 0u; i < rowm.length(); i++) {

@@ -36,16 +36,18 @@ layout(std430, binding = 4) readonly buffer PtBuf { int tokpt[]; };
 layout(std430, binding = 5) readonly buffer PageBuf { int pagetab[]; };
 layout(std430, binding = 6) readonly buffer BlockBuf { int blocks[]; };
 layout(std430, binding = 7) writeonly buffer PartBuf { float part[]; };
-layout(std140, binding = 8) uniform Params {
+layout(std430, binding = 8) readonly buffer SinkBuf { float sinkv[]; };  // attention_sink.glsl
+layout(std140, binding = 9) uniform Params {
     uint heads, kvHeads, headDim, kvDim, pageSize, pageStride, layerOff;
     float scale;
     uint qStride;
     float softcap;
     uint window;
-    uint chunk, splits;
+    uint chunk, splits, sinks;
 } p;
 
 #include "attention_mask.glsl"
+#include "attention_sink.glsl"
 #define KV_BINDING 1
 #define KV_ACCESS readonly
 #include "kv_types.glsl"
@@ -210,10 +212,11 @@ void main() {
             continue;
         }
         const uint ob = row * hd;
+        const float ls = with_sink(l, alphaS[r], kvh * G + r % G);
         [[unroll]] for (uint i = 0u; i < OV; i++) {
             const uint c = oc + 16u * i;
             if (c < hv) {
-                const vec4 v = o[a][i] / l;
+                const vec4 v = o[a][i] / ls;
                 const uint d = ob + 4u * c;
                 outv[d] = v.x; outv[d + 1u] = v.y; outv[d + 2u] = v.z; outv[d + 3u] = v.w;
             }

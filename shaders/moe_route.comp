@@ -3,7 +3,8 @@
 // CPU path's, does the same): for each of the tokens, the softmax of its router logits
 // L[t·experts ..], the `used` most probable experts (largest first; ties: the lower expert), their
 // probabilities as weights, divided by their sum (clamped to 6.103515625e-5, float16's smallest
-// normal, as llama.cpp) where `normalize` is 1. Then the (token, expert) pairs grouped by expert:
+// normal, as llama.cpp) where `normalize` is 1. With `softmaxChosen` (gpt-oss) the picks are by
+// logit and their weights the softmax of the chosen logits alone. Then the (token, expert) pairs grouped by expert:
 // pair p = t·used + k is row slot[p] of the pairs in expert order (expert 0's first, each
 // expert's in token order), and for each of those rows i, rows[i] its token and ids[i] its
 // expert; experts[2e], experts[2e + 1] are expert e's first row and row count.
@@ -32,12 +33,13 @@ layout(local_size_x = 512, local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer LBuf { float L[]; };
 layout(std430, binding = 1) buffer RBuf { uint R[]; };
-layout(std140, binding = 2) uniform Params { uint tokens, experts, used, normalize, cap; } p;
+layout(std140, binding = 2) uniform Params { uint tokens, experts, used, normalize, cap, softmaxChosen; } p;
 
 const uint MAX_EXPERTS = 512u;
 const uint CHUNK = 1024u;
 const uint QCAP = 2048u;   // probabilities (and picks' weights) of a chunk of tokens
 const uint MAX_SUBGROUPS = 128u;
+const float PICKED = -3.402823466e38; // below every logit and probability: taken
 shared uint counts[MAX_EXPERTS];
 shared uint fill[MAX_EXPERTS];
 shared uint chunk[CHUNK];
@@ -57,6 +59,7 @@ void main() {
     for (uint t0 = 0u; t0 < p.tokens; t0 += TC) {
         const uint tc = min(TC, p.tokens - t0);
         // 1. softmax: a subgroup per token, each lane only ever touching its own experts' q
+        // (softmaxChosen: the logits as they are)
         for (uint tl = sg; tl < tc; tl += nsg) {
             const uint base = (t0 + tl) * E, qb = tl * E;
             float mx = -3.402823466e38;
@@ -65,6 +68,7 @@ void main() {
                 q[qb + j] = v;
                 mx = max(mx, v);
             }
+            if (p.softmaxChosen != 0u) continue;
             mx = subgroupMax(mx);
             float s = 0.0;
             for (uint j = lane; j < E; j += SG) s += exp(q[qb + j] - mx);
@@ -74,11 +78,11 @@ void main() {
         barrier();
         // 2. each token's picks, largest first (ties: the lower expert): a subgroup per token,
         // `used` rounds of a subgroup maximum over the probabilities not yet picked (a picked
-        // one is set to -1 by the lane that owns it, so no lane reads another's writes)
+        // one is set to PICKED by the lane that owns it, so no lane reads another's writes)
         for (uint tl = sg; tl < tc; tl += nsg) {
             const uint qb = tl * E;
             for (uint k = 0u; k < used; k++) {
-                float best = -1.0;
+                float best = PICKED;
                 uint bj = 0xFFFFFFFFu;
                 for (uint j = lane; j < E; j += SG) {
                     const float v = q[qb + j];
@@ -86,7 +90,7 @@ void main() {
                 }
                 const float m = subgroupMax(best);
                 const uint j = subgroupMin(best == m ? bj : 0xFFFFFFFFu);
-                if (lane == j % SG) q[qb + j] = -1.0;
+                if (lane == j % SG) q[qb + j] = PICKED;
                 if (subgroupElect()) {
                     const uint pr = (t0 + tl) * used + k;
                     pick[tl * used + k] = m;
@@ -99,6 +103,16 @@ void main() {
         barrier();
         // 3. the weights, divided by their sum (in pick order) where asked
         for (uint tl = lid; tl < tc; tl += WG) {
+            if (p.softmaxChosen != 0u) {
+                // the first pick is the largest logit
+                const float m = pick[tl * used];
+                float z = 0.0;
+                for (uint k = 0u; k < used; k++) {
+                    pick[tl * used + k] = exp(pick[tl * used + k] - m);
+                    z += pick[tl * used + k];
+                }
+                for (uint k = 0u; k < used; k++) pick[tl * used + k] /= z;
+            }
             float sum = 0.0;
             for (uint k = 0u; k < used; k++) sum += pick[tl * used + k];
             sum = p.normalize != 0u ? max(sum, 6.103515625e-5) : 1.0;

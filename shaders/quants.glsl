@@ -380,6 +380,37 @@ vec4 unit_vec(Unit s, uint g) {
     return r;
 }
 
+#elif defined(WTYPE_MXFP4)
+// struct { u8 e; u8 qs[16]; } (17 bytes): Q4_0's nibble order, x = 2^(e-128) kvalues[nibble]
+// (ggml's doubled E2M1 levels and ggml_e8m0_to_fp32_half). A block is an odd number of bytes,
+// so units start at any byte: a row itself must start on a word (an even number of blocks a
+// row: GPUForward.lacking refuses others).
+const float KVALUES_MXFP4[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
+                                          0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+#define QK 32u
+#define UNITS_PER_BLOCK 2u
+// the 32-bit little-endian value at byte `off` of the data starting at word `base`
+uint wload32_byte(uint base, uint off) {
+    const uint i = base + (off >> 1);
+    if ((off & 1u) == 0u) return wload32(i);
+    return (wload(i) >> 8) | (wload(i + 1u) << 8) | ((wload(i + 2u) & 0xFFu) << 24);
+}
+struct Unit { float d; uint q0; uint q1; };
+Unit unit_load(uint rw, uint u, uint K) {
+    const uint b = (u >> 1) * 17u, o = b + 1u + (u & 1u) * 8u, e = wbyte(rw, b);
+    Unit s;
+    s.d = uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+    s.q0 = wload32_byte(rw, o);
+    s.q1 = wload32_byte(rw, o + 4u);
+    return s;
+}
+uint unit_pos(uint u, uint g) { return (u >> 1) * 32u + (u & 1u) * 8u + (g & 1u) * 4u + (g >> 1) * 16u; }
+vec4 unit_vec(Unit s, uint g) {
+    const uvec4 i = (g < 2u ? nib_lo((g & 1u) == 0u ? s.q0 : s.q1) : nib_hi((g & 1u) == 0u ? s.q0 : s.q1));
+    DQP vec4 r = s.d * vec4(KVALUES_MXFP4[i.x], KVALUES_MXFP4[i.y], KVALUES_MXFP4[i.z], KVALUES_MXFP4[i.w]);
+    return r;
+}
+
 #elif defined(WTYPE_F32) || defined(WTYPE_F16) || defined(WTYPE_BF16)
 // Plain floats: a unit is values 4u .. 4u+3, the ones at or past K read as 0.
 #define UNIT_TAIL 1

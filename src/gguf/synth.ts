@@ -77,6 +77,8 @@ export interface Shape {
   unitInit?: boolean;
   /** Standard deviation of the Q/K/V biases (Qwen2; default 0.02). */
   biasSigma?: number;
+  /** The experts in the file's own type rather than the one the family ships them in (gpt-oss's MXFP4). */
+  plainExperts?: boolean;
   /**
    * A mixture of experts in every layer: `count` experts of which `used` run per token, each a
    * gated MLP of `ffn` (Mixtral: the shape's ffn); `shared`: a shared expert's width (Qwen2-MoE).
@@ -280,6 +282,10 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     "20b_1l": { dim: 2880, ffn: 2880, layers: 1, heads: 64, kvHeads: 8, headDim: 64, ropeBase: 150000, ctx: 131072, vocab: SPM_VOCAB, swa: 128, yarn: 32, origCtx: 4096, experts: { count: 4, used: 4, ffn: 2880 } },
     // queries wider than the model (6 × 32 > 128), windows of 8, YaRN ×8 over 256
     test: { ...TEST_BASE, layers: 4, heads: 6, kvHeads: 2, headDim: 32, ropeBase: 150000, swa: 8, yarn: 8, origCtx: 256, biasSigma: 0.1, experts: { count: 8, used: 4, ffn: 64 } },
+    // the same with the experts in the file's type (F32: the graph without MXFP4's Q8_0
+    // activations), and with every expert on every token (no choice for a rounding to flip)
+    "test-plain": { ...TEST_BASE, layers: 4, heads: 6, kvHeads: 2, headDim: 32, ropeBase: 150000, swa: 8, yarn: 8, origCtx: 256, biasSigma: 0.1, experts: { count: 8, used: 4, ffn: 64 }, plainExperts: true },
+    "test-all": { ...TEST_BASE, layers: 4, heads: 6, kvHeads: 2, headDim: 32, ropeBase: 150000, swa: 8, yarn: 8, origCtx: 256, biasSigma: 0.1, experts: { count: 4, used: 4, ffn: 64 } },
   },
 };
 
@@ -898,7 +904,8 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
     weight(p + "ffn_gate_inp.weight", "F32", dim, experts.count);
     const ef = experts.ffn ?? ffn;
     // gpt-oss ships its experts in MXFP4 (repack_mxfp4), whatever the rest is in
-    const et = arch === "gpt-oss" ? "MXFP4" : main, edt = arch === "gpt-oss" ? "MXFP4" : big;
+    const mxfp4 = arch === "gpt-oss" && !shape.plainExperts;
+    const et = mxfp4 ? "MXFP4" : main, edt = mxfp4 ? "MXFP4" : big;
     weight(p + "ffn_gate_exps.weight", et, dim, ef, experts.count);
     weight(p + "ffn_up_exps.weight", et, dim, ef, experts.count);
     weight(p + "ffn_down_exps.weight", edt, ef, dim, experts.count);

@@ -44,13 +44,14 @@ export async function checkAgainstLlamaCpp(file: string, what: string,
   }
 }
 
-/** Each of PROMPTS' greedy tokens alone (CPU), then the three in one batch, then the longest
- * again, its prompt now served by the prefix cache: the same tokens every time. */
-export async function expectBatchedAsAlone(file: string) {
-  const alone = await runVelo(file, PROMPTS, { nGen: N_GEN, top: 1, ctx: 512, threads: 2, backend: "cpu" });
+/** Each of PROMPTS' greedy tokens alone (on `backend`, the CPU unless given), then the three in
+ * one batch, then the longest again, its prompt now served by the prefix cache: the same tokens
+ * every time. */
+export async function expectBatchedAsAlone(file: string, backend: "cpu" | "vulkan" | "metal" = "cpu") {
+  const alone = await runVelo(file, PROMPTS, { nGen: N_GEN, top: 1, ctx: 512, threads: 2, backend });
   const m = Model.open(file);
   try {
-    const e = Engine.create(m, { ctxSize: 512, threads: 2, backend: "cpu", maxBatchSize: 4, prefixCache: true });
+    const e = Engine.create(m, { ctxSize: 512, threads: 2, backend, maxBatchSize: 4, prefixCache: true });
     try {
       const greedy = (p: number[]) => e.submit({ promptTokens: p, maxTokens: N_GEN, temperature: 0, ignoreEos: true }).collect();
       const batched = await Promise.all(PROMPTS.map(greedy));

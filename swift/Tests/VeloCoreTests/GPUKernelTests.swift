@@ -125,7 +125,8 @@ final class GPUKernelTests: XCTestCase {
         if d.isSoftware && !GPUKernels.dotDisabled { XCTAssertTrue(GPUKernels.integerDot(d), "no integer dot products on \(d.name)") }
         #endif
         for type in GPUKernels.weightTypes {
-            let k = type.blockSize == 256 ? 512 : 96
+            // (MXFP4's 17-byte blocks: rows of an even number of them, as GPUForward.lacking requires)
+            let k = type.blockSize == 256 ? 512 : type == .mxfp4 ? 128 : 96
             for (n, ms) in [(5, [1, 3, 8, 9, 17]), (37, [2, 16, 70])] {
                 let w = weights(type, rows: n, cols: k)
                 let wb = try upload(w.bytes)
@@ -230,12 +231,12 @@ final class GPUKernelTests: XCTestCase {
     }
 
     /// moe_route's output for these logits: the routing buffer and its words.
-    func route(_ logits: [Float], tokens: Int, experts: Int, used: Int, normalize: Bool) throws -> (buffer: GPUBuffer, words: [UInt32], cap: Int) {
+    func route(_ logits: [Float], tokens: Int, experts: Int, used: Int, normalize: Bool, softmaxChosen: Bool = false) throws -> (buffer: GPUBuffer, words: [UInt32], cap: Int) {
         let d = try device()
         let cap = MoEBuffers.cap(pairs: tokens * used, alignment: d.bindingAlignment)
         let words = 5 * cap + 2 * experts
         let lb = try upload(logits), rb = try upload([UInt8](repeating: 0xEE, count: words * 4))
-        try run(GPUKernels.moeRoute, [lb, rb], [UInt32(tokens), UInt32(experts), UInt32(used), normalize ? 1 : 0, UInt32(cap)], (1, 1, 1))
+        try run(GPUKernels.moeRoute, [lb, rb], [UInt32(tokens), UInt32(experts), UInt32(used), normalize ? 1 : 0, UInt32(cap), softmaxChosen ? 1 : 0], (1, 1, 1))
         var out = [UInt32](repeating: 0, count: words)
         try out.withUnsafeMutableBytes { try d.download(rb, offset: 0, into: $0.baseAddress!, bytes: $0.count) }
         return (rb, out, cap)
@@ -246,19 +247,21 @@ final class GPUKernelTests: XCTestCase {
     /// exact ties (the lower expert wins), experts that get no rows, experts with more rows than
     /// a matmul tile, and more pairs than one of the kernel's chunks.
     func testMoERoute() throws {
-        let cases: [(tokens: Int, experts: Int, used: Int, normalize: Bool)] = [
-            (1, 128, 8, true), (300, 16, 4, true), (37, 60, 4, false), (2100, 8, 2, true), (5, 3, 3, true), (3, 512, 8, true),
+        // (chosen: gpt-oss's routing, picks by logit and the softmax of the chosen logits)
+        let cases: [(tokens: Int, experts: Int, used: Int, normalize: Bool, chosen: Bool)] = [
+            (1, 128, 8, true, false), (300, 16, 4, true, false), (37, 60, 4, false, false), (2100, 8, 2, true, false), (5, 3, 3, true, false),
+            (3, 512, 8, true, false), (1, 32, 4, false, true), (300, 128, 4, false, true), (37, 24, 4, true, true),
         ]
         for c in cases {
-            let what = "moe_route \(c.tokens) tokens, \(c.used) of \(c.experts) experts"
+            let what = "moe_route \(c.tokens) tokens, \(c.used) of \(c.experts) experts\(c.chosen ? ", softmax of the chosen" : "")"
             var bias = [Float](repeating: 0, count: c.experts)
             if c.experts > 4 { bias[1] = 2; bias[c.experts - 1] = -12; bias[c.experts / 2] = -12 }
             let logits = routerLogits(tokens: c.tokens, bias: bias)
-            let (_, r, cap) = try route(logits, tokens: c.tokens, experts: c.experts, used: c.used, normalize: c.normalize)
+            let (_, r, cap) = try route(logits, tokens: c.tokens, experts: c.experts, used: c.used, normalize: c.normalize, softmaxChosen: c.chosen)
             var probs = logits
-            let want = probs.withUnsafeMutableBufferPointer {
-                ExpertRoutes(logits: $0.baseAddress!, tokens: c.tokens, Experts(count: c.experts, used: c.used, ffnDim: 1, normalizeWeights: c.normalize))
-            }
+            var e = Experts(count: c.experts, used: c.used, ffnDim: 1, normalizeWeights: c.normalize)
+            if c.chosen { e.gating = .softmaxChosen }
+            let want = probs.withUnsafeMutableBufferPointer { ExpertRoutes(logits: $0.baseAddress!, tokens: c.tokens, e) }
             var first = 0
             for e in 0..<c.experts {
                 let rows = want.rows[e]
@@ -286,6 +289,24 @@ final class GPUKernelTests: XCTestCase {
             if c.tokens == 300 { XCTAssertGreaterThan(want.rows[1].count, GPUKernels.matmulBM, what) }
             if c.experts > 4 { XCTAssertTrue(want.rows[c.experts - 1].isEmpty, what) }
         }
+    }
+
+    /// add_bias_id: each expert-ordered row of a product takes its expert's bias (gpt-oss's
+    /// expert biases), rows from moe_route (300 tokens, 4 of 16 experts), 70 of the rows' 72
+    /// floats, the rest untouched.
+    func testAddBiasID() throws {
+        let (tokens, experts, used, n, stride) = (300, 16, 4, 70, 72)
+        let (buffer, r, cap) = try route(routerLogits(tokens: tokens, bias: [Float](repeating: 0, count: experts)), tokens: tokens, experts: experts, used: used, normalize: true)
+        let rows = tokens * used
+        let x = random(rows * stride), bias = random(experts * n)
+        let xb = try upload(x)
+        try run(GPUKernels.addBiasID, [xb, try upload(bias), buffer], [UInt32(n), UInt32(rows), UInt32(stride), UInt32(3 * cap)], ((n + 255) / 256, rows, 1))
+        let want = (0..<(rows * stride)).map { i -> Double in
+            let row = i / stride, c = i % stride
+            return Double(x[i]) + (c < n ? Double(bias[Int(r[3 * cap + row]) * n + c]) : 0)
+        }
+        assertClose(try read(xb, rows * stride), want, tolerance: want.map { abs($0) * 1e-6 + 1e-7 }, "add_bias_id")
+        XCTAssertGreaterThan(Set((0..<rows).map { r[3 * cap + $0] }).count, experts / 2, "add_bias_id: rows of several experts")
     }
 
     /// matvec_id_T and matmul_id_T for every weight type against float64 products of each
@@ -932,13 +953,25 @@ final class GPUKernelTests: XCTestCase {
         var acts: [[Float]] = []
         for act: UInt32 in [1, 2] {
             let gb = try upload(a)
-            try run(GPUKernels.swiglu, [gb, upB], [UInt32(count), act], ((count + 255) / 256, 1, 1))
+            try run(GPUKernels.swiglu, [gb, upB], [UInt32(count), act, 0, 0], ((count + 255) / 256, 1, 1))
             let sw = (0..<count).map { Self.gluAct(Double(a[$0]), act) * Double(b[$0]) }
             acts.append(try read(gb, count))
             let tol = (0..<count).map { i -> Double in abs(sw[i]) * 1e-5 + 1e-6 + Self.geluSlack(Double(a[i]), Double(b[i]), act) }
             assertClose(acts[acts.count - 1], sw, tolerance: tol, "swiglu act=\(act)")
         }
         XCTAssertGreaterThan(zip(acts[0], acts[1]).filter { abs($0 - $1) > 1e-2 }.count, count / 4, "swiglu: SiLU and GELU agree")
+        // act 3, gpt-oss's clamped SwiGLU (α 1.702, limit 7) against ck_swiglu_clamped, gates and
+        // ups to ±12 so that both clamps bite
+        do {
+            let g = random(count, scale: 12), u = random(count, scale: 12), (alpha, limit): (Float, Float) = (1.702, 7)
+            let gb = try upload(g)
+            try run(GPUKernels.swiglu, [gb, try upload(u)], [UInt32(count), 3, alpha.bitPattern, limit.bitPattern], ((count + 255) / 256, 1, 1))
+            var want = [Float](repeating: 0, count: count)
+            ck_swiglu_clamped(g, u, &want, Int64(count), alpha, limit)
+            assertClose(try read(gb, count), want.map { Double($0) }, tolerance: want.map { abs(Double($0)) * 1e-5 + 1e-6 }, "swiglu clamped")
+            XCTAssertGreaterThan(g.filter { $0 > limit }.count, count / 10)
+            XCTAssertGreaterThan(u.filter { abs($0) > limit }.count, count / 10)
+        }
         // add_bias: a bias of 300 on 4 rows 320 floats apart (the rest of each row untouched)
         do {
             let (n, rows, stride) = (300, 4, 320)
@@ -1066,7 +1099,8 @@ final class GPUKernelTests: XCTestCase {
     /// max(0, q - window + 1) ... q). Keys before every window of their sequence get V rows of
     /// 1000s, so any weight on them shows; with a softcap the scores are scaled up to about ±1 and
     /// more, so that the cap bends them (checked on the reference).
-    func checkPagedAttention(_ cases: [AttentionCase]) throws {
+    /// `sinks`: each head's sink logit (random, about the scores' size) joins its softmax, as gpt-oss's.
+    func checkPagedAttention(_ cases: [AttentionCase], sinks: Bool = false) throws {
         for (heads, kvHeads, hd, pageSize, lengths, fresh, softcap, window) in cases {
             let kvDim = kvHeads * hd, layers = 2, layer = 1
             let pageStride = layers * 2 * pageSize * kvDim
@@ -1127,7 +1161,9 @@ final class GPUKernelTests: XCTestCase {
             }
             let qB = try upload(padded)
             let scale = (softcap > 0 ? 3 : 1) / Float(hd).squareRoot()
-            func reference(cap: Float) -> [Double] {
+            let sinkLogits = (0..<heads).map { _ in Float.random(in: 0...4, using: &rng) }
+            let sinkB = try upload(sinks ? sinkLogits : [0])
+            func reference(cap: Float, sinks: Bool) -> [Double] {
                 var want: [Double] = []
                 for t in 0..<n {
                     let s = tokseq[t]
@@ -1139,20 +1175,24 @@ final class GPUKernelTests: XCTestCase {
                             let x = (0..<hd).reduce(0.0) { $0 + qh[$1] * Double(keys[s][j][kvh * hd + $1]) } * Double(scale)
                             return cap > 0 ? Double(cap) * tanh(x / Double(cap)) : x
                         }
-                        let m = sc.max()!
+                        let sink = sinks ? Double(sinkLogits[h]) : -Double.infinity
+                        let m = max(sc.max()!, sink)
                         let e = sc.map { exp($0 - m) }
-                        let z = e.reduce(0, +)
+                        let z = e.reduce(0, +) + exp(sink - m)
                         want += (0..<hd).map { d in (first..<len).reduce(0.0) { $0 + e[$1 - first] / z * Double(values[s][$1][kvh * hd + d]) } }
                     }
                 }
                 return want
             }
-            let want = reference(cap: softcap)
-            let what = "heads=\(heads)/\(kvHeads) hd=\(hd) page=\(pageSize) lengths=\(lengths) fresh=\(fresh) softcap=\(softcap) window=\(window)"
-            if softcap > 0 {
-                XCTAssertGreaterThan(zip(want, reference(cap: 0)).map { abs($0 - $1) }.max()!, 1e-2, "the softcap must matter: " + what)
+            let want = reference(cap: softcap, sinks: sinks)
+            let what = "heads=\(heads)/\(kvHeads) hd=\(hd) page=\(pageSize) lengths=\(lengths) fresh=\(fresh) softcap=\(softcap) window=\(window) sinks=\(sinks)"
+            if sinks {
+                XCTAssertGreaterThan(zip(want, reference(cap: softcap, sinks: false)).map { abs($0 - $1) }.max()!, 1e-2, "the sinks must matter: " + what)
             }
-            let mask = [softcap.bitPattern, UInt32(window)]
+            if softcap > 0 {
+                XCTAssertGreaterThan(zip(want, reference(cap: 0, sinks: sinks)).map { abs($0 - $1) }.max()!, 1e-2, "the softcap must matter: " + what)
+            }
+            let mask: [UInt32] = [softcap.bitPattern, UInt32(window), sinks ? 1 : 0]
             // the host's plan (decode-sized workspace), one split (direct), and fixed chunks
             let keysMax = lengths.max()!
             let planned = GPUKernels.attentionSplits(keys: keysMax, n: n, maxTokens: 16, maxContext: 4096)
@@ -1161,20 +1201,20 @@ final class GPUKernelTests: XCTestCase {
             for (chunk, splits) in plans {
                 let out = try upload([Float](repeating: .nan, count: n * heads * hd))
                 let part = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
-                try run(GPUKernels.attention, [qB, kv, out, posB, ptB, tabB, part],
+                try run(GPUKernels.attention, [qB, kv, out, posB, ptB, tabB, part, sinkB],
                         [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
                          scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)] + mask,
                         (n, kvHeads, splits))
                 if splits > 1 {
-                    let params = [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)]
-                    try run(GPUKernels.attentionCombine, [part, out, posB], params, GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
+                    let params: [UInt32] = [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits), sinks ? 1 : 0]
+                    try run(GPUKernels.attentionCombine, [part, out, posB, sinkB], params, GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                     if hd % 32 == 0, GPUKernels.integerDot(try device()) {
                         // the variant that also writes 8-bit blocks: the same floats, and the
                         // blocks quantize_q8 makes of them
                         let out8 = try upload([Float](repeating: .nan, count: n * heads * hd))
                         let sizes = GPUKernels.q8Bytes(k: heads * hd, m: n)
                         let xq = try upload([UInt8](repeating: 0xAB, count: sizes.values)), xd = try upload([UInt8](repeating: 0xAB, count: sizes.scales))
-                        try run(GPUKernels.attentionCombineQ8, [part, out8, posB, xq, xd], params, GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
+                        try run(GPUKernels.attentionCombineQ8, [part, out8, posB, xq, xd, sinkB], params, GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                         XCTAssertEqual(try read(out8, n * heads * hd), try read(out, n * heads * hd), "attention_combine_q8 floats hd=\(hd)")
                         let want8 = try quantizeQ8(out8, k: heads * hd, m: n)
                         XCTAssertEqual(try readBytes(xq, sizes.values), want8.values, "attention_combine_q8 values hd=\(hd)")
@@ -1191,7 +1231,7 @@ final class GPUKernelTests: XCTestCase {
                         let part8 = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
                         let sizes = GPUKernels.q8Bytes(k: heads * hd, m: n)
                         let xq = try upload([UInt8](repeating: 0xAB, count: sizes.values)), xd = try upload([UInt8](repeating: 0xAB, count: sizes.scales))
-                        try run(GPUKernels.attentionQ8, [qB, kv, out8, posB, ptB, tabB, part8, xq, xd, done],
+                        try run(GPUKernels.attentionQ8, [qB, kv, out8, posB, ptB, tabB, part8, xq, xd, done, sinkB],
                                 [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
                                  scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)] + mask,
                                 (n, kvHeads, splits))
@@ -1212,7 +1252,7 @@ final class GPUKernelTests: XCTestCase {
                         let outH = try upload([Float](repeating: .nan, count: n * width))
                         let partH = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
                         let x16 = try upload([UInt8](repeating: 0xAB, count: n * x16Row * 2))
-                        try run(GPUKernels.attentionX16, [qB, kv, outH, posB, ptB, tabB, partH, x16, done],
+                        try run(GPUKernels.attentionX16, [qB, kv, outH, posB, ptB, tabB, partH, x16, done, sinkB],
                                 [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
                                  scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)] + mask + [UInt32(x16Row)],
                                 (n, kvHeads, splits))
@@ -1236,16 +1276,16 @@ final class GPUKernelTests: XCTestCase {
                 let group = heads / kvHeads, specializes = try device().specializes
                 for gs in Set([group, max(1, group / 2)]) where gs < 8 && specializes {
                     let k = gs == group ? GPUKernels.attentionGrouped(GPUKernels.attention, groupHeads: gs, device: try device())
-                        : GPUKernels.Kernel(name: "attention", buffers: 7, constants: [128, UInt32(gs)])
+                        : GPUKernels.Kernel(name: "attention", buffers: 8, constants: [128, UInt32(gs)])
                     XCTAssertEqual(k.constants, [128, UInt32(gs)])
                     let outG = try upload([Float](repeating: .nan, count: n * heads * hd))
                     let partG = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
-                    try run(k, [qB, kv, outG, posB, ptB, tabB, partG],
+                    try run(k, [qB, kv, outG, posB, ptB, tabB, partG, sinkB],
                             [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
                              scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(qStride)] + mask,
                             (n, kvHeads, splits))
                     if splits > 1 {
-                        try run(GPUKernels.attentionCombine, [partG, outG, posB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
+                        try run(GPUKernels.attentionCombine, [partG, outG, posB, sinkB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits), sinks ? 1 : 0], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                     }
                     XCTAssertEqual(try read(outG, n * heads * hd).map(\.bitPattern), try read(out, n * heads * hd).map(\.bitPattern),
                                    "attention with \(gs) heads a pass, \(what) chunk=\(chunk) splits=\(splits)")
@@ -1262,12 +1302,12 @@ final class GPUKernelTests: XCTestCase {
                 for (chunk, splits) in [host, (keysMax, 1), (32, (keysMax + 31) / 32), (48, (keysMax + 47) / 48)] where splits <= 256 {
                     let out = try upload([Float](repeating: .nan, count: n * heads * hd))
                     let part = try upload([Float](repeating: .nan, count: max(n * heads * splits * (hd + 2), 1)))
-                    try run(GPUKernels.attentionTiled, [qB, kv, out, posB, ptB, tabB, try upload(blocks), part],
+                    try run(GPUKernels.attentionTiled, [qB, kv, out, posB, ptB, tabB, try upload(blocks), part, sinkB],
                             [UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(pageSize), UInt32(pageStride), layerOff,
-                             scale.bitPattern, UInt32(qStride)] + mask + [UInt32(chunk), UInt32(splits)],
+                             scale.bitPattern, UInt32(qStride), softcap.bitPattern, UInt32(window), UInt32(chunk), UInt32(splits), sinks ? 1 : 0],
                             (blocks.count / 2, kvHeads, splits))
                     if splits > 1 {
-                        try run(GPUKernels.attentionCombine, [part, out, posB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
+                        try run(GPUKernels.attentionCombine, [part, out, posB, sinkB], [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits), sinks ? 1 : 0], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                     }
                     assertClose(try read(out, n * heads * hd), want, tolerance: want.map { abs($0) * 1e-4 + 1e-5 },
                                 "attention_tiled \(what) chunk=\(chunk) splits=\(splits)")
@@ -1368,5 +1408,17 @@ final class GPUKernelTests: XCTestCase {
             (3, 1, 12, 8, [50, 33], [50, 20], 0, 2), (2, 2, 8, 16, [90, 1], [90, 1], 1, 5), (4, 4, 64, 16, [200, 3], [64, 3], 0, 7),
         ]
         try checkPagedAttention(cases)
+    }
+
+    /// Attention sinks (gpt-oss: 64 query heads of 64 over 8 KV heads, windows of 128 on every
+    /// other layer), where each path normalises: one split, the split-K merge (attention_combine,
+    /// attention_q8's and attention_x16's own), the tiled prefill, with and without a window.
+    func testPagedAttentionSinks() throws {
+        let cases: [AttentionCase] = [
+            (8, 1, 64, 16, [37, 6], [3, 2], 0, 0), (16, 2, 64, 16, [333, 17], [1, 1], 0, 128), (4, 2, 16, 4, [260, 100], [2, 1], 0, 0),
+            // prefill-sized
+            (8, 1, 64, 16, [70, 100], [13, 31], 0, 0), (16, 2, 64, 16, [200, 3], [64, 3], 0, 40),
+        ]
+        try checkPagedAttention(cases, sinks: true)
     }
 }

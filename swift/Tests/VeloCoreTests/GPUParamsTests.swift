@@ -15,7 +15,7 @@ final class GPUParamsTests: XCTestCase {
         ("add.comp", [GPUParams.Add()]), ("add_bias.comp", [GPUParams.AddBias()]), ("rms_norm.comp", [GPUParams.RMSNorm()]),
         ("add_rms_norm.comp", [GPUParams.AddRMSNorm()]), ("add_rms_norm_q8.comp", [GPUParams.AddRMSNorm()]),
         ("argmax_rows.comp", [GPUParams.ArgmaxRows()]), ("get_rows.comp", [GPUParams.GetRows()]), ("quantize_q8.comp", [GPUParams.QuantizeQ8()]),
-        ("to_f16.comp", [GPUParams.ToF16()]), ("sum_splits.comp", [GPUParams.SumSplits()]), ("swiglu.comp", [GPUParams.GLU()]),
+        ("to_f16.comp", [GPUParams.ToF16()]), ("sum_splits.comp", [GPUParams.SumSplits()]), ("swiglu.comp", [GPUParams.SwiGLU()]),
         ("swiglu_pairs.comp", [GPUParams.GLU()]), ("softcap.comp", [GPUParams.Softcap()]), ("rope.comp", [GPUParams.Rope()]),
         ("kv_store.comp", [GPUParams.KVStore()]), ("rope_store.comp", [GPUParams.RopeStore()]), ("moe_route.comp", [GPUParams.MoERoute()]),
         ("moe_combine.comp", [GPUParams.MoECombine()]),
@@ -92,9 +92,9 @@ final class GPUParamsTests: XCTestCase {
         }
         // a nested struct's words come first, in the block's order
         let x = GPUParams.AttentionX16(attention: GPUParams.Attention(n: 1, heads: 2, kvHeads: 3, headDim: 4, kvDim: 5, pageSize: 6, pageStride: 7, layerOff: 8,
-                                                                      scale: 0.5, chunk: 10, splits: 11, qStride: 12, softcap: 2, window: 14),
+                                                                      scale: 0.5, chunk: 10, splits: 11, qStride: 12, softcap: 2, window: 14, sinks: 1),
                                        x16Stride: 15)
-        XCTAssertEqual(x.words, [1, 2, 3, 4, 5, 6, 7, 8, Float(0.5).bitPattern, 10, 11, 12, Float(2).bitPattern, 14, 15])
+        XCTAssertEqual(x.words, [1, 2, 3, 4, 5, 6, 7, 8, Float(0.5).bitPattern, 10, 11, 12, Float(2).bitPattern, 14, 1, 15])
         XCTAssertEqual(GPUParams.Softcap(count: 7, cap: 30).words, [7, Float(30).bitPattern])
     }
 }

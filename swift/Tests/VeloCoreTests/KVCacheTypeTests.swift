@@ -367,7 +367,8 @@ final class KVCacheTypeTests: XCTestCase {
                 }
                 let what = "K \(tk) V \(tv) ps \(ps) heads \(heads)/\(kvHeads) hd \(hd) softcap \(softcap) window \(window)"
                 let qB = try upload(q), kvB = try upload(pages.bytes), posB = try upload(tokpos), ptB = try upload(tokpt), tabB = try upload(pages.pagetab)
-                let mask = [softcap.bitPattern, UInt32(window)]
+                let mask: [UInt32] = [softcap.bitPattern, UInt32(window), 0] // no sinks (GPUKernelTests checks them)
+                let none = try upload([Float(0)]) // the sinks binding
                 func check(_ got: [Float], _ label: String) {
                     let err = zip(got, want).map { abs($0 - $1) / (abs($1) + 1e-2) }.max()!
                     XCTAssertLessThan(err, 2e-4, "\(label) \(what)")
@@ -376,13 +377,13 @@ final class KVCacheTypeTests: XCTestCase {
                 for (chunk, splits) in [(maxLen, 1), (32, (maxLen + 31) / 32)] {
                     let out = try upload([Float](repeating: .nan, count: n * heads * hd))
                     let part = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
-                    try run(GPUKernels.kvVariant(GPUKernels.attention, k: tk, v: tv), [qB, kvB, out, posB, ptB, tabB, part].map { GPUBinding($0) },
+                    try run(GPUKernels.kvVariant(GPUKernels.attention, k: tk, v: tv), [qB, kvB, out, posB, ptB, tabB, part, none].map { GPUBinding($0) },
                             [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(ps), UInt32(pages.pageStrideWords),
                              UInt32(pages.layerOffBytes / 4), scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(heads * hd)] + mask,
                             (n, kvHeads, splits))
                     if splits > 1 {
-                        try run(GPUKernels.attentionCombine, [part, out, posB].map { GPUBinding($0) },
-                                [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
+                        try run(GPUKernels.attentionCombine, [part, out, posB, none].map { GPUBinding($0) },
+                                [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits), 0], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                     }
                     check(try read(out, n * heads * hd, as: Float.self), "attention splits \(splits)")
                     if splits == 1 && hd % 32 == 0 && GPUKernels.integerDot(dev) {
@@ -390,7 +391,7 @@ final class KVCacheTypeTests: XCTestCase {
                         let out8 = try upload([Float](repeating: .nan, count: n * heads * hd))
                         let sizes = GPUKernels.q8Bytes(k: heads * hd, m: n)
                         let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
-                        try run(GPUKernels.kvVariant(GPUKernels.attentionQ8, k: tk, v: tv), [qB, kvB, out8, posB, ptB, tabB, part, xq, xd, try upload([UInt32](repeating: 0, count: n * kvHeads))].map { GPUBinding($0) },
+                        try run(GPUKernels.kvVariant(GPUKernels.attentionQ8, k: tk, v: tv), [qB, kvB, out8, posB, ptB, tabB, part, xq, xd, try upload([UInt32](repeating: 0, count: n * kvHeads)), none].map { GPUBinding($0) },
                                 [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(ps), UInt32(pages.pageStrideWords),
                                  UInt32(pages.layerOffBytes / 4), scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(heads * hd)] + mask,
                                 (n, kvHeads, splits))
@@ -410,10 +411,10 @@ final class KVCacheTypeTests: XCTestCase {
                         let part = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
                         let params = [UInt32(n), UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(ps), UInt32(pages.pageStrideWords),
                                       UInt32(pages.layerOffBytes / 4), scale.bitPattern, UInt32(chunk), UInt32(splits), UInt32(heads * hd)] + mask
-                        try run(GPUKernels.attentionStaged, [qB, kvB, out, posB, ptB, tabB, part].map { GPUBinding($0) }, params, (n, kvHeads, splits))
+                        try run(GPUKernels.attentionStaged, [qB, kvB, out, posB, ptB, tabB, part, none].map { GPUBinding($0) }, params, (n, kvHeads, splits))
                         if splits > 1 {
-                            try run(GPUKernels.attentionCombine, [part, out, posB].map { GPUBinding($0) },
-                                    [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
+                            try run(GPUKernels.attentionCombine, [part, out, posB, none].map { GPUBinding($0) },
+                                    [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits), 0], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                         }
                         let got = try read(out, n * heads * hd, as: Float.self)
                         check(got, "attention_staged chunk \(chunk) splits \(splits)")
@@ -422,7 +423,7 @@ final class KVCacheTypeTests: XCTestCase {
                             let out8 = try upload([Float](repeating: .nan, count: n * heads * hd))
                             let sizes = GPUKernels.q8Bytes(k: heads * hd, m: n)
                             let xq = try upload([UInt8](repeating: 0, count: sizes.values)), xd = try upload([UInt8](repeating: 0, count: sizes.scales))
-                            try run(GPUKernels.attentionQ8Staged, [qB, kvB, out8, posB, ptB, tabB, part, xq, xd, try upload([UInt32](repeating: 0, count: n * kvHeads))].map { GPUBinding($0) },
+                            try run(GPUKernels.attentionQ8Staged, [qB, kvB, out8, posB, ptB, tabB, part, xq, xd, try upload([UInt32](repeating: 0, count: n * kvHeads)), none].map { GPUBinding($0) },
                                     params, (n, kvHeads, splits))
                             check(try read(out8, n * heads * hd, as: Float.self), "attention_q8_staged chunk \(chunk) splits \(splits)")
                             XCTAssertNotEqual(try read(xd, sizes.scales / 4, as: Float.self), [Float](repeating: 0, count: sizes.scales / 4), "attention_q8_staged \(what) wrote its blocks")
@@ -437,13 +438,13 @@ final class KVCacheTypeTests: XCTestCase {
                     for (chunk, splits) in [(maxLen, 1), (32, (maxLen + 31) / 32)] {
                         let out = try upload([Float](repeating: .nan, count: n * heads * hd))
                         let part = try upload([Float](repeating: .nan, count: n * heads * splits * (hd + 2)))
-                        try run(GPUKernels.kvVariant(kernel, k: tk, v: tv), [qB, kvB, out, posB, ptB, tabB, try upload(blocks), part].map { GPUBinding($0) },
+                        try run(GPUKernels.kvVariant(kernel, k: tk, v: tv), [qB, kvB, out, posB, ptB, tabB, try upload(blocks), part, none].map { GPUBinding($0) },
                                 [UInt32(heads), UInt32(kvHeads), UInt32(hd), UInt32(kvDim), UInt32(ps), UInt32(pages.pageStrideWords),
-                                 UInt32(pages.layerOffBytes / 4), scale.bitPattern, UInt32(heads * hd)] + mask + [UInt32(chunk), UInt32(splits)],
+                                 UInt32(pages.layerOffBytes / 4), scale.bitPattern, UInt32(heads * hd), softcap.bitPattern, UInt32(window), UInt32(chunk), UInt32(splits), 0],
                                 (blocks.count / 2, kvHeads, splits))
                         if splits > 1 {
-                            try run(GPUKernels.attentionCombine, [part, out, posB].map { GPUBinding($0) },
-                                    [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits)], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
+                            try run(GPUKernels.attentionCombine, [part, out, posB, none].map { GPUBinding($0) },
+                                    [UInt32(n), UInt32(heads), UInt32(hd), UInt32(chunk), UInt32(splits), 0], GPUKernels.attentionCombineGroups(n: n, heads: heads, headDim: hd))
                         }
                         let got = try read(out, n * heads * hd, as: Float.self)
                         if kernel.name == GPUKernels.attentionCoop.name {

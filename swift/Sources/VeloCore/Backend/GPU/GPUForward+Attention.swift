@@ -75,7 +75,7 @@ extension GPUForward {
                  ((step.count + br - 1) / br, c.heads, step.splits), .attention)
         if step.splits > 1 {
             // only a run that is the whole step is split (begin): every token's partials are its
-            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos],
+            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(attnScratch)],
                      GPUParams.AttentionCombine(n: UInt32(end), heads: UInt32(c.heads), headDim: UInt32(c.headDim), chunk: UInt32(step.chunk), splits: UInt32(step.splits)),
                      GPUKernels.attentionCombineGroups(n: end, heads: c.heads, headDim: c.headDim), .attention)
         }
@@ -86,17 +86,20 @@ extension GPUForward {
     private func pagedAttention(layer: Int, _ a: AttentionParams, n: Int) {
         let c = config, ps = kv.pageSize
         let (chunk, splits) = attentionPlan, place = kvPlace(layer)
+        // the layer's sinks: every kernel's last buffer (any buffer, flag 0, where it has none)
+        let sink = a.sinks.map { GPUBinding(vectors[$0.name]!) } ?? GPUBinding(attnScratch), sinks: UInt32 = a.sinks == nil ? 0 : 1
         let combineGroups = GPUKernels.attentionCombineGroups(n: n, heads: c.heads, headDim: c.headDim)
-        let combine = GPUParams.AttentionCombine(n: UInt32(n), heads: UInt32(c.heads), headDim: UInt32(c.headDim), chunk: UInt32(chunk), splits: UInt32(splits))
+        let combine = GPUParams.AttentionCombine(n: UInt32(n), heads: UInt32(c.heads), headDim: UInt32(c.headDim), chunk: UInt32(chunk), splits: UInt32(splits), sinks: sinks)
         if tiledBlocks > 0 {
             dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel,
-                     [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens), GPUBinding(attnScratch)],
+                     [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens), GPUBinding(attnScratch), sink],
                      GPUParams.AttentionTiles(heads: UInt32(c.heads), kvHeads: UInt32(c.kvHeads), headDim: UInt32(c.headDim), kvDim: UInt32(kvDim),
                                               pageSize: UInt32(ps), pageStride: place.pageStride, layerOff: place.layerOff, scale: a.scale,
-                                              qStride: UInt32(stride(.q)), softcap: a.softcap, window: UInt32(a.window), chunk: UInt32(chunk), splits: UInt32(splits)),
+                                              qStride: UInt32(stride(.q)), softcap: a.softcap, window: UInt32(a.window), chunk: UInt32(chunk), splits: UInt32(splits),
+                                              sinks: sinks),
                      (tiledBlocks, c.kvHeads, splits), .attention)
             if splits > 1 {
-                dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos], combine, combineGroups, .attention)
+                dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos, sink], combine, combineGroups, .attention)
             }
             return
         }
@@ -107,7 +110,7 @@ extension GPUForward {
         var buffers = [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)]
         let params = GPUParams.Attention(n: UInt32(n), heads: UInt32(c.heads), kvHeads: UInt32(c.kvHeads), headDim: UInt32(c.headDim), kvDim: UInt32(kvDim),
                                          pageSize: UInt32(ps), pageStride: place.pageStride, layerOff: place.layerOff, scale: a.scale, chunk: UInt32(chunk),
-                                         splits: UInt32(splits), qStride: UInt32(stride(.q)), softcap: a.softcap, window: UInt32(a.window))
+                                         splits: UInt32(splits), qStride: UInt32(stride(.q)), softcap: a.softcap, window: UInt32(a.window), sinks: sinks)
         let kernels = stagedStep ? attentionStagedKernels! : (plain: attentionKernel, q8: attentionQ8Kernel)
         var kernel = kernels.plain
         // which copy of the output the kernel also writes, merging its splits itself
@@ -124,6 +127,7 @@ extension GPUForward {
             kernel = attentionX16Kernel
             joined.x16 = true
         }
+        buffers.append(sink)
         if joined.x16 {
             dispatch(kernel, buffers, GPUParams.AttentionX16(attention: params, x16Stride: UInt32(x16Row)), (n, c.kvHeads, splits), .attention)
         } else {
@@ -134,11 +138,11 @@ extension GPUForward {
         guard splits > 1 && !joined.q8 && !joined.x16 else { return }
         if let q8, q8Out {
             // the output also as 8-bit blocks, for the O product's matvec_dot
-            dispatch(GPUKernels.attentionCombineQ8, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(q8.values), GPUBinding(q8.scales)],
+            dispatch(GPUKernels.attentionCombineQ8, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(q8.values), GPUBinding(q8.scales), sink],
                      combine, combineGroups, .attention)
             holdQ8(rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim))
         } else {
-            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos], combine, combineGroups, .attention)
+            dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos, sink], combine, combineGroups, .attention)
         }
     }
 }

@@ -168,7 +168,7 @@ extension GPUForward {
 
     func glu(_ a: ModelConfig.FFNActivation, width: Int) {
         let count = n * width
-        dispatch(GPUKernels.swiglu, [act(.gate), act(.up)], GPUParams.GLU(count: UInt32(count), act: UInt32(a.rawValue)), ((count + 255) / 256, 1, 1), .mlpActivation)
+        dispatch(GPUKernels.swiglu, [act(.gate), act(.up)], GPUParams.SwiGLU(count: UInt32(count), act: UInt32(a.rawValue)), ((count + 255) / 256, 1, 1), .mlpActivation)
     }
 
     /// One matvec in GLU mode for decode; for prefill the interleaved product into gluScratch,
@@ -209,15 +209,22 @@ extension GPUForward {
         let c = config, e = c.experts!, m = moe!, d = c.dim, h = e.ffnDim
         let x = act(src), xs = stride(src)
         multiply(l.router, x, rows: n, xStride: xs, into: GPUBinding(m.router), yStride: e.count, op: .matmul)
+        let b = l.biases
+        if let b { addBias(GPUBinding(m.router), b.router, rows: n, stride: e.count) }
         dispatch(GPUKernels.moeRoute, [GPUBinding(m.router), GPUBinding(m.routing)],
-                 GPUParams.MoERoute(tokens: UInt32(n), experts: UInt32(e.count), used: UInt32(e.used), normalize: e.normalizeWeights ? 1 : 0, cap: UInt32(m.cap)),
+                 GPUParams.MoERoute(tokens: UInt32(n), experts: UInt32(e.count), used: UInt32(e.used), normalize: e.normalizeWeights ? 1 : 0, cap: UInt32(m.cap),
+                                    softmaxChosen: e.gating == .softmaxChosen ? 1 : 0),
                  (1, 1, 1), .other)
         let pairs = n * e.used, gate = expertStacks[l.gate[0].data]!
         if gate.expert.rows == h {
-            // gate and up apart
+            // gate and up apart (always so where they have biases: each pair's expert's, before the GLU)
             expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.gate), yStride: h)
             expertProduct(expertStacks[l.up[0].data]!, x, xStride: xs, gather: true, into: GPUBinding(m.up), yStride: h)
-            swiglu(GPUBinding(m.gate), GPUBinding(m.up), count: pairs * h)
+            if let b {
+                expertBias(GPUBinding(m.gate), b.gate, width: h)
+                expertBias(GPUBinding(m.up), b.up, width: h)
+            }
+            swiglu(GPUBinding(m.gate), GPUBinding(m.up), count: pairs * h, e.glu)
         } else if n <= matvecMaxRows {
             // interleaved: SwiGLU in the product's GLU mode
             expertProduct(gate, x, xStride: xs, gather: true, into: GPUBinding(m.gate), yStride: h, glu: .silu)
@@ -229,6 +236,7 @@ extension GPUForward {
                      (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
         }
         expertProduct(expertStacks[l.down[0].data]!, GPUBinding(m.gate), xStride: h, gather: false, into: GPUBinding(m.output), yStride: d)
+        if let b { expertBias(GPUBinding(m.output), b.down, width: d) }
         var shared = (out: GPUBinding(m.output), gate: GPUBinding(m.output))
         if let sh = l.shared, let out = m.shared {
             let w = e.sharedFFNDim
@@ -293,9 +301,22 @@ extension GPUForward {
         }
     }
 
-    private func swiglu(_ gate: GPUBinding, _ up: GPUBinding, count: Int) {
-        dispatch(GPUKernels.swiglu, [gate, up], GPUParams.GLU(count: UInt32(count), act: UInt32(ModelConfig.FFNActivation.silu.rawValue)),
-                 (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
+    private func swiglu(_ gate: GPUBinding, _ up: GPUBinding, count: Int, _ glu: Experts.GLU = .swiglu) {
+        var p = GPUParams.SwiGLU(count: UInt32(count), act: UInt32(ModelConfig.FFNActivation.silu.rawValue))
+        switch glu {
+        case .swiglu: break
+        case .geglu: p.act = UInt32(ModelConfig.FFNActivation.geluTanh.rawValue)
+        case let .swigluClamped(alpha, limit): (p.act, p.alpha, p.limit) = (3, alpha, limit)
+        }
+        dispatch(GPUKernels.swiglu, [gate, up], p, (min((count + 255) / 256, 65535), 1, 1), .mlpActivation)
+    }
+
+    /// Each routed pair's expert's bias (`b` stacks them, `width` each) on the expert-ordered rows of `y`.
+    private func expertBias(_ y: GPUBinding, _ b: WeightVector, width: Int) {
+        let rows = n * config.experts!.used
+        dispatch(GPUKernels.addBiasID, [y, GPUBinding(vectors[b.name]!), GPUBinding(moe!.routing)],
+                 GPUParams.AddBiasID(n: UInt32(width), rows: UInt32(rows), stride: UInt32(width), idsOff: UInt32(MoEBuffers.Section.ids.rawValue * moe!.cap)),
+                 ((width + 255) / 256, rows, 1), .other)
     }
 
     func logits(norm w: WeightVector, output: WeightMatrix, softcap: Float) {

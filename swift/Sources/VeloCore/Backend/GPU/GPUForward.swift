@@ -272,7 +272,8 @@ final class GPUForward: ForwardOps {
         // expert e at e times an expert's bytes)
         for l in model.expertLayers {
             let (g, u) = (l.gate[0], l.up[0])
-            let interleave = g.type == u.type && g.rows == u.rows && g.cols == u.cols && g.rowBytes == u.rowBytes
+            // (biased experts keep gate and up apart: each takes its bias before the GLU)
+            let interleave = g.type == u.type && g.rows == u.rows && g.cols == u.cols && g.rowBytes == u.rowBytes && l.biases == nil
             for stack in interleave ? [l.gate, l.down] : [l.gate, l.up, l.down] {
                 let w = stack[0], pair = interleave && w.data == g.data
                 let bytes = w.rows * w.rowBytes * (pair ? 2 : 1)
@@ -660,9 +661,14 @@ final class GPUForward: ForwardOps {
             pendingQKV = p
             return
         }
+        addBias(act(a), b, rows: n, stride: stride(a))
+    }
+
+    /// x's `rows` rows, `stride` floats apart, each += b.
+    func addBias(_ x: GPUBinding, _ b: WeightVector, rows: Int, stride: Int) {
         let width = b.values.count
-        dispatch(GPUKernels.addBias, [act(a), GPUBinding(vectors[b.name]!)], GPUParams.AddBias(n: UInt32(width), rows: UInt32(n), stride: UInt32(stride(a))),
-                 ((width + 255) / 256, n, 1), .other)
+        dispatch(GPUKernels.addBias, [x, GPUBinding(vectors[b.name]!)], GPUParams.AddBias(n: UInt32(width), rows: UInt32(rows), stride: UInt32(stride)),
+                 ((width + 255) / 256, rows, 1), .other)
     }
 
     func addRMSNorm(_ dst: Activation, _ src: Activation, _ w: WeightVector, into out: Activation) {
@@ -748,17 +754,14 @@ extension GPUForward {
         if c.valueNorm { missing.append("V norms") }
         if c.perLayerWidth > 0 { missing.append("per-layer embeddings") }
         if let d = model as? DecoderModel, d.layers.contains(where: { $0.outScale != nil }) { missing.append("layer output scales") }
-        if let d = model as? DecoderModel, d.layers.contains(where: { $0.sinks != nil }) { missing.append("attention sinks") }
-        if let d = model as? DecoderModel, d.layers.contains(where: { $0.bo != nil }) { missing.append("output biases") }
         if let e = c.experts {
-            if e.biases { missing.append("expert biases") }
-            if e.gating == .softmaxChosen { missing.append("softmax-of-the-chosen routing") }
             if e.gating == .sigmoid || e.selectionBias || e.groups != nil || e.weightsScale != 1 { missing.append("DeepSeek's expert routing") }
             if e.sharedFFNDim > 0 && !e.sharedGated { missing.append("ungated shared experts") }
-            if case .swigluClamped = e.glu { missing.append("the clamped SwiGLU") }
             if e.mlpBeside { missing.append("Gemma 4's experts") }
         }
         if let t = Set(model.matrices.map(\.type)).first(where: { !GPUKernels.weightTypes.contains($0) }) { missing.append("\(t.name) weights") }
+        // quants.glsl reads rows from a word boundary: MXFP4's 17-byte blocks need an even count a row
+        if let w = model.matrices.first(where: { $0.type == .mxfp4 && $0.rowBytes % 2 != 0 }) { missing.append("MXFP4 rows of an odd number of blocks (\(w.name))") }
         return missing.isEmpty ? nil : missing.joined(separator: ", ")
     }
 }

@@ -14,10 +14,10 @@ enum GPUKernels {
         let constants: [UInt32]
     }
 
-    /// Weight types with GPU kernels (every type the CPU computes with but MXFP4). Kernel names end in the
+    /// Weight types with GPU kernels (every type the CPU computes with). Kernel names end in the
     /// lowercased ggml name (`matvec_q2_k`, `get_rows_iq4_nl`), the Makefile's WTYPES.
     static let weightTypes: [GGMLType] = [.f32, .f16, .bf16, .q4_0, .q4_1, .q5_0, .q5_1, .q8_0, .q4_K, .q5_K, .q6_K,
-                                          .q2_K, .q3_K, .iq4_nl, .iq4_xs]
+                                          .q2_K, .q3_K, .iq4_nl, .iq4_xs, .mxfp4]
 
     static func suffix(_ t: GGMLType) -> String { suffixes[t] ?? t.name.lowercased() }
     /// Made once: kernels are looked up for every dispatch of every step.
@@ -527,7 +527,7 @@ enum GPUKernels {
     /// Split-K attention: (n, kvHeads, splits) workgroups, each over `chunk` keys of a token;
     /// with splits > 1 each writes partials to a scratch buffer and `attentionCombine`
     /// (`attentionCombineGroups`) merges them. Both take 128 threads (attention: exactly).
-    static let attention = Kernel(name: "attention", buffers: 7, constants: [128])
+    static let attention = Kernel(name: "attention", buffers: 8, constants: [128])
     /// A decode attention kernel (attention, attention_q8 and their cache-type variants)
     /// specialised for `groupHeads` query heads a KV head: it keeps that many heads' state in
     /// registers (up to 8, the shader's GMAX) instead of 8. Llama 3 8B (4 a group) on an H200:
@@ -539,8 +539,8 @@ enum GPUKernels {
     /// Decode attention over long caches in f16 (attention.comp's STAGED build): each tile's K
     /// and V loads issued at once, the pages' offsets read a tile ahead. 8B Q4_0 on an H200,
     /// tg128 after 16384 tokens: 172 → 191–195 t/s; after 4096: 255 → 267 (bench/RESULTS.md).
-    static let attentionStaged = Kernel(name: "attention_staged_f16_f16", buffers: 7, constants: [128])
-    static let attentionQ8Staged = Kernel(name: "attention_q8_staged_f16_f16", buffers: 10, constants: [128])
+    static let attentionStaged = Kernel(name: "attention_staged_f16_f16", buffers: 8, constants: [128])
+    static let attentionQ8Staged = Kernel(name: "attention_q8_staged_f16_f16", buffers: 11, constants: [128])
     /// Below this many keys the plain build is as fast: a step's attention is then a few
     /// workgroups, each a short chain of loads that staging does not shorten (bench/RESULTS.md).
     /// VELO_GPU_ATTN_STAGED_MIN_KEYS sets another threshold (tuning runs).
@@ -584,7 +584,7 @@ enum GPUKernels {
     static let attentionMaxHeadDim = 512
     /// Head sizes the attention kernels take (every model's so far: 64 to 256).
     static func attentionFits(headDim: Int) -> Bool { headDim % 4 == 0 && headDim <= attentionMaxHeadDim }
-    static let attentionCombine = Kernel(name: "attention_combine", buffers: 3, constants: [128])
+    static let attentionCombine = Kernel(name: "attention_combine", buffers: 4, constants: [128])
     /// attention_combine's (and attention_combine_q8's) grid: a workgroup a (token, head, block of
     /// 32 dimensions).
     static func attentionCombineGroups(n: Int, heads: Int, headDim: Int) -> (Int, Int, Int) { (n, heads, (headDim + 31) / 32) }
@@ -593,13 +593,13 @@ enum GPUKernels {
     /// zeroed counter a (token, KV head); head sizes as attention_combine_q8's. Decode needs no
     /// quantize_q8 (one split) or attention_combine_q8 (splits) after it (H100, 8B, a layer:
     /// 12.0 µs against 11.6 + 3.7 for one split; bench/RESULTS.md).
-    static let attentionQ8 = Kernel(name: "attention_q8", buffers: 10, constants: [128])
+    static let attentionQ8 = Kernel(name: "attention_q8", buffers: 11, constants: [128])
     /// attention that also writes its output as to_f16's float16 rows, merging up to
     /// `attentionJoinMaxSplits` splits itself as attention_q8 does: buffers + X16 and the
     /// counters; params attention's + the float16 rows' stride (halves). For decode batches
     /// whose O product runs on tensor cores (9-32 rows of a Q4_0 or Q8_0 model): no
     /// attention_combine and no to_f16 after it. Vulkan only.
-    static let attentionX16 = Kernel(name: "attention_x16", buffers: 9, constants: [128])
+    static let attentionX16 = Kernel(name: "attention_x16", buffers: 10, constants: [128])
     /// Decode rows attention_x16 (and attention_q8) keep counters for.
     static let attentionJoinRows = 32
     /// VELO_GPU_NO_X16_ATTN (any value): decode batches on tensor cores take attention and
@@ -611,7 +611,7 @@ enum GPUKernels {
     /// threads, each over `attentionTiledRows` query rows (tokens × the heads of a KV group) that
     /// share every K/V tile it loads, and over one split of the keys (`prefillAttentionSplits`;
     /// partials merged by attentionCombine as for split-K). Head sizes: multiples of 4, at most 128.
-    static let attentionTiled = Kernel(name: "attention_tiled", buffers: 8, constants: [128])
+    static let attentionTiled = Kernel(name: "attention_tiled", buffers: 9, constants: [128])
     static let attentionTiledRows = 32
     static let attentionTiledMaxHeadDim = 128
     /// Whether attention_tiled takes a model's heads: G = heads / kvHeads query heads per KV
@@ -645,7 +645,7 @@ enum GPUKernels {
     /// attention_tiled on tensor cores (Vulkan cooperative matrices): the same buffers,
     /// parameters and blocks, of `attentionCoopRows` query rows; head sizes multiples of 16 up
     /// to 128. VELO_GPU_NO_COOP_ATTN (any value) keeps attention_tiled (A/B checks).
-    static let attentionCoop = Kernel(name: "attention_coop", buffers: 8, constants: [128])
+    static let attentionCoop = Kernel(name: "attention_coop", buffers: 9, constants: [128])
     static let attentionCoopRows = 64
     static let coopAttentionDisabled = getenv("VELO_GPU_NO_COOP_ATTN") != nil
     static func useAttentionCoop(_ device: GPUDevice, heads: Int, kvHeads: Int, headDim: Int) -> Bool {
@@ -710,7 +710,7 @@ enum GPUKernels {
     static let attentionCM2SplitsOverride: Int? = getenv("VELO_GPU_CM2_ATTN_SPLITS").flatMap { Int(String(cString: $0)) }.map { max(1, min(256, $0)) }
     /// attention_combine that also writes its output as quantize_q8's blocks (buffers + XQ, XD),
     /// for head sizes that are multiples of 32, at most `attentionCombineQ8MaxHeadDim`.
-    static let attentionCombineQ8 = Kernel(name: "attention_combine_q8", buffers: 5, constants: [128])
+    static let attentionCombineQ8 = Kernel(name: "attention_combine_q8", buffers: 6, constants: [128])
     static let attentionCombineQ8MaxHeadDim = 256
     /// Keys per attention tile; chunks are multiples of it.
     static let attentionTile = 32
@@ -823,6 +823,8 @@ enum GPUKernels {
     }
     /// A bias on every row: (ceil(n / 256), rows, 1) workgroups.
     static let addBias = Kernel(name: "add_bias", buffers: 2, constants: [256])
+    /// Each expert-ordered row's expert's bias: (ceil(n / 256), rows, 1) workgroups.
+    static let addBiasID = Kernel(name: "add_bias_id", buffers: 3, constants: [256])
     /// cap·tanh(x/cap) in place (grid-stride, so at most 65535 groups).
     static let softcap = Kernel(name: "softcap", buffers: 1, constants: [256])
     /// Each logit row's argmax (X, I; params n, stride), a workgroup a row.

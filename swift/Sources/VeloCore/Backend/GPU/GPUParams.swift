@@ -44,6 +44,11 @@ enum GPUParams {
     struct SumSplits: KernelParams { var n: UInt32 = 0, m: UInt32 = 0, yStride: UInt32 = 0, splits: UInt32 = 0, plane: UInt32 = 0 }
     /// swiglu.comp and swiglu_pairs.comp: `act` is the GLU's activation (glu.glsl)
     struct GLU: KernelParams { var count: UInt32 = 0, act: UInt32 = 0 }
+    /// swiglu.comp: GLU, whose act 3 (the clamped SwiGLU) takes alpha and limit
+    struct SwiGLU: KernelParams {
+        var count: UInt32 = 0, act: UInt32 = 0
+        var alpha: Float = 0, limit: Float = 0
+    }
     /// softcap.comp
     struct Softcap: KernelParams {
         var count: UInt32 = 0
@@ -66,7 +71,13 @@ enum GPUParams {
         var kvDim: UInt32 = 0, pageSize: UInt32 = 0, pageStride: UInt32 = 0, layerOff: UInt32 = 0, qStride: UInt32 = 0, kvStride: UInt32 = 0
     }
     /// moe_route.comp
-    struct MoERoute: KernelParams { var tokens: UInt32 = 0, experts: UInt32 = 0, used: UInt32 = 0, normalize: UInt32 = 0, cap: UInt32 = 0 }
+    struct MoERoute: KernelParams {
+        var tokens: UInt32 = 0, experts: UInt32 = 0, used: UInt32 = 0, normalize: UInt32 = 0, cap: UInt32 = 0
+        /// 1: the weights are the softmax of the chosen logits (picked by logit), not the chosen probabilities
+        var softmaxChosen: UInt32 = 0
+    }
+    /// add_bias_id.comp
+    struct AddBiasID: KernelParams { var n: UInt32 = 0, rows: UInt32 = 0, stride: UInt32 = 0, idsOff: UInt32 = 0 }
     /// matvec.comp, matvec_dot.comp, matvec_dot_batch.comp: Y (M rows, yStride apart) = W
     /// (N rows of K values, rowBytes each) · X (M rows, xStride apart); `glu` > 0: the rows come
     /// in (gate, up) pairs and Y takes act(gate) * up (glu.glsl's activation).
@@ -121,6 +132,8 @@ enum GPUParams {
         var chunk: UInt32 = 0, splits: UInt32 = 0, qStride: UInt32 = 0
         var softcap: Float = 0
         var window: UInt32 = 0
+        /// 1: the layer's attention sinks (attention_sink.glsl) are bound
+        var sinks: UInt32 = 0
     }
     /// attention.comp with F16OUT: the output also as to_f16's rows, x16Stride halves apart
     struct AttentionX16: KernelParams {
@@ -134,7 +147,7 @@ enum GPUParams {
         var scale: Float = 0
         var qStride: UInt32 = 0
         var softcap: Float = 0
-        var window: UInt32 = 0, chunk: UInt32 = 0, splits: UInt32 = 0
+        var window: UInt32 = 0, chunk: UInt32 = 0, splits: UInt32 = 0, sinks: UInt32 = 0
     }
     /// attention_cm2.comp: tokens first..<end over kv_gather's contiguous keys (cap rows a plane)
     struct AttentionCM2: KernelParams {
@@ -143,7 +156,9 @@ enum GPUParams {
         var chunk: UInt32 = 0, splits: UInt32 = 0
     }
     /// attention_combine.comp (and its Q8 output)
-    struct AttentionCombine: KernelParams { var n: UInt32 = 0, heads: UInt32 = 0, headDim: UInt32 = 0, chunk: UInt32 = 0, splits: UInt32 = 0 }
+    struct AttentionCombine: KernelParams {
+        var n: UInt32 = 0, heads: UInt32 = 0, headDim: UInt32 = 0, chunk: UInt32 = 0, splits: UInt32 = 0, sinks: UInt32 = 0
+    }
     /// kv_gather.comp: a sequence's `keys` keys (padded rows) from page table row `pt`
     struct KVGather: KernelParams {
         var kvDim: UInt32 = 0, headDim: UInt32 = 0, pageSize: UInt32 = 0, pageStride: UInt32 = 0, layerOff: UInt32 = 0
