@@ -12,6 +12,7 @@
 //   bun src/gguf/synth.ts OUT.gguf --arch gpt-oss --shape test|20b --type q8_0   (experts in MXFP4, as the files ship)
 //   bun src/gguf/synth.ts OUT.gguf --arch qwen35 --shape test --type q8_0   (Gated DeltaNet layers between gated attention)
 //   bun src/gguf/synth.ts OUT.gguf --arch qwen35moe --shape test|35b_a3b --type q8_0   (the same with experts, and an MTP block)
+//   bun src/gguf/synth.ts OUT.gguf --arch qwen3next --shape test|test-qkv|80b_a3b --type q8_0   (Qwen3-Next: grouped value heads, fused inputs)
 //   bun src/gguf/synth.ts OUT.gguf --arch gemma4 --shape test|test-kv|e2b|31b --type q8_0   (Gemma 4 text; its BPE vocabulary made from llama-spm's)
 //   bun src/gguf/synth.ts OUT.gguf --arch gemma4 --shape test-moe|26b_a4b --type q8_0   (Gemma 4 with experts beside the dense MLP)
 // Weights are random but well-formed: quantized blocks are made directly (random quants,
@@ -33,7 +34,7 @@ const SPM_VOCAB = "vocab/ggml-vocab-llama-spm.gguf";
 const LLAMA3_VOCAB = "vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf";
 const PHI3_VOCAB = "vocab/ggml-vocab-phi-3.gguf";
 
-export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "gemma4" | "phi3" | "mixtral" | "qwen3moe" | "qwen2moe" | "gpt-oss" | "qwen35" | "qwen35moe" | "deepseek2";
+export type Arch = "llama" | "llama31" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "gemma4" | "phi3" | "mixtral" | "qwen3moe" | "qwen2moe" | "gpt-oss" | "qwen35" | "qwen35moe" | "qwen3next" | "deepseek2";
 
 export interface Shape {
   dim: number; ffn: number; layers: number; heads: number; kvHeads: number;
@@ -100,7 +101,12 @@ export interface Shape {
    * others linear attention of `kHeads` key heads and `vHeads` value heads of `state` each, a
    * causal convolution of `conv` taps over their Q|K|V.
    */
-  deltaNet?: { interval: number; kHeads: number; vHeads: number; state: number; conv: number };
+  /**
+   * Gated DeltaNet layers between every `interval`-th attention layer. `fused` (qwen3next's
+   * first converter): the inputs as ssm_in, a key head's q, k, v and z rows together (else
+   * attn_qkv and attn_gate); qwen3next's betas and alphas are always one ssm_ba.
+   */
+  deltaNet?: { interval: number; kHeads: number; vHeads: number; state: number; conv: number; fused?: boolean };
   /**
    * Multi-token-prediction blocks after the model's (`nextn_predict_layers`; Qwen3.5/3.6's
    * converter writes one): a full-attention block with the nextn.* projection and norms.
@@ -249,6 +255,17 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     "9b": { dim: 4096, ffn: 12288, layers: 32, heads: 16, kvHeads: 4, headDim: 256, ropeDim: 64, ropeBase: 1e7, ctx: 262144, eps: 1e-6, vocab: LLAMA3_VOCAB, deltaNet: { interval: 4, kHeads: 16, vHeads: 32, state: 128, conv: 4 } },
     // two of each value head per key head (the tiled order), 16 of 64 head values rotated
     test: { ...TEST_BASE, ffn: 256, layers: 4, heads: 4, kvHeads: 2, headDim: 64, ropeDim: 16, ropeBase: 1e7, eps: 1e-6, deltaNet: { interval: 4, kHeads: 2, vHeads: 4, state: 32, conv: 4 } },
+  },
+  qwen3next: {
+    // Qwen3-Next-80B-A3B: 48 layers, every 4th full attention (16 heads of 256, 2 KV heads, a
+    // quarter of each head rotated), linear layers of 16 key and 32 value heads of 128 (each
+    // key head's two value heads together), 512 experts of 512, 10 per token, a shared expert
+    // of 512; its files from the first converter fuse the DeltaNet's inputs (ssm_in)
+    "80b_a3b": { dim: 2048, ffn: 512, layers: 48, heads: 16, kvHeads: 2, headDim: 256, ropeDim: 64, ropeBase: 1e7, ctx: 262144, eps: 1e-6, vocab: LLAMA3_VOCAB, deltaNet: { interval: 4, kHeads: 16, vHeads: 32, state: 128, conv: 4, fused: true }, experts: { count: 512, used: 10, ffn: 512, shared: 512 } },
+    // two value heads a key head (the grouped order matters), ssm_in; and attn_qkv + attn_gate
+    test: { ...TEST_BASE, ffn: 256, layers: 4, heads: 4, kvHeads: 2, headDim: 64, ropeDim: 16, ropeBase: 1e7, eps: 1e-6, deltaNet: { interval: 4, kHeads: 2, vHeads: 4, state: 32, conv: 4, fused: true }, experts: { count: 8, used: 3, ffn: 64, shared: 96 } },
+    "test-qkv": { ...TEST_BASE, ffn: 256, layers: 4, heads: 4, kvHeads: 2, headDim: 64, ropeDim: 16, ropeBase: 1e7, eps: 1e-6, deltaNet: { interval: 4, kHeads: 2, vHeads: 4, state: 32, conv: 4 }, experts: { count: 8, used: 3, ffn: 64, shared: 96 } },
+    "test-all": { ...TEST_BASE, ffn: 256, layers: 4, heads: 4, kvHeads: 2, headDim: 64, ropeDim: 16, ropeBase: 1e7, eps: 1e-6, deltaNet: { interval: 4, kHeads: 2, vHeads: 4, state: 32, conv: 4, fused: true }, experts: { count: 3, used: 3, ffn: 64, shared: 96 } },
   },
   qwen35moe: {
     // Qwen3.6-35B-A3B: 40 layers, every 4th full attention (16 heads of 256, 2 KV heads, a
@@ -658,7 +675,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
   if ((arch === "qwen2" || arch === "phi3" || arch === "llama" || arch === "llama31" || arch === "mixtral" || arch === "qwen2moe") && qDim !== dim) {
     throw new Error(`${arch}: heads × head size must equal the width (${heads} × ${headDim} ≠ ${dim})`);
   }
-  if (arch !== "phi3" && !arch.startsWith("gemma") && !arch.startsWith("qwen35") && arch !== "deepseek2" && ropeDim !== headDim) {
+  if (arch !== "phi3" && !arch.startsWith("gemma") && !arch.startsWith("qwen35") && arch !== "qwen3next" && arch !== "deepseek2" && ropeDim !== headDim) {
     throw new Error(`${arch}: llama.cpp rotates whole heads (rope.dimension_count must be ${headDim})`);
   }
   if (arch === "gemma4") {
@@ -715,7 +732,8 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       add("attention.value_length", meta.u32(headDim));
       break;
     case "qwen35":
-    case "qwen35moe": {
+    case "qwen35moe":
+    case "qwen3next": {
       // Qwen3NextModel's keys (and _Qwen35MRopeMixin's sections: text positions turn every
       // section alike)
       const dn = shape.deltaNet!;
@@ -730,7 +748,7 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       add("full_attention_interval", meta.u32(dn.interval));
       add("rope.dimension_count", meta.u32(ropeDim));
       const pairs = ropeDim / 2, third = Math.ceil(pairs / 3);
-      add("rope.dimension_sections", meta.arr("i32", [third, third, pairs - 2 * third, 0]));
+      if (arch !== "qwen3next") add("rope.dimension_sections", meta.arr("i32", [third, third, pairs - 2 * third, 0]));
       if (shape.mtp) add("nextn_predict_layers", meta.u32(shape.mtp));
       break;
     }
@@ -1043,8 +1061,12 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
       // before the dense FFN; llama.cpp's tensor shapes (qwen35.cpp)
       if ((i + 1) % dn.interval !== 0) {
         const keyDim = dn.state * dn.kHeads, valueDim = dn.state * dn.vHeads, convDim = 2 * keyDim + valueDim;
-        weight(p + "attn_qkv.weight", main, dim, convDim);
-        weight(p + "attn_gate.weight", main, dim, valueDim);
+        if (dn.fused) {
+          weight(p + "ssm_in.weight", main, dim, convDim + valueDim);
+        } else {
+          weight(p + "attn_qkv.weight", main, dim, convDim);
+          weight(p + "attn_gate.weight", main, dim, valueDim);
+        }
         const c = streamSeed();
         // conv1d [taps, channels] in F32, as the converter squeezes it
         vector(p + "ssm_conv1d.weight", () => normals(dn.conv * convDim, c).map((x) => x / Math.sqrt(dn.conv)), dn.conv * convDim, [dn.conv, convDim]);
@@ -1052,8 +1074,12 @@ export function synthesize(opts: SynthOptions): { tensors: number; bytes: number
         // -exp(A_log): a decay per value head, slow enough that the state outlives a few tokens
         const a = streamSeed();
         vector(p + "ssm_a", () => normals(dn.vHeads, a).map((x) => -0.3 * Math.exp(0.5 * x)), dn.vHeads);
-        weight(p + "ssm_beta.weight", main, dim, dn.vHeads);
-        weight(p + "ssm_alpha.weight", main, dim, dn.vHeads);
+        if (arch === "qwen3next") {
+          weight(p + "ssm_ba.weight", main, dim, 2 * dn.vHeads);
+        } else {
+          weight(p + "ssm_beta.weight", main, dim, dn.vHeads);
+          weight(p + "ssm_alpha.weight", main, dim, dn.vHeads);
+        }
         norm(p + "ssm_norm.weight", dn.state);
         weight(p + "ssm_out.weight", main, valueDim, dim);
       } else {

@@ -31,6 +31,7 @@ let architectures: [String: Architecture.Type] = [
     "gpt-oss": GptOss.self,
     "qwen35": Qwen35.self,
     "qwen35moe": Qwen35MoE.self,
+    "qwen3next": Qwen3Next.self,
     "deepseek2": DeepSeek2.self,
 ]
 

@@ -6,9 +6,10 @@ import Darwin
 #endif
 
 /// A Gated DeltaNet layer's shape (Qwen3.5, Qwen3-Next: `{arch}.ssm.*`): `kHeads` query/key
-/// heads and `vHeads` value heads, all `state` wide; value head h reads key head h % kHeads (the
-/// converter stores the value heads tiled, as ggml broadcasts); a causal convolution of `conv`
-/// taps over the Q|K|V channels.
+/// heads and `vHeads` value heads, all `state` wide; value head h reads key head h % kHeads
+/// (Qwen3.5's converter stores the value heads tiled, as ggml broadcasts) or, `groupedValues`,
+/// h / (vHeads / kHeads) (Qwen3-Next: each key head's value heads together, llama.cpp's repeat
+/// interleave); a causal convolution of `conv` taps over the Q|K|V channels.
 public struct DeltaNetShape: Sendable, Equatable {
     public var kHeads: Int
     public var vHeads: Int
@@ -16,6 +17,10 @@ public struct DeltaNetShape: Sendable, Equatable {
     public var conv: Int
     /// Which layers are DeltaNet layers (the others attend).
     public var layers: [Bool]
+    public var groupedValues = false
+
+    /// The key head value head `h` reads.
+    func keyHead(_ h: Int) -> Int { groupedValues ? h / (vHeads / kHeads) : h % kHeads }
 
     var keyDim: Int { kHeads * state }
     var valueDim: Int { vHeads * state }
@@ -35,12 +40,23 @@ public struct DeltaNetShape: Sendable, Equatable {
     }
 }
 
-/// One DeltaNet layer's weights, as llama.cpp's qwen35 loader names them.
+/// One DeltaNet layer's weights, as llama.cpp's qwen35 and qwen3next loaders name them.
 struct DeltaNetLayer {
-    /// attn_qkv (the Q|K|V channels before the convolution) and attn_gate (z, the output gate).
-    let qkv, gate: WeightMatrix
-    /// ssm_beta, ssm_alpha: per value head, the write strength and the decay's input.
-    let beta, alpha: WeightMatrix
+    /// The input projections: attn_qkv (the Q|K|V channels before the convolution) and
+    /// attn_gate (z, the output gate), or Qwen3-Next's older files' ssm_in, both in one whose
+    /// rows come a key head at a time (its q, its k, its value heads' v, their z).
+    enum Inputs {
+        case apart(qkv: WeightMatrix, gate: WeightMatrix)
+        case grouped(qkvz: WeightMatrix)
+    }
+    /// ssm_beta and ssm_alpha (per value head, the write strength and the decay's input), or
+    /// Qwen3-Next's ssm_ba, a key head's value heads' betas then their alphas.
+    enum Rates {
+        case apart(beta: WeightMatrix, alpha: WeightMatrix)
+        case grouped(WeightMatrix)
+    }
+    let inputs: Inputs
+    let rates: Rates
     let out: WeightMatrix
     /// ssm_conv1d: `conv` taps per channel, channel-major.
     let convWeight: WeightVector
@@ -52,10 +68,18 @@ struct DeltaNetLayer {
     let index: Int
 
     init(_ w: WeightLoader, prefix p: String, _ c: ModelConfig, _ d: DeltaNetShape, index: Int) throws {
-        qkv = try w.matrix(p + "attn_qkv.weight", rows: d.convDim, cols: c.dim)
-        gate = try w.matrix(p + "attn_gate.weight", rows: d.valueDim, cols: c.dim)
-        beta = try w.matrix(p + "ssm_beta.weight", rows: d.vHeads, cols: c.dim)
-        alpha = try w.matrix(p + "ssm_alpha.weight", rows: d.vHeads, cols: c.dim)
+        if w.gguf.tensor(p + "attn_qkv.weight") == nil, w.gguf.tensor(p + "ssm_in.weight") != nil {
+            inputs = .grouped(qkvz: try w.matrix(p + "ssm_in.weight", rows: d.convDim + d.valueDim, cols: c.dim))
+        } else {
+            inputs = .apart(qkv: try w.matrix(p + "attn_qkv.weight", rows: d.convDim, cols: c.dim),
+                            gate: try w.matrix(p + "attn_gate.weight", rows: d.valueDim, cols: c.dim))
+        }
+        if w.gguf.tensor(p + "ssm_ba.weight") != nil {
+            rates = .grouped(try w.matrix(p + "ssm_ba.weight", rows: 2 * d.vHeads, cols: c.dim))
+        } else {
+            rates = .apart(beta: try w.matrix(p + "ssm_beta.weight", rows: d.vHeads, cols: c.dim),
+                           alpha: try w.matrix(p + "ssm_alpha.weight", rows: d.vHeads, cols: c.dim))
+        }
         out = try w.matrix(p + "ssm_out.weight", rows: c.dim, cols: d.valueDim)
         convWeight = try w.vector(p + "ssm_conv1d.weight", count: d.conv * d.convDim)
         dtBias = try w.vector(p + "ssm_dt.bias", count: d.vHeads)
@@ -64,7 +88,18 @@ struct DeltaNetLayer {
         self.index = index
     }
 
-    var matrices: [WeightMatrix] { [qkv, gate, beta, alpha, out] }
+    var matrices: [WeightMatrix] {
+        let i: [WeightMatrix], r: [WeightMatrix]
+        switch inputs {
+        case let .apart(qkv, gate): i = [qkv, gate]
+        case let .grouped(qkvz): i = [qkvz]
+        }
+        switch rates {
+        case let .apart(beta, alpha): r = [beta, alpha]
+        case let .grouped(ba): r = [ba]
+        }
+        return i + r + [out]
+    }
     var vectors: [WeightVector] { [convWeight, dtBias, a, norm] }
 }
 
@@ -79,7 +114,9 @@ struct DeltaNetScratch {
     /// [checkpoint][layer][stateFloats]
     let checkpoints: UnsafeMutablePointer<Float>
     let checkpointCount: Int
-    /// One pass's rows: the Q|K|V channels (convolved in place), z, beta, alpha, the output.
+    /// One pass's rows: the Q|K|V channels (convolved in place), z, beta, alpha, the output
+    /// (first the grouped projections' rows: `out` holds maxTokens × (convDim + valueDim), `beta`
+    /// maxTokens × 2·vHeads).
     let qkv, z, beta, alpha, out: UnsafeMutablePointer<Float>
 
     init?(_ c: ModelConfig, maxTokens: Int, sequences: Int, checkpoints: Int) {
@@ -96,14 +133,14 @@ struct DeltaNetScratch {
         self.checkpoints = buf(checkpoints * d.slotFloats)
         qkv = buf(maxTokens * d.convDim)
         z = buf(maxTokens * d.valueDim)
-        beta = buf(maxTokens * d.vHeads)
+        beta = buf(maxTokens * 2 * d.vHeads)
         alpha = buf(maxTokens * d.vHeads)
-        out = buf(maxTokens * d.valueDim)
+        out = buf(maxTokens * (d.convDim + d.valueDim))
     }
 
     static func floats(_ c: ModelConfig, maxTokens: Int, sequences: Int, checkpoints: Int) -> Int {
         guard let d = c.deltaNet else { return 0 }
-        return (sequences + checkpoints) * d.slotFloats + maxTokens * (d.convDim + 2 * d.valueDim + 2 * d.vHeads)
+        return (sequences + checkpoints) * d.slotFloats + maxTokens * (2 * d.convDim + 2 * d.valueDim + 3 * d.vHeads)
     }
 
     /// Slot `slot`'s state in DeltaNet layer `layer`.
@@ -138,7 +175,7 @@ extension TransformerOps {
     /// then ssm_out. A sequence whose first row here is position 0 starts from a zero state.
     func deltaNet(_ x: UnsafePointer<Float>, rows n: Int, _ l: DeltaNetLayer, batch: ForwardBatch, into y: UnsafeMutablePointer<Float>, ws: Workspace) {
         let s = ws.deltaNet!, d = s.shape
-        matmul(x, rows: n, [(l.qkv, s.qkv), (l.gate, s.z), (l.beta, s.beta), (l.alpha, s.alpha)], ws: ws)
+        project(x, rows: n, l, d, s, ws: ws)
         // each sequence's rows, in order (a batch keeps a sequence's tokens in position order)
         var rowsOf = [[Int]](repeating: [], count: batch.tables.count)
         for t in 0..<n { rowsOf[batch.sequence[t]].append(t) }
@@ -189,6 +226,53 @@ extension TransformerOps {
         matmul(s.out, rows: n, [(l.out, y)], ws: ws)
     }
 
+    /// s.qkv, s.z, s.beta, s.alpha of `rows` rows of x: the products, and Qwen3-Next's grouped
+    /// ones sorted into those (llama.cpp's views of ssm_in and ssm_ba, per key head).
+    private func project(_ x: UnsafePointer<Float>, rows n: Int, _ l: DeltaNetLayer, _ d: DeltaNetShape, _ s: DeltaNetScratch, ws: Workspace) {
+        var pairs: [(WeightMatrix, UnsafeMutablePointer<Float>)] = []
+        switch l.inputs {
+        case let .apart(qkv, gate): pairs += [(qkv, s.qkv), (gate, s.z)]
+        case let .grouped(qkvz): pairs.append((qkvz, s.out))
+        }
+        switch l.rates {
+        case let .apart(beta, alpha): pairs += [(beta, s.beta), (alpha, s.alpha)]
+        case let .grouped(ba): pairs.append((ba, s.beta)) // rows of 2·vHeads, sorted below
+        }
+        matmul(x, rows: n, pairs, ws: ws)
+        let r = d.vHeads / d.kHeads, hk = d.state, hv = r * d.state
+        profiler.measure(.other) {
+            if case let .grouped(qkvz) = l.inputs {
+                // per key head g: q (hk), k (hk), its value heads' v (hv), then their z (hv)
+                let width = qkvz.rows, group = 2 * hk + 2 * hv
+                for t in 0..<n {
+                    let src = s.out + t * width, qkv = s.qkv + t * d.convDim, z = s.z + t * d.valueDim
+                    for g in 0..<d.kHeads {
+                        let b = src + g * group
+                        (qkv + g * hk).update(from: b, count: hk)
+                        (qkv + d.keyDim + g * hk).update(from: b + hk, count: hk)
+                        (qkv + 2 * d.keyDim + g * hv).update(from: b + 2 * hk, count: hv)
+                        (z + g * hv).update(from: b + 2 * hk + hv, count: hv)
+                    }
+                }
+            }
+            if case .grouped = l.rates {
+                // per key head g: its value heads' betas (r), then their alphas (r); row t's
+                // betas land before row t's own products (t·vHeads <= 2t·vHeads), so each row is
+                // read out first
+                var row = [Float](repeating: 0, count: 2 * d.vHeads)
+                for t in 0..<n {
+                    row.withUnsafeMutableBufferPointer { $0.baseAddress!.update(from: s.beta + t * 2 * d.vHeads, count: 2 * d.vHeads) }
+                    for g in 0..<d.kHeads {
+                        for i in 0..<r {
+                            s.beta[t * d.vHeads + g * r + i] = row[g * 2 * r + i]
+                            s.alpha[t * d.vHeads + g * r + i] = row[g * 2 * r + r + i]
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The causal convolution of `rows`' Q|K|V channels in place (ggml_ssm_conv: tap k of channel
     /// c multiplies the input k - (conv - 1) steps back, the earliest from `state`), then SiLU;
     /// `state` keeps the last conv - 1 inputs.
@@ -219,7 +303,7 @@ extension TransformerOps {
     /// is stored transposed, m[j][i] = S[i][j], so each row j is contiguous.
     private func recur(_ rows: [Int], head h: Int, _ d: DeltaNetShape, state m: UnsafeMutablePointer<Float>, _ s: DeltaNetScratch,
                        delta: UnsafeMutablePointer<Float>) {
-        let n = d.state, kh = h % d.kHeads, scale = 1 / Float(n).squareRoot()
+        let n = d.state, kh = d.keyHead(h), scale = 1 / Float(n).squareRoot()
         for t in rows {
             let q = s.qkv + t * d.convDim + kh * n, k = q + d.keyDim, v = s.qkv + t * d.convDim + 2 * d.keyDim + h * n
             let decay = expf(s.alpha[t * d.vHeads + h]), beta = s.beta[t * d.vHeads + h]
