@@ -98,7 +98,7 @@ ID_VARIANTS := $(foreach k,$(ID_KERNELS),$(addprefix $(k)_id_,$(WTYPES)))
 # batches of 2..16 rows; matvec_dot_rope_<type>[_f16_f16], -DROPE_KV, a decode token's Q|K|V product
 # with rope_store's work, for f32 and f16 caches; matvec_dot_q8out_<type>, a decode token's O, down
 # and gate/up products writing the next product's 8-bit input themselves)
-DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k
+DOT_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k mxfp4
 DOT_VARIANTS := $(addprefix matvec_dot_,$(DOT_TYPES)) $(addprefix matvec_dot_id_,$(DOT_TYPES)) $(addprefix matvec_dot_batch_,$(DOT_TYPES)) \
   $(addprefix matvec_dot_rope_,$(DOT_TYPES)) $(addsuffix _f16_f16,$(addprefix matvec_dot_rope_,$(DOT_TYPES))) \
   $(addprefix matvec_dot_q8out_,$(DOT_TYPES))

@@ -7,7 +7,7 @@
 //                       d, sum of values s)
 // Needs the weight buffer as 32-bit words, w32 (binding 0, beside quants.glsl's w16), declared
 // first; one of WTYPE_Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K (rows of Q4_K and Q5_K start on a
-// 32-bit word: 144- and 176-byte super-blocks), Q6_K.
+// 32-bit word: 144- and 176-byte super-blocks), Q6_K, MXFP4.
 #extension GL_EXT_integer_dot_product : require
 
 // A block's eight dot products as two chains of four (DOT_TWO_CHAINS: matvec_dot_batch_T, where
@@ -191,8 +191,37 @@ float wdot(WB w, XB x) {
 }
 #define WBLOAD_AT
 
+#elif defined(WTYPE_MXFP4)
+// struct { u8 e; u8 qs[16]; } (17 bytes: quants.glsl reads it a byte at a time): each nibble's
+// level as an int8 (ggml's doubled E2M1 values), Q4_0's order, then 2^(e-128) d, as
+// ggml_vec_dot_mxfp4_q8_0
+const int MX_LEVELS[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+// the levels of the 4 nibbles of q at shift sh (0: the low ones, 4: the high), as 4 packed int8
+uint mx_levels(uint q, uint sh) {
+    uint r = 0u;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) r |= (uint(MX_LEVELS[(q >> (8u * i + sh)) & 0xFu]) & 0xFFu) << (8u * i);
+    return r;
+}
+struct WB { float d; uvec4 lo; uvec4 hi; };
+WB wbload_at(uint rw, uint b) {
+    const uint o = 17u * b, e = wbyte(rw, o);
+    WB w;
+    w.d = uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        const uint q = wload32_byte(rw, o + 1u + 4u * j);
+        w.lo[j] = mx_levels(q, 0u);
+        w.hi[j] = mx_levels(q, 4u);
+    }
+    return w;
+}
+float wdot(WB w, XB x) {
+    DOTS(sdot(x.a[j], w.lo[j]), sdot(x.b[j], w.hi[j]))
+    return (w.d * x.d) * i2f(s);
+}
+#define WBLOAD_AT
+
 #else
-#error "matvec_dot: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights"
+#error "matvec_dot: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K or MXFP4 weights"
 #endif
 
 #ifndef WBLOAD_AT

@@ -262,6 +262,8 @@ export const ARCH_SHAPES: Record<Arch, Record<string, Shape>> = {
     // key head's two value heads together), 512 experts of 512, 10 per token, a shared expert
     // of 512; its files from the first converter fuse the DeltaNet's inputs (ssm_in)
     "80b_a3b": { dim: 2048, ffn: 512, layers: 48, heads: 16, kvHeads: 2, headDim: 256, ropeDim: 64, ropeBase: 1e7, ctx: 262144, eps: 1e-6, vocab: LLAMA3_VOCAB, deltaNet: { interval: 4, kHeads: 16, vHeads: 32, state: 128, conv: 4, fused: true }, experts: { count: 512, used: 10, ffn: 512, shared: 512 } },
+    // its per-layer shape with 4 of the 48 layers (3 DeltaNet, 1 attention): this machine's memory and time
+    "80b_a3b_4l": { dim: 2048, ffn: 512, layers: 4, heads: 16, kvHeads: 2, headDim: 256, ropeDim: 64, ropeBase: 1e7, ctx: 262144, eps: 1e-6, vocab: LLAMA3_VOCAB, deltaNet: { interval: 4, kHeads: 16, vHeads: 32, state: 128, conv: 4, fused: true }, experts: { count: 512, used: 10, ffn: 512, shared: 512 } },
     // two value heads a key head (the grouped order matters), ssm_in; and attn_qkv + attn_gate
     test: { ...TEST_BASE, ffn: 256, layers: 4, heads: 4, kvHeads: 2, headDim: 64, ropeDim: 16, ropeBase: 1e7, eps: 1e-6, deltaNet: { interval: 4, kHeads: 2, vHeads: 4, state: 32, conv: 4, fused: true }, experts: { count: 8, used: 3, ffn: 64, shared: 96 } },
     "test-qkv": { ...TEST_BASE, ffn: 256, layers: 4, heads: 4, kvHeads: 2, headDim: 64, ropeDim: 16, ropeBase: 1e7, eps: 1e-6, deltaNet: { interval: 4, kHeads: 2, vHeads: 4, state: 32, conv: 4 }, experts: { count: 8, used: 3, ffn: 64, shared: 96 } },

@@ -173,7 +173,9 @@ final class GPUKernelTests: XCTestCase {
         XCTAssertTrue(GPUKernels.dotBatchFits(d) || !d.isSoftware, "lavapipe takes the batch kernel")
         for type in GPUKernels.dotTypes.sorted(by: { $0.rawValue < $1.rawValue }) {
             // (K-quants: whole super-blocks of 256; 2304 is 72 blocks of 32, chunks of 64 and 8)
+            // (MXFP4: rows of an even number of its 17-byte blocks, 68 = 64 + 4)
             let sizes = type.blockSize == 256 ? [(512, 37, [1, 2, 3, 8, 9, 16]), (2304, 300, [3, 16])]
+                : type == .mxfp4 ? [(128, 37, [1, 2, 3, 8, 9, 16]), (2176, 300, [3, 16])]
                 : [(96, 37, [1, 2, 3, 8, 9, 16]), (2144, 300, [3, 16])]
             for (k, n, ms) in sizes {
                 let w = weights(type, rows: n, cols: k)

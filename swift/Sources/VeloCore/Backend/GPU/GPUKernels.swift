@@ -102,8 +102,9 @@ enum GPUKernels {
     /// Weight types with an 8-bit-activation matvec (`matvec_dot_T`: integer dot products with
     /// the activations quantized once per input by `quantizeQ8`), on devices that have them.
     /// Q4_K and Q6_K joined them: 8B Q4_K_M-shaped tg128 133.8 -> 192.4 -> ~197 t/s on the H100;
-    /// then Q5_K (the 8B Q5_K_M-like file decoded at 127.9 t/s without it; bench/RESULTS.md).
-    static let dotTypes: Set<GGMLType> = [.q4_0, .q4_1, .q5_0, .q5_1, .q8_0, .q4_K, .q5_K, .q6_K]
+    /// then Q5_K (the 8B Q5_K_M-like file decoded at 127.9 t/s without it; bench/RESULTS.md);
+    /// MXFP4 so that gpt-oss's experts round their inputs to Q8_0 as llama.cpp's do.
+    static let dotTypes: Set<GGMLType> = [.q4_0, .q4_1, .q5_0, .q5_1, .q8_0, .q4_K, .q5_K, .q6_K, .mxfp4]
     /// The logits product keeps float activations (`matvec_T`) unless VELO_GPU_OUTPUT_DOT is set
     /// (A/B runs): on 8-bit ones an 8B Q4_0's logits sat 1.07e-2 from the float32 path, against
     /// llama.cpp's own 2.8e-3 and 1.8e-5 with float ones (bench/RESULTS.md).
