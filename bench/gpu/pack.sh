@@ -2,6 +2,10 @@
 # Packs what bench/gpu/h100.sh needs into .carry/ and .gl/ (both git-ignored): run after `make`.
 #   bench/gpu/pack.sh [--lean]   --lean leaves the golden models out (3.7 MiB), to make room
 #                                for .llama (bench/gpu/pack-llamacpp.sh) within the 64 MiB a run takes
+# The tracked tree alone (tests/data, fuzz/corpus's 7,700 files) no longer leaves room for .carry
+# within those 64 MiB: for a device call, take both out of the index and ignore them
+# (`git rm -r -q --cached tests/data fuzz/corpus`, both in .git/info/exclude), and put them back
+# after it (`git reset -q -- tests/data fuzz/corpus`, the exclude lines removed) before any commit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 S=tests/data   # packed as .carry/shared/models, the layout h100.sh reads
