@@ -18,6 +18,8 @@ public struct DeltaNetShape: Sendable, Equatable {
     /// Which layers are DeltaNet layers (the others attend).
     public var layers: [Bool]
     public var groupedValues = false
+    /// The inputs as one grouped product (`DeltaNetLayer.Inputs.grouped`, Qwen3-Next's ssm_in).
+    public var fusedInputs = false
 
     /// The key head value head `h` reads.
     func keyHead(_ h: Int) -> Int { groupedValues ? h / (vHeads / kHeads) : h % kHeads }
@@ -68,7 +70,7 @@ struct DeltaNetLayer {
     let index: Int
 
     init(_ w: WeightLoader, prefix p: String, _ c: ModelConfig, _ d: DeltaNetShape, index: Int) throws {
-        if w.gguf.tensor(p + "attn_qkv.weight") == nil, w.gguf.tensor(p + "ssm_in.weight") != nil {
+        if d.fusedInputs {
             inputs = .grouped(qkvz: try w.matrix(p + "ssm_in.weight", rows: d.convDim + d.valueDim, cols: c.dim))
         } else {
             inputs = .apart(qkv: try w.matrix(p + "attn_qkv.weight", rows: d.convDim, cols: c.dim),
@@ -115,8 +117,8 @@ struct DeltaNetScratch {
     let checkpoints: UnsafeMutablePointer<Float>
     let checkpointCount: Int
     /// One pass's rows: the Q|K|V channels (convolved in place), z, beta, alpha, the output
-    /// (first the grouped projections' rows: `out` holds maxTokens × (convDim + valueDim), `beta`
-    /// maxTokens × 2·vHeads).
+    /// (first the grouped projections' rows: `out` holds maxTokens × (convDim + valueDim) where
+    /// the inputs are fused, `beta` maxTokens × 2·vHeads).
     let qkv, z, beta, alpha, out: UnsafeMutablePointer<Float>
 
     init?(_ c: ModelConfig, maxTokens: Int, sequences: Int, checkpoints: Int) {
@@ -135,12 +137,12 @@ struct DeltaNetScratch {
         z = buf(maxTokens * d.valueDim)
         beta = buf(maxTokens * 2 * d.vHeads)
         alpha = buf(maxTokens * d.vHeads)
-        out = buf(maxTokens * (d.convDim + d.valueDim))
+        out = buf(maxTokens * (d.valueDim + (d.fusedInputs ? d.convDim : 0)))
     }
 
     static func floats(_ c: ModelConfig, maxTokens: Int, sequences: Int, checkpoints: Int) -> Int {
         guard let d = c.deltaNet else { return 0 }
-        return (sequences + checkpoints) * d.slotFloats + maxTokens * (2 * d.convDim + 2 * d.valueDim + 3 * d.vHeads)
+        return (sequences + checkpoints) * d.slotFloats + maxTokens * (d.convDim + 2 * d.valueDim + 3 * d.vHeads + (d.fusedInputs ? d.convDim : 0))
     }
 
     /// Slot `slot`'s state in DeltaNet layer `layer`.

@@ -60,7 +60,7 @@ extension GPUForward {
         if attentionTokens > 0 { pagedAttention(layer: layer, a, n: attentionTokens) }
         guard let step = cm2AttentionStep, let cm2 = cm2Attention else { return }
         // GPUKernels.attentionCM2Model leaves out models with a window or soft cap on any layer
-        precondition(a.window == 0 && a.softcap == 0, "attention_cm2 on a layer with a window or soft cap")
+        precondition(a.window == 0 && a.softcap == 0 && a.sinks == nil, "attention_cm2 on a layer with a window, soft cap or sinks")
         let c = config, bc = GPUKernels.attentionCM2Shape.bc, br = GPUKernels.attentionCM2Shape.br
         // the run's sequence's keys of this layer into one contiguous copy, then attention over it
         let padded = (step.keys + bc - 1) / bc * bc

@@ -196,7 +196,9 @@ final class GPUForward: ForwardOps {
         attnScratch = try device.makeBuffer(
             bytes: max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16),
             memory: .device, label: "attention partials")
-        if GPUKernels.attentionCM2Fits(device, c, k: tk, v: tv, pageSize: kv.pageSize, kvDim: kvDim,
+        // (attention_cm2 has no sinks: gpt-oss's windows keep it out already, this any sink model)
+        let sinks = (model as? DecoderModel)?.layers.contains { $0.sinks != nil } ?? false
+        if !sinks, GPUKernels.attentionCM2Fits(device, c, k: tk, v: tv, pageSize: kv.pageSize, kvDim: kvDim,
                                        places: kvPlaces.map { ($0.pageStride, $0.layerOff) }) {
             let cap = GPUKernels.attentionCM2Capacity(maxContext: maxContext)
             cm2Attention = (GPUKernels.attentionCM2(headDim: c.headDim),
@@ -272,8 +274,10 @@ final class GPUForward: ForwardOps {
         // expert e at e times an expert's bytes)
         for l in model.expertLayers {
             let (g, u) = (l.gate[0], l.up[0])
-            // (biased experts keep gate and up apart: each takes its bias before the GLU)
+            // (biased experts keep gate and up apart, each taking its bias before the GLU, and so
+            // do other activations than SiLU: the interleaved paths apply SiLU)
             let interleave = g.type == u.type && g.rows == u.rows && g.cols == u.cols && g.rowBytes == u.rowBytes && l.biases == nil
+                && c.experts!.glu == .swiglu
             for stack in interleave ? [l.gate, l.down] : [l.gate, l.up, l.down] {
                 let w = stack[0], pair = interleave && w.data == g.data
                 let bytes = w.rows * w.rowBytes * (pair ? 2 : 1)

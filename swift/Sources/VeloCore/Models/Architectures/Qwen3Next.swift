@@ -7,6 +7,10 @@ enum Qwen3Next: Architecture {
     static func configure(_ c: inout ModelConfig, _ m: Metadata, _ w: WeightLoader, contextSize: Int) throws {
         try Qwen35MoE.configure(&c, m, w, contextSize: contextSize)
         c.deltaNet!.groupedValues = true
+        // the first converter's files: ssm_in in every DeltaNet layer, no attn_qkv
+        if let i = c.deltaNet!.layers.firstIndex(of: true) {
+            c.deltaNet!.fusedInputs = w.gguf.tensor("blk.\(i).ssm_in.weight") != nil && w.gguf.tensor("blk.\(i).attn_qkv.weight") == nil
+        }
     }
 
     static func model(_ c: ModelConfig, _ w: WeightLoader) throws -> LanguageModel { try HybridModel(config: c, weights: w) }
