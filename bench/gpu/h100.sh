@@ -30,9 +30,10 @@ M=/tmp/models
 mkdir -p $M
 velo() { /tmp/bun "$VELO_JS" "$@"; }
 model() { # [arch.]shape-type, e.g. 8b-q4_0, qwen2.7b-q4_0
-  local f=$M/$1.gguf st=${1%%-*} arch=llama
+  # (the type after the last hyphen, the arch before the first dot: gpt-oss.20b-q8_0)
+  local f=$M/$1.gguf st=${1%-*} arch=llama
   case $st in *.*) arch=${st%%.*}; st=${st#*.} ;; esac
-  [ -f "$f" ] || /tmp/bun "$C/synth.js" "$f" --arch "$arch" --shape "$st" --type "${1#*-}" >&2
+  [ -f "$f" ] || /tmp/bun "$C/synth.js" "$f" --arch "$arch" --shape "$st" --type "${1##*-}" >&2
   echo "$f"
 }
 what=$1; shift

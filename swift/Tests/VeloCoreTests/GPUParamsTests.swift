@@ -29,6 +29,9 @@ final class GPUParamsTests: XCTestCase {
         ("attention_tiled.comp", [GPUParams.AttentionTiles()]), ("attention_coop.comp", [GPUParams.AttentionTiles()]),
         ("attention_cm2.comp", [GPUParams.AttentionCM2()]), ("attention_combine.comp", [GPUParams.AttentionCombine()]),
         ("kv_gather.comp", [GPUParams.KVGather()]),
+        ("add_bias_id.comp", [GPUParams.AddBiasID()]), ("deltanet_conv.comp", [GPUParams.DeltaNetConv()]),
+        ("deltanet_recur.comp", [GPUParams.DeltaNetRecur()]), ("split_query.comp", [GPUParams.GatedQuery()]),
+        ("sigmoid_gate.comp", [GPUParams.GatedQuery()]),
     ]
 
     /// A struct's fields, lowercased, a nested parameter struct's in its place.

@@ -25,7 +25,7 @@ final class MemoryPlanTests: XCTestCase {
         func pipeline(_ name: String, buffers: Int, constants: [UInt32]) throws -> GPUPipeline { throw VeloError(.unsupported, "fake") }
         func begin() throws {}
         func dispatch(_ pipeline: GPUPipeline, _ buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int), op: Profiler.Op) {}
-        func copy(_ src: GPUBuffer, to dst: GPUBuffer, bytes: Int, op: Profiler.Op) {}
+        func copy(_ src: GPUBinding, to dst: GPUBinding, op: Profiler.Op) {}
         func commit(profiler: Profiler?) throws {}
     }
 

@@ -29,6 +29,9 @@ final class WidenTests: XCTestCase {
         func glu(_ act: ModelConfig.FFNActivation, width: Int) { op("glu") }
         func hidden(norm: WeightVector) { op("hidden") }
         func experts(_ src: Activation, _ layer: ExpertLayer, routedBy router: Activation, into dst: Activation) { op("experts") }
+        func deltaNet(_ src: Activation, _ layer: DeltaNetLayer, into dst: Activation) { op("deltanet") }
+        func gatedQuery(_ src: Activation, _ w: WeightMatrix) { op("gated query") }
+        func gateAttention() { op("gate") }
         func logits(norm: WeightVector, output: WeightMatrix, softcap: Float) { op("logits") }
         func finish() throws -> UnsafeMutablePointer<Float> { op("finish"); return logits }
         var hiddenStates: UnsafePointer<Float> { UnsafePointer(logits) }

@@ -23,7 +23,8 @@ struct ModelRunners {
             kv.gpu = (gpu, pages)
             func runner(_ m: LanguageModel, logitRows: Int) throws -> ForwardOps {
                 try GPUForward(device: gpu, model: m, kv: pages, layers: m.config.kvLayers, kvDim: m.config.kvDim, maxTokens: maxTokens,
-                               maxLogitRows: logitRows, maxSequences: seqs, maxContext: ctx, profiler: profiler)
+                               maxLogitRows: logitRows, maxSequences: seqs, maxContext: ctx,
+                               checkpoints: DeltaNetShape.checkpoints(m.config, sequences: seqs, prefixCache: o.prefixCache), profiler: profiler)
             }
             return ModelRunners(target: try runner(model, logitRows: logitRows), draft: try draft.map { ($0, try runner($0, logitRows: seqs)) },
                                 backend: gpu.api, device: gpu.name, threads: 1)

@@ -141,7 +141,8 @@ struct MemoryPlanner {
         for (m, rows) in [(model, batch * specRows)] + (draft.map { [($0, batch)] } ?? []) {
             if let gpu {
                 b += GPUForward.scratchBytes(device: gpu, model: m, maxTokens: tokens, maxLogitRows: rows, maxSequences: batch,
-                                             maxContext: ctx, pageSize: options.pageSize)
+                                             maxContext: ctx, pageSize: options.pageSize,
+                                             checkpoints: DeltaNetShape.checkpoints(m.config, sequences: batch, prefixCache: options.prefixCache))
             } else {
                 b += Workspace.bytes(config: m.config, maxTokens: tokens, maxLogitRows: rows, maxContext: ctx, threads: options.threads, sequences: batch,
                                      checkpoints: DeltaNetShape.checkpoints(m.config, sequences: batch, prefixCache: options.prefixCache))

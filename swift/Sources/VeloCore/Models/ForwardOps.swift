@@ -92,11 +92,6 @@ protocol ForwardOps: AnyObject {
 
 extension ForwardOps {
     // What only the CPU runs so far: a GPU backend refuses such a model at load (GPUForward.lacking).
-    func deltaNet(_ src: Activation, _ layer: DeltaNetLayer, into dst: Activation) {
-        preconditionFailure("DeltaNet layers run on the CPU only (refused at load elsewhere)")
-    }
-    func gatedQuery(_ src: Activation, _ w: WeightMatrix) { preconditionFailure("gated attention runs on the CPU only (refused at load elsewhere)") }
-    func gateAttention() { preconditionFailure("gated attention runs on the CPU only (refused at load elsewhere)") }
     func latentQKV(_ src: Activation, _ layer: MLALayer) { preconditionFailure("latent attention runs on the CPU only (refused at load elsewhere)") }
     func latentOutput(_ layer: MLALayer, into dst: Activation) { preconditionFailure("latent attention runs on the CPU only (refused at load elsewhere)") }
     func scale(_ a: Activation, by s: Float) { preconditionFailure("layer output scales run on the CPU only (refused at load elsewhere)") }

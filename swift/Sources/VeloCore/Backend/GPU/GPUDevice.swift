@@ -60,9 +60,9 @@ protocol GPUDevice: AnyObject {
     func begin() throws
     /// Records one dispatch; it runs after every dispatch recorded before it and sees its writes.
     func dispatch(_ pipeline: GPUPipeline, _ buffers: [GPUBinding], params: [UInt32], groups: (Int, Int, Int), op: Profiler.Op)
-    /// Records a copy of the first `bytes` of `src` into `dst`; it runs after every dispatch
-    /// recorded before it, and the dispatches after it see its writes.
-    func copy(_ src: GPUBuffer, to dst: GPUBuffer, bytes: Int, op: Profiler.Op)
+    /// Records a copy of `src`'s range into `dst`'s (the smaller of the two sizes); it runs
+    /// after every dispatch recorded before it, and the dispatches after it see its writes.
+    func copy(_ src: GPUBinding, to dst: GPUBinding, op: Profiler.Op)
     /// Submits the step and waits for it; adds per-kernel GPU time to `profiler` when it is on.
     func commit(profiler: Profiler?) throws
 }

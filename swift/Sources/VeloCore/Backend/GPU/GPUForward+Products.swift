@@ -69,7 +69,7 @@ extension GPUForward {
     /// (each weight read once for all rows), the tiled one for prefill.
     /// `glu` (decode only, an interleaved pair's weight as `weight`): Y = silu(gate·X) * (up·X),
     /// w.rows counting the interleaved rows.
-    private func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op,
+    func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op,
                           weight: GPUBinding? = nil, glu: ModelConfig.FFNActivation? = nil, ropeNext: Bool = false) {
         precondition(glu == nil || rows <= matvecMaxRows)
         let params = GPUParams.Product(k: UInt32(w.cols), n: UInt32(w.rows), m: UInt32(rows), rowBytes: UInt32(w.rowBytes), xStride: UInt32(xStride),
@@ -338,6 +338,6 @@ extension GPUForward {
             dispatch(GPUKernels.argmaxRows, [target, GPUBinding(argmaxBuffer)], GPUParams.ArgmaxRows(n: UInt32(config.vocabSize), stride: UInt32(config.vocabSize)), (rows, 1, 1), .output)
             argmaxesMade = true
         }
-        if let staged, batch.hostLogits { device.copy(staged, to: logitsBuffer, bytes: count * 4, op: .output) }
+        if let staged, batch.hostLogits { device.copy(GPUBinding(staged, size: count * 4), to: GPUBinding(logitsBuffer), op: .output) }
     }
 }

@@ -69,7 +69,8 @@ final class GPUForward: ForwardOps {
     /// it then does itself (matvec_dot_q8out_T, `residualProduct`); any other op dispatches it
     /// as it was.
     var pendingResidual: (w: WeightMatrix, src: Activation, dst: Activation)?
-    let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, blocks: Int, hiddensel: Int, pagetab: Int)
+    /// (dnseq, dnrows: the DeltaNet kernels' sequence table and row list, recurrentInputs)
+    let sections: (tokens: Int, tokpos: Int, tokpt: Int, rowsel: Int, blocks: Int, hiddensel: Int, dnseq: Int, dnrows: Int, pagetab: Int)
     private let pagetabCapacity: Int
     var weights: [UnsafeRawPointer: GPUBuffer] = [:]
     /// The model's gated-MLP (gate, up) pairs as one weight each, keyed by the gate's data: row
@@ -95,6 +96,8 @@ final class GPUForward: ForwardOps {
     }
     /// Mixture-of-experts layers' buffers (nil: a dense model).
     let moe: MoEBuffers?
+    /// Recurrent states and the hybrid layers' buffers (nil: no DeltaNet layers).
+    let recurrent: GPURecurrentBuffers?
     /// Each of `config.ropes`' per-pair frequencies.
     var ropeFreqs: [GPUBuffer] = []
     var batch = ForwardBatch()
@@ -163,7 +166,7 @@ final class GPUForward: ForwardOps {
     var attentionTokens = 0
 
     init(device: GPUDevice, model: LanguageModel, kv: GPUKVPages, layers: Int, kvDim: Int,
-         maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, profiler: Profiler) throws {
+         maxTokens: Int, maxLogitRows: Int, maxSequences: Int, maxContext: Int, checkpoints: Int, profiler: Profiler) throws {
         self.device = device
         config = model.config
         self.kv = kv
@@ -225,8 +228,9 @@ final class GPUForward: ForwardOps {
         pagetabCapacity = maxSequences * ((maxContext + kv.pageSize - 1) / kv.pageSize + 1) + 16
         func align(_ x: Int) -> Int { (x + 255) / 256 * 256 }
         let t = 0, p = align(t + maxTokens * 4), pt = align(p + maxTokens * 4), rs = align(pt + maxTokens * 4),
-            bl = align(rs + maxLogitRows * 4), hs = align(bl + maxTokens * 8), tab = align(hs + maxTokens * 4)
-        sections = (t, p, pt, rs, bl, hs, tab)
+            bl = align(rs + maxLogitRows * 4), hs = align(bl + maxTokens * 8), ds = align(hs + maxTokens * 4),
+            dr = align(ds + maxSequences * 16), tab = align(dr + maxTokens * 4)
+        sections = (t, p, pt, rs, bl, hs, ds, dr, tab)
         coopAttention = GPUKernels.useAttentionCoop(device, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim)
         dotBatch = GPUKernels.dotBatchFits(device)
         matvecMaxRows = GPUKernels.matvecMaxRows(device: device, model: model)
@@ -299,6 +303,14 @@ final class GPUForward: ForwardOps {
             }
         }
         moe = c.experts == nil ? nil : try MoEBuffers(device: device, config: c, maxTokens: maxTokens)
+        recurrent = c.deltaNet == nil ? nil
+            : try GPURecurrentBuffers(device: device, config: c, maxTokens: maxTokens, sequences: maxSequences, checkpoints: checkpoints)
+        if recurrent != nil {
+            // no float16 rounding to give up later: a pass re-run (`widen`) would advance the
+            // recurrent states twice
+            f16Sums = []
+            f16Inputs = false
+        }
         // weights: once, in the file's own formats
         for w in model.matrices where weights[w.data] == nil && !paired.contains(w.data) {
             let bytes = w.rowBytes * w.rows
@@ -398,6 +410,7 @@ final class GPUForward: ForwardOps {
             }
         }
         if coopAttention { want(attentionCoopKernel) }
+        if recurrent != nil { for k in [GPUKernels.deltaNetConv, GPUKernels.deltaNetRecur, GPUKernels.splitQuery, GPUKernels.sigmoidGate] { want(k) } }
         if let a = cm2Attention { want(a.kernel); want(GPUKernels.kvGather) }
         want(GPUKernels.getRows(model.matrices[0].type))
         if moe != nil {
@@ -429,13 +442,13 @@ final class GPUForward: ForwardOps {
     /// (activations, logits, attention partials, step inputs, the prefill and 8-bit scratch),
     /// as `init` makes them: the fit check, before one is made.
     static func scratchBytes(device: GPUDevice, model: LanguageModel, maxTokens: Int, maxLogitRows: Int, maxSequences: Int,
-                             maxContext: Int, pageSize: Int) -> Int {
+                             maxContext: Int, pageSize: Int, checkpoints: Int) -> Int {
         let c = model.config
         var b = max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16)
         b += maxTokens * Activation.allCases.reduce(0) { $0 + width($1, c) } * 4
         b += maxLogitRows * c.vocabSize * 4 * (device.stagesReadback ? 2 : 1) + max(maxLogitRows * 4, 16)
         let pagetab = maxSequences * ((maxContext + pageSize - 1) / pageSize + 1) + 16
-        b += maxTokens * 24 + maxLogitRows * 4 + pagetab * 4 + 1536
+        b += maxTokens * 28 + maxLogitRows * 4 + maxSequences * 16 + pagetab * 4 + 2048
         let matvecMaxRows = GPUKernels.matvecMaxRows(device: device, model: model)
         if maxTokens > matvecMaxRows, let rows = model.gatedPairs.map({ $0.0.rows }).max() { b += maxTokens * 2 * rows * 4 }
         if maxTokens > matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
@@ -450,6 +463,7 @@ final class GPUForward: ForwardOps {
             b += GPUKernels.attentionCM2Capacity(maxContext: maxContext) * c.kvDim * 4
         }
         return b + MoEBuffers.bytes(config: c, maxTokens: maxTokens)
+            + GPURecurrentBuffers.bytes(config: c, maxTokens: maxTokens, sequences: maxSequences, checkpoints: checkpoints)
     }
 
     /// Bytes of the 8-bit activations' buffers (values, scales), nil without matvec_dot: up to
@@ -568,7 +582,7 @@ final class GPUForward: ForwardOps {
 
     func begin(_ batch: ForwardBatch) throws {
         precondition(batch.count <= maxTokens && batch.logitRows.count <= maxLogitRows, "batch larger than the GPU workspace")
-        precondition(batch.stateLoads.isEmpty && batch.stateSaves.isEmpty, "recurrent states on a GPU (GPUForward.lacking refuses such models)")
+        precondition(recurrent != nil || (batch.stateLoads.isEmpty && batch.stateSaves.isEmpty), "recurrent state copies for a model without them")
         if !batch.hiddenRows.isEmpty && hiddenBuffer == nil {
             hiddenBuffer = try device.makeBuffer(bytes: maxTokens * config.dim * 4, memory: .readback, label: "hidden states")
         }
@@ -595,6 +609,11 @@ final class GPUForward: ForwardOps {
         write(sections.tokpt, batch.sequence.map { starts[$0] })
         write(sections.rowsel, batch.logitRows.map { Int32($0) })
         if !batch.hiddenRows.isEmpty { write(sections.hiddensel, batch.hiddenRows.map { Int32($0) }) }
+        if recurrent != nil {
+            let r = recurrentInputs(batch)
+            write(sections.dnseq, r.seqs)
+            write(sections.dnrows, r.rows)
+        }
         if !table.isEmpty { write(sections.pagetab, table) }
         // attention_cm2 takes the batch's last run of one sequence's tokens (a prompt chunk: the
         // scheduler puts decode tokens first) when it is the whole step or a block at least;
@@ -628,6 +647,7 @@ final class GPUForward: ForwardOps {
             : GPUKernels.attentionSplits(keys: keys, n: na, maxTokens: maxTokens, maxContext: maxContext)
         recordStart = nowNanos()
         try device.begin()
+        copyStates(batch, loads: true)
     }
 
     func embed(_ table: WeightMatrix, scale: Float) {
@@ -736,6 +756,7 @@ final class GPUForward: ForwardOps {
     func finish() throws -> UnsafeMutablePointer<Float> {
         flushQKV()
         flushResidual()
+        copyStates(batch, loads: false)
         let t0 = nowNanos()
         if profiler.enabled { profiler.add(.record, nanos: t0 - recordStart) }
         try device.commit(profiler: profiler.enabled ? profiler : nil)
@@ -749,7 +770,10 @@ extension GPUForward {
     static func lacking(_ model: LanguageModel) -> String? {
         let c = model.config
         var missing: [String] = []
-        if c.deltaNet != nil { missing.append("Gated DeltaNet layers, gated attention") }
+        if let d = c.deltaNet {
+            if d.state > GPUKernels.deltaNetMaxState { missing.append("DeltaNet states wider than \(GPUKernels.deltaNetMaxState)") }
+            if d.conv > GPUKernels.deltaNetMaxTaps { missing.append("DeltaNet convolutions of more than \(GPUKernels.deltaNetMaxTaps) taps") }
+        }
         if c.mla != nil { missing.append("multi-head latent attention") }
         if c.leadingDenseLayers > 0 && c.experts != nil { missing.append("dense layers before the experts") }
         if !c.layerHeads.isEmpty { missing.append("layers of different head shapes") }

@@ -824,6 +824,16 @@ enum GPUKernels {
     }
     /// A bias on every row: (ceil(n / 256), rows, 1) workgroups.
     static let addBias = Kernel(name: "add_bias", buffers: 2, constants: [256])
+    /// Gated DeltaNet layers (Qwen3.5, Qwen3-Next): the causal convolution of each sequence's
+    /// rows, (ceil(convDim / 64), sequences, 1) workgroups, and the recurrence with the gated
+    /// output norm, a workgroup of 128 a (value head, sequence): (vHeads, sequences, 1).
+    static let deltaNetConv = Kernel(name: "deltanet_conv", buffers: 6, constants: [64])
+    static let deltaNetRecur = Kernel(name: "deltanet_recur", buffers: 11, constants: [128])
+    /// The widest state deltanet_recur keeps (a thread a row) and the most taps deltanet_conv takes.
+    static let deltaNetMaxState = 128, deltaNetMaxTaps = 8
+    /// Gated attention's query split and output gate: (ceil(qDim / 256), rows, 1) workgroups.
+    static let splitQuery = Kernel(name: "split_query", buffers: 2, constants: [256])
+    static let sigmoidGate = Kernel(name: "sigmoid_gate", buffers: 2, constants: [256])
     /// Each expert-ordered row's expert's bias: (ceil(n / 256), rows, 1) workgroups.
     static let addBiasID = Kernel(name: "add_bias_id", buffers: 3, constants: [256])
     /// cap·tanh(x/cap) in place (grid-stride, so at most 65535 groups).

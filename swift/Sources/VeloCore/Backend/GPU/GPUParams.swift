@@ -76,6 +76,20 @@ enum GPUParams {
         /// 1: the weights are the softmax of the chosen logits (picked by logit), not the chosen probabilities
         var softmaxChosen: UInt32 = 0
     }
+    /// deltanet_conv.comp: `layerOff` the layer's floats into a slot; `grouped` reads Qwen3-Next's
+    /// ssm_in rows (hk, hv: a key head's q/k and v widths)
+    struct DeltaNetConv: KernelParams {
+        var convDim: UInt32 = 0, taps: UInt32 = 0, inStride: UInt32 = 0, slotFloats: UInt32 = 0, layerOff: UInt32 = 0
+        var grouped: UInt32 = 0, keyDim: UInt32 = 0, hk: UInt32 = 0, hv: UInt32 = 0
+    }
+    /// deltanet_recur.comp: `layerOff` where the layer's recurrent part of a slot starts
+    struct DeltaNetRecur: KernelParams {
+        var n: UInt32 = 0, kHeads: UInt32 = 0, vHeads: UInt32 = 0, convDim: UInt32 = 0, slotFloats: UInt32 = 0, layerOff: UInt32 = 0
+        var grouped: UInt32 = 0, groupedRates: UInt32 = 0, groupedValues: UInt32 = 0, zStride: UInt32 = 0, betaStride: UInt32 = 0, alphaStride: UInt32 = 0
+        var eps: Float = 0
+    }
+    /// split_query.comp, sigmoid_gate.comp: `stride` the Q or attention rows'
+    struct GatedQuery: KernelParams { var qDim: UInt32 = 0, headDim: UInt32 = 0, rows: UInt32 = 0, stride: UInt32 = 0 }
     /// add_bias_id.comp
     struct AddBiasID: KernelParams { var n: UInt32 = 0, rows: UInt32 = 0, stride: UInt32 = 0, idsOff: UInt32 = 0 }
     /// matvec.comp, matvec_dot.comp, matvec_dot_batch.comp: Y (M rows, yStride apart) = W

@@ -160,12 +160,14 @@ final class MetalDevice: GPUDevice {
                                  threadsPerThreadgroup: MTLSize(width: p.threads, height: 1, depth: 1))
     }
 
-    func copy(_ src: GPUBuffer, to dst: GPUBuffer, bytes: Int, op: Profiler.Op) {
+    func copy(_ src: GPUBinding, to dst: GPUBinding, op: Profiler.Op) {
         // a blit between two compute passes of the step's command buffer keeps the order
+        let bytes = min(src.size, dst.size)
         guard let cb = commandBuffer, let enc = encoder, bytes > 0 else { return }
         enc.endEncoding()
         if let blit = cb.makeBlitCommandEncoder() {
-            blit.copy(from: (src as! MetalBuffer).buffer, sourceOffset: 0, to: (dst as! MetalBuffer).buffer, destinationOffset: 0, size: bytes)
+            blit.copy(from: (src.buffer as! MetalBuffer).buffer, sourceOffset: src.offset, to: (dst.buffer as! MetalBuffer).buffer,
+                      destinationOffset: dst.offset, size: bytes)
             blit.endEncoding()
         }
         encoder = cb.makeComputeCommandEncoder(dispatchType: .serial)

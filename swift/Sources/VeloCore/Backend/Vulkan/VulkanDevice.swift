@@ -738,14 +738,15 @@ final class VulkanDevice: GPUDevice {
         }
     }
 
-    func copy(_ src: GPUBuffer, to dst: GPUBuffer, bytes: Int, op: Profiler.Op) {
+    func copy(_ src: GPUBinding, to dst: GPUBinding, op: Profiler.Op) {
         precondition(recording, "copy outside begin()/commit()")
+        let bytes = min(src.size, dst.size)
         guard bytes > 0 else { return }
         // after the kernels that wrote the source; before any that read or overwrite either buffer
         memoryBarrier(access: (VK_ACCESS_SHADER_WRITE_BIT.rawValue, VK_ACCESS_TRANSFER_READ_BIT.rawValue | VK_ACCESS_TRANSFER_WRITE_BIT.rawValue),
                       stages: (VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue, VK_PIPELINE_STAGE_TRANSFER_BIT.rawValue))
-        var region = VkBufferCopy(srcOffset: 0, dstOffset: 0, size: VkDeviceSize(bytes))
-        timed(op, "copy", (1, 1, 1)) { vkCmdCopyBuffer($0, (src as! VulkanBuffer).buffer, (dst as! VulkanBuffer).buffer, 1, &region) }
+        var region = VkBufferCopy(srcOffset: VkDeviceSize(src.offset), dstOffset: VkDeviceSize(dst.offset), size: VkDeviceSize(bytes))
+        timed(op, "copy", (1, 1, 1)) { vkCmdCopyBuffer($0, (src.buffer as! VulkanBuffer).buffer, (dst.buffer as! VulkanBuffer).buffer, 1, &region) }
         memoryBarrier(access: (VK_ACCESS_TRANSFER_WRITE_BIT.rawValue,
                                VK_ACCESS_SHADER_READ_BIT.rawValue | VK_ACCESS_SHADER_WRITE_BIT.rawValue | VK_ACCESS_HOST_READ_BIT.rawValue),
                       stages: (VK_PIPELINE_STAGE_TRANSFER_BIT.rawValue, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT.rawValue | VK_PIPELINE_STAGE_HOST_BIT.rawValue))
