@@ -217,11 +217,12 @@ for n,v in sorted(k.items(),key=lambda kv:-kv[1]['ms'])[:16]: print('  %-44s %8.
              # OVERFLOW_TYPE, e.g. q4_k) whose norm gains are each GAIN (synth --norm-gain), through
              # coopmat-check with float32 K/V; the tensor-core modes print "overflowed" and re-run
              # wider, so their logits stay near the float32 path's (their coopmat mode then equals
-             # portable: expected)
-    t=${OVERFLOW_TYPE:-q4_0}
+             # portable: expected). OVERFLOW_ARCH and OVERFLOW_SHAPE pick another family (a hybrid:
+             # its re-run pass must start from the recurrent states the failed one began with)
+    t=${OVERFLOW_TYPE:-q4_0} a=${OVERFLOW_ARCH:-llama} s=${OVERFLOW_SHAPE:-1b}
     for g in "${@:-30 300}"; do
-      f=$M/1b-$t-gain$g.gguf
-      [ -f "$f" ] || /tmp/bun "$C/synth.js" "$f" --shape 1b --type "$t" --norm-gain "$g" >&2
+      f=$M/$a.$s-$t-gain$g.gguf
+      [ -f "$f" ] || /tmp/bun "$C/synth.js" "$f" --arch "$a" --shape "$s" --type "$t" --norm-gain "$g" >&2
       /tmp/bun "$C/coopmat-check.js" --tokens ${COOPMAT_TOKENS:-100} --cache-type-k f32 --cache-type-v f32 "$f" || true
     done ;;
   spec)  # speculative decoding on the GPU: an 8B target with prompt lookup and with a 3B draft

@@ -120,6 +120,16 @@ extension GPUForward {
         return (seqs, rows)
     }
 
+    /// Each batch sequence's slot copied into `backup` (at its place among the batch's
+    /// sequences), or back from it (`restore`).
+    func backUpStates(_ b: ForwardBatch, _ backup: GPUBuffer, restore: Bool) {
+        let states = recurrent!.states, bytes = recurrent!.shape.slotFloats * 4
+        for (i, slot) in b.stateSlots.enumerated() {
+            let live = GPUBinding(states, offset: slot * bytes, size: bytes), saved = GPUBinding(backup, offset: i * bytes, size: bytes)
+            if restore { device.copy(saved, to: live, op: .other) } else { device.copy(live, to: saved, op: .other) }
+        }
+    }
+
     /// The batch's state copies: checkpoints into slots before the pass (`loads`), slots into
     /// checkpoints after it.
     func copyStates(_ b: ForwardBatch, loads: Bool) {

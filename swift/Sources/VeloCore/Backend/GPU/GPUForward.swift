@@ -98,6 +98,11 @@ final class GPUForward: ForwardOps {
     let moe: MoEBuffers?
     /// Recurrent states and the hybrid layers' buffers (nil: no DeltaNet layers).
     let recurrent: GPURecurrentBuffers?
+    /// The states of a pass that may round through float16, as they were before it (a slot
+    /// per sequence of the batch): a pass `widen` asks again for starts from them, not from
+    /// the states the failed pass advanced. nil without float16 products or DeltaNet layers.
+    let stateBackup: GPUBuffer?
+    var restoreStates = false
     /// Each of `config.ropes`' per-pair frequencies.
     var ropeFreqs: [GPUBuffer] = []
     var batch = ForwardBatch()
@@ -305,12 +310,6 @@ final class GPUForward: ForwardOps {
         moe = c.experts == nil ? nil : try MoEBuffers(device: device, config: c, maxTokens: maxTokens)
         recurrent = c.deltaNet == nil ? nil
             : try GPURecurrentBuffers(device: device, config: c, maxTokens: maxTokens, sequences: maxSequences, checkpoints: checkpoints)
-        if recurrent != nil {
-            // no float16 rounding to give up later: a pass re-run (`widen`) would advance the
-            // recurrent states twice
-            f16Sums = []
-            f16Inputs = false
-        }
         // weights: once, in the file's own formats
         for w in model.matrices where weights[w.data] == nil && !paired.contains(w.data) {
             let bytes = w.rowBytes * w.rows
@@ -336,9 +335,11 @@ final class GPUForward: ForwardOps {
         if maxTokens > matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
             x16 = try device.makeBuffer(bytes: GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts), memory: .device, label: "float16 activations")
             splitDone = try Self.counters(device, GPUKernels.coopBatchCounters, label: "split-K counters")
+            stateBackup = try c.deltaNet.map { try device.makeBuffer(bytes: maxSequences * $0.slotFloats * 4, memory: .device, label: "recurrent states before a pass") }
         } else {
             x16 = nil
             splitDone = nil
+            stateBackup = nil
         }
         let q8k = model.matrices.filter { GPUKernels.dotTypes.contains($0.type) }.map(\.cols).max()
         q8Width = q8k ?? 0
@@ -453,6 +454,7 @@ final class GPUForward: ForwardOps {
         if maxTokens > matvecMaxRows, let rows = model.gatedPairs.map({ $0.0.rows }).max() { b += maxTokens * 2 * rows * 4 }
         if maxTokens > matvecMaxRows, let k = model.matrices.filter({ GPUKernels.useCoop(device, $0.type) }).map(\.cols).max() {
             b += GPUKernels.f16Bytes(maxTokens: maxTokens, maxCols: k, experts: c.experts) + GPUKernels.coopBatchCounters * 4
+            b += (c.deltaNet?.slotFloats ?? 0) * maxSequences * 4 // stateBackup
         }
         if let q = q8Bytes(device: device, model: model) {
             b += q.values + q.scales
@@ -648,6 +650,11 @@ final class GPUForward: ForwardOps {
         recordStart = nowNanos()
         try device.begin()
         copyStates(batch, loads: true)
+        // (only passes past matvecMaxRows round through float16, and so may be asked again)
+        if let b = stateBackup, n > matvecMaxRows {
+            backUpStates(batch, b, restore: restoreStates)
+        }
+        restoreStates = false
     }
 
     func embed(_ table: WeightMatrix, scale: Float) {
@@ -734,11 +741,14 @@ final class GPUForward: ForwardOps {
     /// After `finish`: when a norm of the pass saw inf or NaN and the pass rounded through
     /// float16, gives up the narrowest rounding it used (float16 sums, then float16 activation
     /// copies, for the rest of this engine's life) and asks for the pass again. Re-running is
-    /// safe: a pass rewrites the K/V of its own positions before reading them.
+    /// safe: a pass rewrites the K/V of its own positions before reading them, and starts from
+    /// the recurrent states `stateBackup` kept.
     func widen() -> Bool {
         let flag = nonfinite.contents!.assumingMemoryBound(to: UInt32.self)
         guard flag.pointee != 0 else { return false }
         flag.pointee = 0
+        // (a pass asked again starts from the states it began with)
+        restoreStates = stateBackup != nil && (passUsed.sums || passUsed.inputs)
         if passUsed.sums {
             f16Sums = []
             for t in cm2 where weightTypes.contains(t) && (try? pipeline(GPUKernels.matmulCM2(t, f16Sums: false))) == nil { cm2.remove(t) }
