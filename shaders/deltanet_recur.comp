@@ -3,9 +3,11 @@
 // (value head h, sequence) a workgroup, its rows in order. Per row: q and k of h's key head
 // L2-normalised (llama.cpp's build_gdn_l2_norm); the state S decays by exp(softplus(alpha + dt)·a),
 // takes the delta rule's write of v against what S recalls for k, strength sigmoid(beta); then
-// o = Sᵀq / √state, RMS-normed (NORMW), times SiLU(z), into OUT. Thread j keeps row j of the
-// state as stored (m[j][i] = S[i][j], each row contiguous), in registers through the rows; a
-// sequence whose first row is position 0 starts from zero.
+// o = Sᵀq / √state, RMS-normed (NORMW), times SiLU(z), into OUT. Thread j keeps column j of S
+// (m[i] = S[i][j]: what llama.cpp's CPU loop calls row j) in registers through the rows; the
+// GPU stores S row-major (S[i][j] at i·n + j: a warp's loads of one i are contiguous), the
+// transpose of the CPU's layout; states never leave the device. A sequence whose first row is
+// position 0 starts from zero.
 // Qwen3-Next's fused inputs: `grouped`, z is read from ssm_in's rows (per key head: q, k, v of
 // its value heads, then their z); `groupedRates`, beta and alpha from ssm_ba's (per key head: r
 // betas, then r alphas). Else z, beta and alpha have rows of their own. Dispatch (vHeads, sequences, 1), state <= 128.
@@ -51,10 +53,10 @@ void main() {
     const uint r = p.vHeads / p.kHeads, kh = p.groupedValues != 0 ? h / r : h % p.kHeads;
     const uint keyDim = p.kHeads * n;
     const int first = SEQS[4 * s], count = SEQS[4 * s + 1];
-    const uint base = uint(SEQS[4 * s + 2]) * p.slotFloats + p.layerOff + (h * n + j) * n;
+    const uint base = uint(SEQS[4 * s + 2]) * p.slotFloats + p.layerOff + h * n * n + j;
     const bool fresh = SEQS[4 * s + 3] != 0;
     float m[MAXS];
-    for (uint i = 0; i < MAXS; ++i) m[i] = (live && i < n && !fresh) ? STATE[base + i] : 0.0;
+    for (uint i = 0; i < MAXS; ++i) m[i] = (live && i < n && !fresh) ? STATE[base + i * n] : 0.0;
     // where h's z, beta and alpha sit in their rows
     const uint g = h / r, hi = h % r;
     const uint zAt = p.grouped != 0 ? g * (2 * n + 2 * r * n) + 2 * n + r * n + hi * n : h * n;
@@ -88,6 +90,6 @@ void main() {
         }
     }
     if (live && count > 0) {
-        for (uint i = 0; i < MAXS; ++i) if (i < n) STATE[base + i] = m[i];
+        for (uint i = 0; i < MAXS; ++i) if (i < n) STATE[base + i * n] = m[i];
     }
 }

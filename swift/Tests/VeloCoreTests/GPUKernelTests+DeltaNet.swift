@@ -87,11 +87,12 @@ extension GPUKernelTests {
                     let decay = exp((u > 20 ? u : log1p(exp(u))) * Double(a[h]))
                     var o = [Double](repeating: 0, count: d.n)
                     for j in 0..<d.n {
-                        let at = h * d.n * d.n + j * d.n
+                        // the GPU's layout: S[i][j] at i·n + j (thread j's column)
+                        func at(_ i: Int) -> Int { h * d.n * d.n + i * d.n + j }
                         var recall = 0.0
-                        for i in 0..<d.n { m[at + i] *= decay; recall += m[at + i] * k[i] }
+                        for i in 0..<d.n { m[at(i)] *= decay; recall += m[at(i)] * k[i] }
                         let delta = (v[j] - recall) * beta
-                        for i in 0..<d.n { m[at + i] += delta * k[i]; o[j] += m[at + i] * q[i] }
+                        for i in 0..<d.n { m[at(i)] += delta * k[i]; o[j] += m[at(i)] * q[i] }
                         o[j] /= Double(d.n).squareRoot()
                     }
                     let rms = 1 / (o.reduce(0) { $0 + $1 * $1 } / Double(d.n) + Double(eps)).squareRoot()

@@ -4,7 +4,8 @@
 /// gated attention's query split and output gate.
 struct GPURecurrentBuffers {
     let shape: DeltaNetShape
-    /// [slot][DeltaNet layer][stateFloats], as the CPU's DeltaNetScratch.
+    /// [slot][DeltaNet layer][stateFloats], as the CPU's DeltaNetScratch, but each head's S
+    /// row-major (deltanet_recur: the transpose of the CPU's).
     let states: GPUBuffer
     /// [checkpoint][DeltaNet layer][stateFloats] (nil without the prefix cache).
     let checkpoints: GPUBuffer?
