@@ -1,6 +1,6 @@
 // Prefix cache benchmarks.
 //
-//   scripts/bun bench/prefix_cache.ts ttft MODEL.gguf [--prefix 2048] [--suffix 32] [--runs 3] [-t 2]
+//   scripts/bun bench/prefix_cache.ts ttft MODEL.gguf [--prefix 2048] [--suffix 32] [--runs 3] [-t 2] [--backend auto|cpu|vulkan|metal]
 //     Time to first token for a long shared prefix plus a short suffix: cold (nothing cached,
 //     the cache is off) vs cached (the prefix was served before). Medians over --runs, each
 //     with a different suffix. A model with a recurrent state (Qwen3.5) resumes only where its
@@ -27,6 +27,7 @@ const { values, positionals } = parseArgs({
     batch: { type: "string", default: "8" },
     seed: { type: "string", default: "1" },
     threads: { type: "string", short: "t", default: "2" },
+    backend: { type: "string", default: "auto" },
   },
 });
 const [mode, path] = positionals;
@@ -39,6 +40,7 @@ const model = Model.open(path);
 const info = model.info();
 const vocab = info.tokenizer?.vocab_size ?? 256, bos = info.tokenizer?.bos ?? null;
 const threads = Number(values.threads);
+const backend = values.backend as "auto" | "cpu" | "vulkan" | "metal";
 
 if (mode === "ttft") {
   const P = Number(values.prefix), S = Number(values.suffix), runs = Number(values.runs);
@@ -49,12 +51,12 @@ if (mode === "ttft") {
     return { ms: r.finish.usage.ttft_ms, cached: r.finish.usage.cached_tokens };
   };
   const ctxSize = P + S + 8;
-  const cold = Engine.create(model, { threads, ctxSize, prefixCache: false });
+  const cold = Engine.create(model, { threads, ctxSize, prefixCache: false, backend });
   await ttft(cold, benchTokens(64, vocab, bos, 3)); // warm-up: page in the weights
   const coldMs: number[] = [];
   for (let i = 0; i < runs; i++) coldMs.push((await ttft(cold, prompt(i))).ms);
   cold.close();
-  const warm = Engine.create(model, { threads, ctxSize, prefixCache: true });
+  const warm = Engine.create(model, { threads, ctxSize, prefixCache: true, backend });
   // serves the prefix (twice: see above): it is cached from now on
   for (const i of [98, 99]) await ttft(warm, prompt(i));
   const cachedMs: number[] = [];

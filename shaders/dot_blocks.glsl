@@ -193,13 +193,12 @@ float wdot(WB w, XB x) {
 
 #elif defined(WTYPE_MXFP4)
 // struct { u8 e; u8 qs[16]; } (17 bytes: quants.glsl reads it a byte at a time): each nibble's
-// level as an int8 (ggml's doubled E2M1 values), Q4_0's order, then 2^(e-128) d, as
+// level as an int8 (ggml's doubled E2M1 values, quants.glsl's mx_level), Q4_0's order, then 2^(e-128) d, as
 // ggml_vec_dot_mxfp4_q8_0
-const int MX_LEVELS[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
 // the levels of the 4 nibbles of q at shift sh (0: the low ones, 4: the high), as 4 packed int8
 uint mx_levels(uint q, uint sh) {
     uint r = 0u;
-    [[unroll]] for (uint i = 0u; i < 4u; i++) r |= (uint(MX_LEVELS[(q >> (8u * i + sh)) & 0xFu]) & 0xFFu) << (8u * i);
+    [[unroll]] for (uint i = 0u; i < 4u; i++) r |= (uint(mx_level((q >> (8u * i + sh)) & 0xFu)) & 0xFFu) << (8u * i);
     return r;
 }
 struct WB { float d; uvec4 lo; uvec4 hi; };

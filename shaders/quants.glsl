@@ -385,8 +385,13 @@ vec4 unit_vec(Unit s, uint g) {
 // (ggml's doubled E2M1 levels and ggml_e8m0_to_fp32_half). A block is an odd number of bytes,
 // so units start at any byte: a row itself must start on a word (an even number of blocks a
 // row: GPUForward.lacking refuses others).
-const float KVALUES_MXFP4[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
-                                          0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+// The doubled E2M1 level of nibble n: 0 1 2 3 4 6 8 12 from a constant's 4-bit fields, negated
+// for n >= 8 (not an array indexed at run time: NVIDIA's compiler keeps such arrays in local
+// memory, a load per nibble)
+int mx_level(uint n) {
+    const int v = int((0xC8643210u >> ((n & 7u) << 2)) & 0xFu);
+    return (n & 8u) != 0u ? -v : v;
+}
 #define QK 32u
 #define UNITS_PER_BLOCK 2u
 // the 32-bit little-endian value at byte `off` of the data starting at word `base`
@@ -407,7 +412,7 @@ Unit unit_load(uint rw, uint u, uint K) {
 uint unit_pos(uint u, uint g) { return (u >> 1) * 32u + (u & 1u) * 8u + (g & 1u) * 4u + (g >> 1) * 16u; }
 vec4 unit_vec(Unit s, uint g) {
     const uvec4 i = (g < 2u ? nib_lo((g & 1u) == 0u ? s.q0 : s.q1) : nib_hi((g & 1u) == 0u ? s.q0 : s.q1));
-    DQP vec4 r = s.d * vec4(KVALUES_MXFP4[i.x], KVALUES_MXFP4[i.y], KVALUES_MXFP4[i.z], KVALUES_MXFP4[i.w]);
+    DQP vec4 r = s.d * vec4(mx_level(i.x), mx_level(i.y), mx_level(i.z), mx_level(i.w));
     return r;
 }
 

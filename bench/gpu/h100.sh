@@ -225,6 +225,9 @@ for n,v in sorted(k.items(),key=lambda kv:-kv[1]['ms'])[:16]: print('  %-44s %8.
       [ -f "$f" ] || /tmp/bun "$C/synth.js" "$f" --arch "$a" --shape "$s" --type "$t" --norm-gain "$g" >&2
       /tmp/bun "$C/coopmat-check.js" --tokens ${COOPMAT_TOKENS:-100} --cache-type-k f32 --cache-type-v f32 "$f" || true
     done ;;
+  ttft)  # time to first token after a repeated prefix, cold and cached: MODEL PREFIX (tokens)
+    f=$(model "$1")
+    /tmp/bun "$C/prefix_cache.js" ttft "$f" --prefix "${2:-4096}" --suffix 32 --runs 3 --backend vulkan | tee "$OUT/ttft-$1.txt" ;;
   spec)  # speculative decoding on the GPU: an 8B target with prompt lookup and with a 3B draft
          # (same llama3 vocabulary), and the stories260K pair; verify cost of k+1 tokens vs 1
     S=$C/shared/models

@@ -23,6 +23,7 @@ $B bench/speculative.ts --outfile .carry/speculative.js >/dev/null
 $B bench/grammar.ts --outfile .carry/grammar.js >/dev/null
 $B bench/gpu/coopmat-check.ts --outfile .carry/coopmat-check.js >/dev/null
 $B bench/gpu/batch-check.ts --outfile .carry/batch-check.js >/dev/null
+$B bench/prefix_cache.ts --outfile .carry/prefix_cache.js >/dev/null
 cp "$S/vocab/ggml-vocab-llama-spm.gguf" .carry/shared/models/vocab/
 cp "$S/vocab/ggml-vocab-phi-3.gguf" .carry/shared/models/vocab/   # phi3 shapes (0.7 MiB)
 xz -T2 -6 -c "$S/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf" > .carry/shared/models/vocab/reconstructed/ggml-vocab-llama3-bpe.reconstructed.gguf.xz
