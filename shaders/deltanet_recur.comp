@@ -11,6 +11,8 @@
 // Qwen3-Next's fused inputs: `grouped`, z is read from ssm_in's rows (per key head: q, k, v of
 // its value heads, then their z); `groupedRates`, beta and alpha from ssm_ba's (per key head: r
 // betas, then r alphas). Else z, beta and alpha have rows of their own. Dispatch (vHeads, sequences, 1), state <= 128.
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 128, local_size_x_id = 0) in; // 128 only: the shared rows and the reduction are MAXS wide
 
 layout(std430, binding = 0) readonly buffer QKVBuf { float QKV[]; };
@@ -31,18 +33,17 @@ layout(std140, binding = 11) uniform Params {
 } p;
 
 #define MAXS 128
-shared float qs[MAXS], ks[MAXS], red[MAXS];
+shared float qs[MAXS], ks[MAXS];
+shared vec2 red[MAXS]; // a subgroup's partial sums each
 
-// the sum of x over the workgroup's threads (every thread calls it)
-float total(float x) {
-    const uint j = gl_LocalInvocationID.x;
-    red[j] = x;
+// the sums of x over the workgroup's threads (every thread calls it): each subgroup's, then
+// theirs in subgroup order (two barriers: a row's three sums take two calls)
+vec2 total(vec2 x) {
+    x = subgroupAdd(x);
+    if (subgroupElect()) red[gl_SubgroupID] = x;
     barrier();
-    for (uint s = MAXS / 2; s > 0; s >>= 1) {
-        if (j < s) red[j] += red[j + s];
-        barrier();
-    }
-    const float r = red[0];
+    vec2 r = vec2(0.0);
+    for (uint i = 0; i < gl_NumSubgroups; ++i) r += red[i];
     barrier();
     return r;
 }
@@ -66,9 +67,10 @@ void main() {
         const uint t = uint(ROWS[first + ri]), row = t * p.convDim;
         const float q = live ? QKV[row + kh * n + j] : 0.0, k = live ? QKV[row + keyDim + kh * n + j] : 0.0;
         const float v = live ? QKV[row + 2 * keyDim + h * n + j] : 0.0;
-        const float sq = total(q * q), sk = total(k * k);
-        qs[j] = q / sqrt(sq / float(n) + p.eps / float(n)) * scale;
-        ks[j] = k / sqrt(sk / float(n) + p.eps / float(n)) * scale;
+        const vec2 sqk = total(vec2(q * q, k * k));
+        // (q and k / √(Σ + eps), as llama.cpp's L2 norm: an RMS norm of eps/n, over √n)
+        qs[j] = q / sqrt(sqk.x / float(n) + p.eps / float(n)) * scale;
+        ks[j] = k / sqrt(sqk.y / float(n) + p.eps / float(n)) * scale;
         barrier();
         const float beta = 1.0 / (1.0 + exp(-BETA[t * p.betaStride + betaAt]));
         const float u = ALPHA[t * p.alphaStride + alphaAt] + dt;
@@ -83,7 +85,7 @@ void main() {
             if (i < n) { m[i] += delta * ks[i]; o += m[i] * qs[i]; }
         }
         o *= scale;
-        const float so = total(live ? o * o : 0.0);
+        const float so = total(vec2(live ? o * o : 0.0, 0.0)).x;
         if (live) {
             const float zj = Z[t * p.zStride + zAt + j];
             OUT[t * (p.vHeads * n) + h * n + j] = o / sqrt(so / float(n) + p.eps) * w * (zj / (1.0 + exp(-zj)));
