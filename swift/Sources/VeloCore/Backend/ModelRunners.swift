@@ -18,13 +18,14 @@ struct ModelRunners {
     static func make(model: LanguageModel, draft: LanguageModel?, kv: PagePool, gpu: GPUDevice?, options o: EngineOptions,
                      logitRows: Int, profiler: Profiler) throws -> ModelRunners {
         let (maxTokens, ctx, seqs) = (o.batchTokens, o.contextSize, o.maxBatchSize)
+        func checkpoints(_ m: LanguageModel) -> Int { DeltaNetShape.checkpoints(m.config, sequences: seqs, prefixCache: o.prefixCache) }
         if let gpu {
             let pages = try GPUKVPages(device: gpu, pool: kv)
             kv.gpu = (gpu, pages)
             func runner(_ m: LanguageModel, logitRows: Int) throws -> ForwardOps {
                 try GPUForward(device: gpu, model: m, kv: pages, layers: m.config.kvLayers, kvDim: m.config.kvDim, maxTokens: maxTokens,
                                maxLogitRows: logitRows, maxSequences: seqs, maxContext: ctx,
-                               checkpoints: DeltaNetShape.checkpoints(m.config, sequences: seqs, prefixCache: o.prefixCache), profiler: profiler)
+                               checkpoints: checkpoints(m), profiler: profiler)
             }
             return ModelRunners(target: try runner(model, logitRows: logitRows), draft: try draft.map { ($0, try runner($0, logitRows: seqs)) },
                                 backend: gpu.api, device: gpu.name, threads: 1)
@@ -34,7 +35,7 @@ struct ModelRunners {
             let mc = m.config
             return CPUForward(config: mc, ops: TransformerOps(config: mc, pool: pool, profiler: profiler),
                               ws: Workspace(config: mc, maxTokens: maxTokens, maxLogitRows: logitRows, maxContext: ctx, threads: pool.size,
-                                            sequences: seqs, checkpoints: DeltaNetShape.checkpoints(mc, sequences: seqs, prefixCache: o.prefixCache)),
+                                            sequences: seqs, checkpoints: checkpoints(m)),
                               kv: view)
         }
         return ModelRunners(target: runner(model, kv: kv.view, logitRows: logitRows),

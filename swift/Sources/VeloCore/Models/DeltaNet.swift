@@ -103,6 +103,12 @@ struct DeltaNetLayer {
         return i + r + [out]
     }
     var vectors: [WeightVector] { [convWeight, dtBias, a, norm] }
+
+    /// Whether beta and alpha come in ssm_ba's grouped rows (possible beside apart inputs).
+    var groupedRates: Bool {
+        if case .grouped = rates { return true }
+        return false
+    }
 }
 
 /// The CPU's DeltaNet buffers: every sequence slot's recurrent state (`DeltaNetShape.stateFloats`

@@ -70,7 +70,7 @@ extension GPUForward {
     /// `glu` (decode only, an interleaved pair's weight as `weight`): Y = silu(gate·X) * (up·X),
     /// w.rows counting the interleaved rows.
     func multiply(_ w: WeightMatrix, _ x: GPUBinding, rows: Int, xStride: Int, into y: GPUBinding, yStride: Int, op: Profiler.Op,
-                          weight: GPUBinding? = nil, glu: ModelConfig.FFNActivation? = nil, ropeNext: Bool = false) {
+                  weight: GPUBinding? = nil, glu: ModelConfig.FFNActivation? = nil, ropeNext: Bool = false) {
         precondition(glu == nil || rows <= matvecMaxRows)
         let params = GPUParams.Product(k: UInt32(w.cols), n: UInt32(w.rows), m: UInt32(rows), rowBytes: UInt32(w.rowBytes), xStride: UInt32(xStride),
                                        yStride: UInt32(yStride), glu: UInt32(glu?.rawValue ?? 0))

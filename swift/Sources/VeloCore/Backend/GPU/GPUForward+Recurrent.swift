@@ -69,24 +69,23 @@ extension GPUForward {
         case let .grouped(ba):
             product(ba, r.beta, 2 * d.vHeads)
         }
-        let grouped = d.fusedInputs, layerOff = l.index * d.stateFloats, hv = d.vHeads / d.kHeads * d.state
+        // an input row: Q|K|V, or ssm_in's Q|K|V and z (which deltanet_recur then reads there)
+        let grouped = d.fusedInputs, inStride = grouped ? d.convDim + d.valueDim : d.convDim
+        let ratesGrouped = l.groupedRates, layerOff = l.index * d.stateFloats, hv = d.vHeads / d.kHeads * d.state
         let seqs = input(sections.dnseq, 4 * batch.tables.count), rows = input(sections.dnrows, n)
         dispatch(GPUKernels.deltaNetConv,
                  [GPUBinding(r.input), GPUBinding(vectors[l.convWeight.name]!), GPUBinding(r.states), GPUBinding(r.qkv), seqs, rows],
-                 GPUParams.DeltaNetConv(convDim: UInt32(d.convDim), taps: UInt32(d.conv), inStride: UInt32(grouped ? d.convDim + d.valueDim : d.convDim),
+                 GPUParams.DeltaNetConv(convDim: UInt32(d.convDim), taps: UInt32(d.conv), inStride: UInt32(inStride),
                                         slotFloats: UInt32(d.slotFloats), layerOff: UInt32(layerOff), grouped: grouped ? 1 : 0,
                                         keyDim: UInt32(d.keyDim), hk: UInt32(d.state), hv: UInt32(hv)),
                  ((d.convDim + 63) / 64, batch.tables.count, 1), .other)
-        // (ssm_ba may come with attn_qkv and attn_gate: the test-qkv files)
-        let ratesGrouped: Bool
-        if case .grouped = l.rates { ratesGrouped = true } else { ratesGrouped = false }
         dispatch(GPUKernels.deltaNetRecur,
                  [GPUBinding(r.qkv), GPUBinding(grouped ? r.input : r.z), GPUBinding(r.beta), GPUBinding(ratesGrouped ? r.beta : r.alpha), GPUBinding(r.states),
                   seqs, rows, GPUBinding(r.out), GPUBinding(vectors[l.dtBias.name]!), GPUBinding(vectors[l.a.name]!), GPUBinding(vectors[l.norm.name]!)],
                  GPUParams.DeltaNetRecur(n: UInt32(d.state), kHeads: UInt32(d.kHeads), vHeads: UInt32(d.vHeads), convDim: UInt32(d.convDim),
                                          slotFloats: UInt32(d.slotFloats), layerOff: UInt32(layerOff + (d.conv - 1) * d.convDim),
                                          grouped: grouped ? 1 : 0, groupedRates: ratesGrouped ? 1 : 0, groupedValues: d.groupedValues ? 1 : 0,
-                                         zStride: UInt32(grouped ? d.convDim + d.valueDim : d.valueDim),
+                                         zStride: UInt32(grouped ? inStride : d.valueDim),
                                          betaStride: UInt32(ratesGrouped ? 2 * d.vHeads : d.vHeads), alphaStride: UInt32(ratesGrouped ? 2 * d.vHeads : d.vHeads),
                                          eps: config.normEps),
                  (d.vHeads, batch.tables.count, 1), .attention)
@@ -136,11 +135,12 @@ extension GPUForward {
     func copyStates(_ b: ForwardBatch, loads: Bool) {
         guard let r = recurrent else { return }
         let bytes = r.shape.slotFloats * 4
-        for (checkpoint, slot) in loads ? b.stateLoads : [] {
-            device.copy(GPUBinding(r.checkpoints!, offset: checkpoint * bytes, size: bytes), to: GPUBinding(r.states, offset: slot * bytes, size: bytes), op: .other)
-        }
-        for (slot, checkpoint) in loads ? [] : b.stateSaves {
-            device.copy(GPUBinding(r.states, offset: slot * bytes, size: bytes), to: GPUBinding(r.checkpoints!, offset: checkpoint * bytes, size: bytes), op: .other)
+        func slot(_ i: Int) -> GPUBinding { GPUBinding(r.states, offset: i * bytes, size: bytes) }
+        func checkpoint(_ i: Int) -> GPUBinding { GPUBinding(r.checkpoints!, offset: i * bytes, size: bytes) }
+        if loads {
+            for (c, s) in b.stateLoads { device.copy(checkpoint(c), to: slot(s), op: .other) }
+        } else {
+            for (s, c) in b.stateSaves { device.copy(slot(s), to: checkpoint(c), op: .other) }
         }
     }
 }
