@@ -24,14 +24,19 @@
 // router's input picks other experts now and then, in llama.cpp against its own F32 copy as in
 // Velo, so the top-10 lists themselves part (Velo against llama.cpp on that F32 copy: 1.5e-3);
 // Q8_0 expert products are checked in tests/moe.test.ts.
-// The GPU kernels lack these pieces: under --backend auto the model runs on the CPU, and asked
-// for by name a GPU backend refuses it.
+//
+// On the GPU (Vulkan: lavapipe here; the same kernels for Metal) the dense shapes run too: each
+// layer's own head shape through the attention kernels, the pages' layers of two widths, V's
+// norm against a gain of ones, per_layer_inputs and per_layer_gate for the per-layer
+// embeddings, scale for the output scales. Measured 2026-12-03: test 1.3e-3, test-kv 1.7e-3,
+// test-wide 2.1e-3 (f32), test q8_0 0.061, as on the CPU. The experts beside the MLP (test-moe)
+// are not on the GPU yet: asked for by name a GPU backend refuses them, naming them.
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { runTokenizerReference } from "../bench/llamacpp/reference";
 import { Engine } from "../src/engine/engine";
 import { Model } from "../src/engine/model";
-import { checkAgainstLlamaCpp, expectBatchedAsAlone, gpuBackend, SLOW } from "./helpers/llamacpp-check";
+import { checkAgainstLlamaCpp, expectBatchedAsAlone, GPU_SLOW, gpuBackend, SLOW } from "./helpers/llamacpp-check";
 import { testData } from "./helpers/paths";
 import { synthModel } from "./helpers/synth-models";
 
@@ -40,6 +45,12 @@ describe("gemma4 against llama.cpp, CPU backend", () => {
     for (const type of shape === "test-moe" || shape === "test-wide" ? (["f32"] as const) : (["f32", "q8_0"] as const)) {
       test(`${shape} ${type}`, () => checkAgainstLlamaCpp(synthModel("gemma4", type, shape), `gemma4 ${shape} ${type}`, { ctx: 512, tol: { rtol: type === "f32" ? 3e-3 : 0.1 }, backend: "cpu" }), SLOW);
     }
+  }
+});
+
+describe(`gemma4 against llama.cpp, ${gpuBackend} backend`, () => {
+  for (const [shape, type] of [["test", "f32"], ["test-kv", "f32"], ["test-wide", "f32"], ["test", "q8_0"]] as const) {
+    test(`${shape} ${type}`, () => checkAgainstLlamaCpp(synthModel("gemma4", type, shape), `gemma4 ${shape} ${type} ${gpuBackend}`, { ctx: 512, tol: { rtol: type === "f32" ? 3e-3 : 0.1 }, backend: gpuBackend }), GPU_SLOW);
   }
 });
 
@@ -64,6 +75,7 @@ describe("gemma4's tokenizer (BPE over characters, ▁ for spaces, byte tokens)"
 
 describe("gemma4 in the engine", () => {
   test.each(["test", "test-moe", "test-wide"])("%s: batched decoding and the prefix cache give each sequence its own tokens", (shape) => expectBatchedAsAlone(synthModel("gemma4", "f32", shape)), SLOW);
+  test.each(["test", "test-wide"])(`%s on ${gpuBackend}: batched decoding and the prefix cache give each sequence its own tokens`, (shape) => expectBatchedAsAlone(synthModel("gemma4", "f32", shape), gpuBackend), GPU_SLOW);
 
   test("the layers that read an earlier layer's K/V keep none: 3 layers of K/V pages for 6 layers", () => {
     const m = Model.open(synthModel("gemma4", "f32"));
@@ -99,18 +111,12 @@ describe("gemma4 in the engine", () => {
     }
   });
 
-  test(`the ${gpuBackend} backend refuses it by name, and its experts`, () => {
+  test(`the ${gpuBackend} backend refuses its experts by name`, () => {
     const moe = Model.open(synthModel("gemma4", "q8_0", "test-moe"));
     try {
-      expect(() => Engine.create(moe, { ctxSize: 256, backend: gpuBackend })).toThrow(/Gemma 4's experts/);
+      expect(() => Engine.create(moe, { ctxSize: 256, backend: gpuBackend })).toThrow(/the GPU backends cannot run this model yet: they lack Gemma 4's experts/);
     } finally {
       moe.close();
-    }
-    const m = Model.open(synthModel("gemma4", "q8_0"));
-    try {
-      expect(() => Engine.create(m, { ctxSize: 256, backend: gpuBackend })).toThrow(/layers of different head shapes, MLPs of different widths, K\/V shared across layers, V norms, per-layer embeddings, layer output scales/);
-    } finally {
-      m.close();
     }
   });
 });

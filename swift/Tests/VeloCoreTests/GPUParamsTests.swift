@@ -32,6 +32,8 @@ final class GPUParamsTests: XCTestCase {
         ("add_bias_id.comp", [GPUParams.AddBiasID()]), ("deltanet_conv.comp", [GPUParams.DeltaNetConv()]),
         ("deltanet_recur.comp", [GPUParams.DeltaNetRecur()]), ("split_query.comp", [GPUParams.GatedQuery()]),
         ("sigmoid_gate.comp", [GPUParams.GatedQuery()]),
+        ("scale.comp", [GPUParams.Scale()]), ("per_layer_inputs.comp", [GPUParams.PerLayerInputs()]),
+        ("per_layer_gate.comp", [GPUParams.PerLayerGate()]),
     ]
 
     /// A struct's fields, lowercased, a nested parameter struct's in its place.

@@ -548,3 +548,35 @@ final class KVPoolBuffersTests: XCTestCase {
         spec.shutdown()
     }
 }
+
+/// GPU pages whose layers differ in width (Gemma 4's sliding and global layers): buffers take
+/// consecutive layers while they fit, each layer's place is its own width's, and a page read
+/// and written across the buffers is the host pool's layout.
+final class KVPagesOfTwoWidthsTests: XCTestCase {
+    func testLayersOfTwoWidthsAcrossBuffers() throws {
+        let device = try TestGPU.device()
+        let pool = try PagePool(pageCount: 4, pageSize: 16, layers: 3, kvDim: 128, layerDims: [64, 64, 128], hostStorage: false)
+        let l = pool.layout
+        XCTAssertEqual((0..<3).map { l.layerBytes(layer: $0) }, [2 * 16 * 64 * 4, 2 * 16 * 64 * 4, 2 * 16 * 128 * 4])
+        // room for the two narrow layers of every page, not for a third layer
+        setenv("VELO_GPU_KV_BUFFER_BYTES", String(4 * (l.layerBytes(layer: 0) + l.layerBytes(layer: 1)) + 100), 1)
+        defer { unsetenv("VELO_GPU_KV_BUFFER_BYTES") }
+        let pages = try GPUKVPages(device: device, pool: pool)
+        XCTAssertEqual(pages.groups.map(\.layers), [2, 1])
+        let places = try pages.places(for: l)
+        XCTAssertEqual(places.map(\.layerOff), [0, l.layerBytes(layer: 0) / 4, 0])
+        XCTAssertEqual(places.map(\.pageStride), [2 * l.layerBytes(layer: 0) / 4, 2 * l.layerBytes(layer: 0) / 4, l.layerBytes(layer: 2) / 4])
+        XCTAssert(places[2].buffer === pages.groups[1].buffer)
+        // a page in the host layout goes out and comes back whole, and layer 2 sits alone in the second buffer
+        var page = [UInt8](repeating: 0, count: l.pageBytes)
+        for i in page.indices { page[i] = UInt8(truncatingIfNeeded: i &* 131 &+ 7) }
+        try page.withUnsafeBytes { try pages.writePage(2, device: device, from: $0.baseAddress!) }
+        var back = [UInt8](repeating: 0, count: l.pageBytes)
+        try back.withUnsafeMutableBytes { try pages.readPage(2, device: device, into: $0.baseAddress!) }
+        XCTAssertEqual(back, page)
+        let third = l.layerBytes(layer: 2)
+        var alone = [UInt8](repeating: 0, count: third)
+        try alone.withUnsafeMutableBytes { try device.download(pages.groups[1].buffer, offset: 2 * third, into: $0.baseAddress!, bytes: third) }
+        XCTAssertEqual(alone, Array(page[l.offset(layer: 2)...]))
+    }
+}

@@ -32,6 +32,9 @@ final class WidenTests: XCTestCase {
         func deltaNet(_ src: Activation, _ layer: DeltaNetLayer, into dst: Activation) { op("deltanet") }
         func gatedQuery(_ src: Activation, _ w: WeightMatrix) { op("gated query") }
         func gateAttention() { op("gate") }
+        func scale(_ a: Activation, by s: Float) { op("scale") }
+        func perLayerInputs(_ p: PerLayerEmbeddings) { op("per-layer inputs") }
+        func perLayerEmbedding(layer: Int, _ b: PerLayerBlock) { op("per-layer \(layer)") }
         func logits(norm: WeightVector, output: WeightMatrix, softcap: Float) { op("logits") }
         func finish() throws -> UnsafeMutablePointer<Float> { op("finish"); return logits }
         var hiddenStates: UnsafePointer<Float> { UnsafePointer(logits) }

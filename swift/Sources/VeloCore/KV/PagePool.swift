@@ -87,6 +87,9 @@ public struct KVLayout: Sendable, Equatable {
     @inline(__always) func kPlaneBytes(layer l: Int) -> Int {
         layerDims.isEmpty ? kPlaneBytes : typeK.planeBytes(pageSize: pageSize, kvDim: layerDims[l])
     }
+    /// Bytes of layer `l`'s K and V in a page, and the K/V values a row it holds.
+    func layerBytes(layer l: Int) -> Int { offsets[l + 1] - offsets[l] }
+    func kvDim(layer l: Int) -> Int { layerDims.isEmpty ? kvDim : layerDims[l] }
     /// Bytes one token position costs (every layer's K and V, the page's share).
     public var bytesPerToken: Double { Double(pageBytes) / Double(pageSize) }
     /// "f16" when K and V share a type, else "q8_0/f16" (K/V).

@@ -94,9 +94,6 @@ extension ForwardOps {
     // What only the CPU runs so far: a GPU backend refuses such a model at load (GPUForward.lacking).
     func latentQKV(_ src: Activation, _ layer: MLALayer) { preconditionFailure("latent attention runs on the CPU only (refused at load elsewhere)") }
     func latentOutput(_ layer: MLALayer, into dst: Activation) { preconditionFailure("latent attention runs on the CPU only (refused at load elsewhere)") }
-    func scale(_ a: Activation, by s: Float) { preconditionFailure("layer output scales run on the CPU only (refused at load elsewhere)") }
-    func perLayerInputs(_ p: PerLayerEmbeddings) { preconditionFailure("per-layer embeddings run on the CPU only (refused at load elsewhere)") }
-    func perLayerEmbedding(layer: Int, _ b: PerLayerBlock) { preconditionFailure("per-layer embeddings run on the CPU only (refused at load elsewhere)") }
 
     func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation) { experts(src, layer, routedBy: src, into: dst) }
 

@@ -78,6 +78,9 @@ public struct ModelConfig: Sendable {
     }
     /// The most query heads that share one K/V head in any layer.
     var maxGroup: Int { layerHeads.map(\.group).max() ?? heads / kvHeads }
+    /// The widest head of any layer, and each head shape the layers have (once each).
+    var maxHeadDim: Int { layerHeads.map(\.headDim).max() ?? headDim }
+    var headShapes: [HeadShape] { layerHeads.isEmpty ? [uniformHeads] : layerHeads.reduce(into: []) { if !$0.contains($1) { $0.append($1) } } }
     /// The widest gated-MLP hidden layer the forward pass has: the dense FFN's, or an expert's
     /// or the shared expert's (a mixture-of-experts model's `ffnDim` is not used).
     var hiddenWidth: Int { experts.map { max($0.ffnDim, $0.sharedFFNDim, leadingDenseLayers > 0 || $0.mlpBeside ? ffnDim : 0) } ?? ffnDim }

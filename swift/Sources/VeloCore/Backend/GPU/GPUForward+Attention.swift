@@ -2,11 +2,10 @@
 /// tiled prefill kernels, or decode's split-K kernels and what merges their splits), or, for a
 /// prompt on VK_NV_cooperative_matrix2, over a contiguous copy of its sequence's keys.
 extension GPUForward {
-    // (one head shape for every layer: GPUForward.lacking refuses models whose layers differ)
     func rope(_ a: Activation, heads: Int, headDim: Int, rope r: Int) {
         let c = config
         dispatch(GPUKernels.rope, [act(a), tokpos, GPUBinding(ropeFreqs[r])],
-                 GPUParams.Rope(rows: UInt32(n), heads: UInt32(heads), headDim: UInt32(headDim), ropeDim: UInt32(c.ropeDim),
+                 GPUParams.Rope(rows: UInt32(n), heads: UInt32(heads), headDim: UInt32(headDim), ropeDim: UInt32(ropeDim(r)),
                                 neox: c.ropeStyle == .neox ? 1 : 0, magnitude: c.ropes[r].magnitude, rowStride: UInt32(stride(a))),
                  (n, heads, 1), .rope)
     }
@@ -17,10 +16,13 @@ extension GPUForward {
     private func kvPlace(_ layer: Int) -> (pageStride: UInt32, layerOff: UInt32) {
         (UInt32(kvPlaces[layer].pageStride), UInt32(kvPlaces[layer].layerOff))
     }
+    /// Values each rotary embedding turns in a head (`config.ropes[r]`: Gemma 4's sliding and
+    /// global layers turn different spans).
+    private func ropeDim(_ r: Int) -> Int { config.ropes[r].freqs.count * 2 }
 
     func storeKV(layer: Int, kvDim rowWidth: Int) {
-        precondition(rowWidth == kvDim, "K/V rows of \(rowWidth) in pages of \(kvDim)")
-        let ps = kv.pageSize
+        let kvDim = kvLayout.kvDim(layer: layer), ps = kv.pageSize
+        precondition(rowWidth == kvDim, "K/V rows of \(rowWidth) in pages of \(kvDim) for layer \(layer)")
         dispatch(kvStoreKernel, [act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab],
                  GPUParams.KVStore(n: UInt32(n), kvDim: UInt32(kvDim), pageSize: UInt32(ps), pageStride: UInt32(kvPlaces[layer].pageStride),
                                    layerOff: UInt32(kvPlaces[layer].layerOff), kvStride: UInt32(stride(.k))),
@@ -31,9 +33,9 @@ extension GPUForward {
     /// one workgroup per (token, KV head, split), then the combine kernel merges the splits
     /// (a single split writes the output directly).
     func ropeAndStoreKV(layer: Int, _ s: HeadShape, rope r: Int) {
-        let c = config, ps = kv.pageSize, heads = s.heads, kvHeads = s.kvHeads
-        precondition(s.headDim == c.headDim, "heads of \(s.headDim) in a model of \(c.headDim)")
-        if let p = pendingQKV, let kvType = ropeJoin, heads == c.heads, kvHeads == c.kvHeads, p.w.rows == c.qDim + 2 * kvDim,
+        let c = config, ps = kv.pageSize, heads = s.heads, kvHeads = s.kvHeads, kvDim = kvLayout.kvDim(layer: layer)
+        precondition(s.kvDim == kvDim, "K/V rows of \(s.kvDim) in pages of \(kvDim) for layer \(layer)")
+        if let p = pendingQKV, let kvType = ropeJoin, s == c.uniformHeads, ropeDim(r) == c.ropeDim, p.w.rows == c.qDim + 2 * kvDim,
            p.biases.isEmpty || p.biases.count == 3 {
             pendingQKV = nil
             // S: the sums of squares a scaled input's 1/rms comes from, B the layer's Q|K|V
@@ -49,7 +51,7 @@ extension GPUForward {
             return
         }
         dispatch(ropeStoreKernel, [act(.q), act(.k), act(.v), kvBinding(layer), tokpos, tokpt, pagetab, GPUBinding(ropeFreqs[r])],
-                 GPUParams.RopeStore(n: UInt32(n), heads: UInt32(heads), kvHeads: UInt32(kvHeads), headDim: UInt32(c.headDim), ropeDim: UInt32(c.ropeDim),
+                 GPUParams.RopeStore(n: UInt32(n), heads: UInt32(heads), kvHeads: UInt32(kvHeads), headDim: UInt32(s.headDim), ropeDim: UInt32(ropeDim(r)),
                                      neox: c.ropeStyle == .neox ? 1 : 0, magnitude: c.ropes[r].magnitude, kvDim: UInt32(kvDim), pageSize: UInt32(ps),
                                      pageStride: UInt32(kvPlaces[layer].pageStride), layerOff: UInt32(kvPlaces[layer].layerOff),
                                      qStride: UInt32(stride(.q)), kvStride: UInt32(stride(.k))),
@@ -57,11 +59,13 @@ extension GPUForward {
     }
 
     func attention(layer: Int, _ a: AttentionParams) {
+        // the output's rows are the layer's heads × headDim (the O product reads them so)
+        setRowWidth(.attn, a.shape.qDim)
         if attentionTokens > 0 { pagedAttention(layer: layer, a, n: attentionTokens) }
         guard let step = cm2AttentionStep, let cm2 = cm2Attention else { return }
         // GPUKernels.attentionCM2Model leaves out models with a window or soft cap on any layer
         precondition(a.window == 0 && a.softcap == 0 && a.sinks == nil, "attention_cm2 on a layer with a window, soft cap or sinks")
-        let c = config, bc = GPUKernels.attentionCM2Shape.bc, br = GPUKernels.attentionCM2Shape.br
+        let c = config, bc = GPUKernels.attentionCM2Shape.bc, br = GPUKernels.attentionCM2Shape.br // (one head shape: attentionCM2Model)
         // the run's sequence's keys of this layer into one contiguous copy, then attention over it
         let padded = (step.keys + bc - 1) / bc * bc
         dispatch(GPUKernels.kvGather, [kvBinding(layer), GPUBinding(cm2.copy), pagetab],
@@ -84,20 +88,20 @@ extension GPUForward {
     /// Attention over the pages for the step's first `n` tokens: the tiled prefill kernels, or
     /// decode's split-K kernels and what merges their splits.
     private func pagedAttention(layer: Int, _ a: AttentionParams, n: Int) {
-        let c = config, ps = kv.pageSize
+        let s = a.shape, ps = kv.pageSize, kvDim = kvLayout.kvDim(layer: layer)
         let (chunk, splits) = attentionPlan, place = kvPlace(layer)
         // the layer's sinks: every kernel's last buffer (any buffer, flag 0, where it has none)
         let sink = a.sinks.map { GPUBinding(vectors[$0.name]!) } ?? GPUBinding(attnScratch), sinks: UInt32 = a.sinks == nil ? 0 : 1
-        let combineGroups = GPUKernels.attentionCombineGroups(n: n, heads: c.heads, headDim: c.headDim)
-        let combine = GPUParams.AttentionCombine(n: UInt32(n), heads: UInt32(c.heads), headDim: UInt32(c.headDim), chunk: UInt32(chunk), splits: UInt32(splits), sinks: sinks)
+        let combineGroups = GPUKernels.attentionCombineGroups(n: n, heads: s.heads, headDim: s.headDim)
+        let combine = GPUParams.AttentionCombine(n: UInt32(n), heads: UInt32(s.heads), headDim: UInt32(s.headDim), chunk: UInt32(chunk), splits: UInt32(splits), sinks: sinks)
         if tiledBlocks > 0 {
             dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel,
                      [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens), GPUBinding(attnScratch), sink],
-                     GPUParams.AttentionTiles(heads: UInt32(c.heads), kvHeads: UInt32(c.kvHeads), headDim: UInt32(c.headDim), kvDim: UInt32(kvDim),
+                     GPUParams.AttentionTiles(heads: UInt32(s.heads), kvHeads: UInt32(s.kvHeads), headDim: UInt32(s.headDim), kvDim: UInt32(kvDim),
                                               pageSize: UInt32(ps), pageStride: place.pageStride, layerOff: place.layerOff, scale: a.scale,
                                               qStride: UInt32(stride(.q)), softcap: a.softcap, window: UInt32(a.window), chunk: UInt32(chunk), splits: UInt32(splits),
                                               sinks: sinks),
-                     (tiledBlocks, c.kvHeads, splits), .attention)
+                     (tiledBlocks, s.kvHeads, splits), .attention)
             if splits > 1 {
                 dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos, sink], combine, combineGroups, .attention)
             }
@@ -105,17 +109,17 @@ extension GPUForward {
         }
         // the output as 8-bit blocks too, for the O product's matvec_dot: by the attention
         // kernel itself (a single split, or the last of a few), else by the combine
-        let q8Out = q8 != nil && cm2AttentionStep == nil && n <= matvecMaxRows && c.headDim % 32 == 0
-            && c.headDim <= GPUKernels.attentionCombineQ8MaxHeadDim && c.qDim <= q8Width
+        let q8Out = q8 != nil && cm2AttentionStep == nil && n <= matvecMaxRows && s.headDim % 32 == 0
+            && s.headDim <= GPUKernels.attentionCombineQ8MaxHeadDim && s.qDim <= q8Width
         var buffers = [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)]
-        let params = GPUParams.Attention(n: UInt32(n), heads: UInt32(c.heads), kvHeads: UInt32(c.kvHeads), headDim: UInt32(c.headDim), kvDim: UInt32(kvDim),
+        let params = GPUParams.Attention(n: UInt32(n), heads: UInt32(s.heads), kvHeads: UInt32(s.kvHeads), headDim: UInt32(s.headDim), kvDim: UInt32(kvDim),
                                          pageSize: UInt32(ps), pageStride: place.pageStride, layerOff: place.layerOff, scale: a.scale, chunk: UInt32(chunk),
                                          splits: UInt32(splits), qStride: UInt32(stride(.q)), softcap: a.softcap, window: UInt32(a.window), sinks: sinks)
         let kernels = stagedStep ? attentionStagedKernels! : (plain: attentionKernel, q8: attentionQ8Kernel)
         var kernel = kernels.plain
         // which copy of the output the kernel also writes, merging its splits itself
         var joined: (q8: Bool, x16: Bool) = (false, false)
-        let x16Row = GPUKernels.f16Row(c.qDim)
+        let x16Row = GPUKernels.f16Row(s.qDim)
         if splits <= GPUKernels.attentionJoinMaxSplits, q8Out, let q8, let done = attnDone {
             buffers += [GPUBinding(q8.values), GPUBinding(q8.scales), GPUBinding(done)]
             kernel = kernels.q8
@@ -129,18 +133,18 @@ extension GPUForward {
         }
         buffers.append(sink)
         if joined.x16 {
-            dispatch(kernel, buffers, GPUParams.AttentionX16(attention: params, x16Stride: UInt32(x16Row)), (n, c.kvHeads, splits), .attention)
+            dispatch(kernel, buffers, GPUParams.AttentionX16(attention: params, x16Stride: UInt32(x16Row)), (n, s.kvHeads, splits), .attention)
         } else {
-            dispatch(kernel, buffers, params, (n, c.kvHeads, splits), .attention)
+            dispatch(kernel, buffers, params, (n, s.kvHeads, splits), .attention)
         }
-        if joined.q8 { holdQ8(rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim)) }
-        if joined.x16 { x16Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim) }
+        if joined.q8 { holdQ8(rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: s.qDim)) }
+        if joined.x16 { x16Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: s.qDim) }
         guard splits > 1 && !joined.q8 && !joined.x16 else { return }
         if let q8, q8Out {
             // the output also as 8-bit blocks, for the O product's matvec_dot
             dispatch(GPUKernels.attentionCombineQ8, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(q8.values), GPUBinding(q8.scales), sink],
                      combine, combineGroups, .attention)
-            holdQ8(rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: c.qDim))
+            holdQ8(rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: s.qDim))
         } else {
             dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos, sink], combine, combineGroups, .attention)
         }

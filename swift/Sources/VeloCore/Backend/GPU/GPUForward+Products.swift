@@ -174,13 +174,15 @@ extension GPUForward {
     /// One matvec in GLU mode for decode; for prefill the interleaved product into gluScratch,
     /// then swiglu_pairs. Pairs not uploaded interleaved take the two products and swiglu.
     func gatedUp(_ src: Activation, gate: WeightMatrix, up: WeightMatrix, _ a: ModelConfig.FFNActivation) {
+        // the hidden rows are this MLP's width (the down product reads them so)
+        setRowWidth(.gate, gate.rows)
+        setRowWidth(.up, gate.rows)
         guard let wb = gatedWeights[gate.data] else {
             matmul(src, [(gate, .gate), (up, .up)])
             glu(a, width: gate.rows)
             return
         }
         let ffn = gate.rows
-        precondition(ffn == Self.width(.gate, config))
         let pair = WeightMatrix(name: gate.name, type: gate.type, data: gate.data, rows: 2 * ffn, cols: gate.cols, rowBytes: gate.rowBytes)
         let x = act(src), xStride = stride(src)
         if n <= matvecMaxRows {

@@ -98,6 +98,10 @@ final class GPUForward: ForwardOps {
     let moe: MoEBuffers?
     /// Recurrent states and the hybrid layers' buffers (nil: no DeltaNet layers).
     let recurrent: GPURecurrentBuffers?
+    /// Per-layer embeddings' buffers (nil: none; Gemma 4's E2B/E4B have them).
+    let perLayer: GPUPerLayerBuffers?
+    /// Ones, as wide as the widest head: the gain of a head norm that has none (Gemma 4's V).
+    private var ones: GPUBuffer?
     /// The states of a pass that may round through float16, as they were before it (a slot
     /// per sequence of the batch): a pass `widen` asks again for starts from them, not from
     /// the states the failed pass advanced. nil without float16 products or DeltaNet layers.
@@ -150,11 +154,11 @@ final class GPUForward: ForwardOps {
     /// What this pass rounded through float16 (cleared by `begin`).
     var passUsed = (sums: false, inputs: false)
     /// The norms' flag word: 1 when a row's sum of squares was not finite.
-    private let nonfinite: GPUBuffer
+    let nonfinite: GPUBuffer
     private let weightTypes: Set<GGMLType>
     /// This model's K/V inside the pages (the pool's types; a draft's own layers and width), and
     /// where each of its layers lives: buffer, words between pages, words into a page.
-    private let kvLayout: KVLayout
+    let kvLayout: KVLayout
     let kvPlaces: [GPUKVPages.Place]
     /// The K/V page kernels for the cache's types.
     let kvStoreKernel, ropeStoreKernel, attentionKernel, attentionQ8Kernel, attentionX16Kernel, attentionTiledKernel, attentionCoopKernel: GPUKernels.Kernel
@@ -182,27 +186,29 @@ final class GPUForward: ForwardOps {
         self.profiler = profiler
         self.maxContext = maxContext
         let c = config
-        guard GPUKernels.attentionFits(headDim: c.headDim) else {
-            throw VeloError(.unsupported, "the GPU attention kernels take head sizes that are multiples of 4 up to \(GPUKernels.attentionMaxHeadDim); this model's are \(c.headDim) (use --backend cpu)")
+        if let wrong = c.headShapes.first(where: { !GPUKernels.attentionFits(headDim: $0.headDim) }) {
+            throw VeloError(.unsupported, "the GPU attention kernels take head sizes that are multiples of 4 up to \(GPUKernels.attentionMaxHeadDim); this model's are \(wrong.headDim) (use --backend cpu)")
         }
-        kvLayout = KVLayout(pageSize: kv.pageSize, layers: layers, kvDim: kvDim, typeK: kv.layout.typeK, typeV: kv.layout.typeV)
+        kvLayout = KVLayout(pageSize: kv.pageSize, layers: layers, kvDim: kvDim, typeK: kv.layout.typeK, typeV: kv.layout.typeV,
+                            layerDims: layers == c.kvLayers && kvDim == c.kvDim ? c.kvLayerDims : [])
         kvPlaces = try kv.places(for: kvLayout)
         let (tk, tv) = (kv.layout.typeK, kv.layout.typeV)
         ropeJoin = GPUKernels.ropeJoin(c, kv: (tk, tv))
         kvStoreKernel = GPUKernels.kvVariant(GPUKernels.kvStore, k: tk, v: tv)
         ropeStoreKernel = GPUKernels.kvVariant(GPUKernels.ropeStore, k: tk, v: tv)
-        let group = c.heads / max(c.kvHeads, 1)
+        // (the kernels' group constant is a bound: layers of smaller groups take it too)
+        let group = c.maxGroup
         attentionKernel = GPUKernels.attentionGrouped(GPUKernels.kvVariant(GPUKernels.attention, k: tk, v: tv), groupHeads: group, device: device)
         attentionQ8Kernel = GPUKernels.attentionGrouped(GPUKernels.kvVariant(GPUKernels.attentionQ8, k: tk, v: tv), groupHeads: group, device: device)
         attentionX16Kernel = GPUKernels.attentionGrouped(GPUKernels.kvVariant(GPUKernels.attentionX16, k: tk, v: tv), groupHeads: group, device: device)
-        attentionStagedKernels = GPUKernels.attentionStagedFits(k: tk, v: tv, pageSize: kv.pageSize, kvDim: kvDim, headDim: c.headDim,
+        attentionStagedKernels = c.layerHeads.isEmpty && GPUKernels.attentionStagedFits(k: tk, v: tv, pageSize: kv.pageSize, kvDim: kvDim, headDim: c.headDim,
                                                                 places: kvPlaces.map { ($0.pageStride, $0.layerOff) })
             ? (GPUKernels.attentionGrouped(GPUKernels.attentionStaged, groupHeads: group, device: device),
                GPUKernels.attentionGrouped(GPUKernels.attentionQ8Staged, groupHeads: group, device: device)) : nil
         attentionTiledKernel = GPUKernels.kvVariant(GPUKernels.attentionTiled, k: tk, v: tv)
         attentionCoopKernel = GPUKernels.kvVariant(GPUKernels.attentionCoop, k: tk, v: tv)
         attnScratch = try device.makeBuffer(
-            bytes: max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16),
+            bytes: max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.maxHeadDim) * 4, 16),
             memory: .device, label: "attention partials")
         // (attention_cm2 has no sinks: gpt-oss's windows keep it out already, this any sink model)
         let sinks = (model as? DecoderModel)?.layers.contains { $0.sinks != nil } ?? false
@@ -236,7 +242,7 @@ final class GPUForward: ForwardOps {
             bl = align(rs + maxLogitRows * 4), hs = align(bl + maxTokens * 8), ds = align(hs + maxTokens * 4),
             dr = align(ds + maxSequences * 16), tab = align(dr + maxTokens * 4)
         sections = (t, p, pt, rs, bl, hs, ds, dr, tab)
-        coopAttention = GPUKernels.useAttentionCoop(device, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim)
+        coopAttention = config.headShapes.allSatisfy { GPUKernels.useAttentionCoop(device, heads: $0.heads, kvHeads: $0.kvHeads, headDim: $0.headDim) }
         dotBatch = GPUKernels.dotBatchFits(device)
         matvecMaxRows = GPUKernels.matvecMaxRows(device: device, model: model)
         cm2 = GPUKernels.hasCM2(device) ? GPUKernels.cm2Types : []
@@ -310,6 +316,7 @@ final class GPUForward: ForwardOps {
         moe = c.experts == nil ? nil : try MoEBuffers(device: device, config: c, maxTokens: maxTokens)
         recurrent = c.deltaNet == nil ? nil
             : try GPURecurrentBuffers(device: device, config: c, maxTokens: maxTokens, sequences: maxSequences, checkpoints: checkpoints)
+        perLayer = c.perLayerWidth == 0 ? nil : try GPUPerLayerBuffers(device: device, config: c, maxTokens: maxTokens)
         // weights: once, in the file's own formats
         for w in model.matrices where weights[w.data] == nil && !paired.contains(w.data) {
             let bytes = w.rowBytes * w.rows
@@ -326,6 +333,7 @@ final class GPUForward: ForwardOps {
             return b
         }
         for v in model.vectors { vectors[v.name] = try upload(v.values, label: v.name) }
+        if c.valueNorm { ones = try upload([Float](repeating: 1, count: c.maxHeadDim), label: "ones") }
         if ropeJoin != nil {
             for (q, k, v) in model.attentionBiases where q.values.count == c.qDim && k.values.count == kvDim && v.values.count == kvDim {
                 qkvBiases[q.name] = (try upload(q.values + k.values + v.values, label: q.name), k.name, v.name)
@@ -412,6 +420,10 @@ final class GPUForward: ForwardOps {
         }
         if coopAttention { want(attentionCoopKernel) }
         if recurrent != nil { for k in [GPUKernels.deltaNetConv, GPUKernels.deltaNetRecur, GPUKernels.splitQuery, GPUKernels.sigmoidGate] { want(k) } }
+        if let p = (model as? DecoderModel)?.perLayerEmbeddings {
+            for k in [GPUKernels.perLayerInputs, GPUKernels.perLayerGate, GPUKernels.getRows(p.tokens.type)] { want(k) }
+        }
+        if (model as? DecoderModel)?.layers.contains(where: { $0.outScale != nil }) ?? false { want(GPUKernels.scale) }
         if let a = cm2Attention { want(a.kernel); want(GPUKernels.kvGather) }
         want(GPUKernels.getRows(model.matrices[0].type))
         if moe != nil {
@@ -445,7 +457,7 @@ final class GPUForward: ForwardOps {
     static func scratchBytes(device: GPUDevice, model: LanguageModel, maxTokens: Int, maxLogitRows: Int, maxSequences: Int,
                              maxContext: Int, pageSize: Int, checkpoints: Int) -> Int {
         let c = model.config
-        var b = max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.headDim) * 4, 16)
+        var b = max(GPUKernels.attentionScratchFloats(maxTokens: maxTokens, maxContext: maxContext, heads: c.heads, headDim: c.maxHeadDim) * 4, 16)
         b += maxTokens * Activation.allCases.reduce(0) { $0 + width($1, c) } * 4
         b += maxLogitRows * c.vocabSize * 4 * (device.stagesReadback ? 2 : 1) + max(maxLogitRows * 4, 16)
         let pagetab = maxSequences * ((maxContext + pageSize - 1) / pageSize + 1) + 16
@@ -466,6 +478,7 @@ final class GPUForward: ForwardOps {
         }
         return b + MoEBuffers.bytes(config: c, maxTokens: maxTokens)
             + GPURecurrentBuffers.bytes(config: c, maxTokens: maxTokens, sequences: maxSequences, checkpoints: checkpoints)
+            + GPUPerLayerBuffers.bytes(config: c, maxTokens: maxTokens) + (c.valueNorm ? c.maxHeadDim * 4 : 0)
     }
 
     /// Bytes of the 8-bit activations' buffers (values, scales), nil without matvec_dot: up to
@@ -575,6 +588,12 @@ final class GPUForward: ForwardOps {
     func act(_ a: Activation) -> GPUBinding { GPUBinding(views[a.rawValue].buffer, offset: views[a.rawValue].offset) }
     /// Floats between rows of an activation.
     func stride(_ a: Activation) -> Int { views[a.rawValue].stride }
+    /// Rows of `a` (an activation with a buffer of its own) `width` floats apart from here on:
+    /// the layer's own width where layers differ (Gemma 4's heads and MLPs).
+    func setRowWidth(_ a: Activation, _ width: Int) {
+        precondition(views[a.rawValue].offset == 0 && width <= Self.width(a, config), "rows of \(width) in \(a)'s buffer")
+        views[a.rawValue].stride = width
+    }
     func input(_ offset: Int, _ count: Int) -> GPUBinding { GPUBinding(inputs, offset: offset, size: max(count, 1) * 4) }
     var tokpos: GPUBinding { input(sections.tokpos, maxTokens) }
     var tokpt: GPUBinding { input(sections.tokpt, maxTokens) }
@@ -635,8 +654,9 @@ final class GPUForward: ForwardOps {
             }
         }
         let na = attentionTokens, sequence = Array(batch.sequence[0..<na])
-        let blocks = na > matvecMaxRows
-            ? GPUKernels.attentionBlocks(sequence: sequence, heads: config.heads, kvHeads: config.kvHeads, headDim: config.headDim,
+        // (blocks of as few tokens as the largest group's: each layer's group takes them)
+        let blocks = na > matvecMaxRows && config.headShapes.allSatisfy({ GPUKernels.attentionTiledFits(heads: $0.heads, kvHeads: $0.kvHeads, headDim: $0.headDim) })
+            ? GPUKernels.attentionBlocks(sequence: sequence, heads: config.heads, kvHeads: config.heads / config.maxGroup, headDim: config.maxHeadDim,
                                          rows: coopAttention ? GPUKernels.attentionCoopRows : GPUKernels.attentionTiledRows) : nil
         if let blocks { write(sections.blocks, blocks) }
         tiledBlocks = (blocks?.count ?? 0) / 2
@@ -677,9 +697,8 @@ final class GPUForward: ForwardOps {
     }
 
     func headNorm(_ a: Activation, _ w: WeightVector?, heads: Int, headDim: Int) {
-        guard let w else { preconditionFailure("a head norm without gain on a GPU (GPUForward.lacking refuses such models)") }
-        let s = UInt32(stride(a))
-        dispatch(GPUKernels.rmsNorm, [act(a), GPUBinding(vectors[w.name]!), act(a), input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
+        let s = UInt32(stride(a)), gain = w.map { vectors[$0.name]! } ?? ones!
+        dispatch(GPUKernels.rmsNorm, [act(a), GPUBinding(gain), act(a), input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
                  GPUParams.RMSNorm(n: UInt32(headDim), rows: UInt32(n * heads), eps: config.normEps, useRowsel: 0, xStride: s, heads: UInt32(heads), yStride: s),
                  (n * heads, 1, 1), .norm)
     }
@@ -786,12 +805,6 @@ extension GPUForward {
         }
         if c.mla != nil { missing.append("multi-head latent attention") }
         if c.leadingDenseLayers > 0 && c.experts != nil { missing.append("dense layers before the experts") }
-        if !c.layerHeads.isEmpty { missing.append("layers of different head shapes") }
-        if !c.layerFFNDim.isEmpty { missing.append("MLPs of different widths") }
-        if !c.kvSource.isEmpty { missing.append("K/V shared across layers") }
-        if c.valueNorm { missing.append("V norms") }
-        if c.perLayerWidth > 0 { missing.append("per-layer embeddings") }
-        if let d = model as? DecoderModel, d.layers.contains(where: { $0.outScale != nil }) { missing.append("layer output scales") }
         if let e = c.experts {
             if e.gating == .sigmoid || e.selectionBias || e.groups != nil || e.weightsScale != 1 { missing.append("DeepSeek's expert routing") }
             if e.sharedFFNDim > 0 && !e.sharedGated { missing.append("ungated shared experts") }

@@ -5,7 +5,7 @@ import Darwin
 #endif
 
 /// The KV pages in GPU memory, in as many buffers as the pool needs (each within what one
-/// binding may cover): buffer g holds layers [g·L, (g+1)·L) of every page, page-major, each
+/// binding may cover): each buffer holds a run of consecutive layers of every page, page-major, each
 /// page's part in `PagePool`'s layout (layer by layer, K plane then V plane; shaders/README.md).
 /// A dispatch touches one layer, so it binds the one buffer that holds it; the pool's size is
 /// bounded by device memory only. With one buffer this is exactly the host pool's layout.
@@ -38,26 +38,26 @@ final class GPUKVPages {
         return limit
     }
 
-    /// How many layers each buffer holds (all but the last), 0 when one layer is too big.
-    static func layersPerBuffer(pageCount: Int, layout: KVLayout, limit: Int) -> Int {
-        min(layout.layers, limit / max(1, pageCount * layout.layerBytes))
-    }
-
     init(device: GPUDevice, pool: PagePool) throws {
         pageSize = pool.pageSize
         layout = pool.layout
         pageCount = pool.pageCount
         let limit = Self.bufferLimit(device)
-        let per = Self.layersPerBuffer(pageCount: pageCount, layout: layout, limit: limit)
-        guard per > 0 else {
-            throw VeloError(.invalidArgument, "one layer of the KV cache (\(pageCount) pages of \(layout.layerBytes) bytes: \((pageCount * layout.layerBytes) >> 20) MiB) is larger than one GPU buffer may be on \(device.name) (\(limit >> 20) MiB): lower --ctx-size or --max-batch-size, or use --cache-type-k/--cache-type-v q8_0")
-        }
+        // as many consecutive layers a buffer as fit (layers may differ in width: Gemma 4's)
         var groups: [Group] = []
         var first = 0
         while first < layout.layers {
-            let n = min(per, layout.layers - first), bytes = n * layout.layerBytes
-            let b = try device.makeBuffer(bytes: pageCount * bytes, memory: .device,
-                                          label: layout.layers > per ? "KV cache (layers \(first)-\(first + n - 1))" : "KV cache")
+            var bytes = 0, n = 0
+            while first + n < layout.layers && pageCount * (bytes + layout.layerBytes(layer: first + n)) <= limit {
+                bytes += layout.layerBytes(layer: first + n)
+                n += 1
+            }
+            guard n > 0 else {
+                let one = layout.layerBytes(layer: first)
+                throw VeloError(.invalidArgument, "one layer of the KV cache (\(pageCount) pages of \(one) bytes: \((pageCount * one) >> 20) MiB) is larger than one GPU buffer may be on \(device.name) (\(limit >> 20) MiB): lower --ctx-size or --max-batch-size, or use --cache-type-k/--cache-type-v q8_0")
+            }
+            let split = groups.count > 0 || first + n < layout.layers
+            let b = try device.makeBuffer(bytes: pageCount * bytes, memory: .device, label: split ? "KV cache (layers \(first)-\(first + n - 1))" : "KV cache")
             groups.append(Group(buffer: b, firstLayer: first, layers: n, pageBytes: bytes))
             first += n
         }
@@ -71,13 +71,14 @@ final class GPUKVPages {
         precondition(view.typeK == layout.typeK && view.typeV == layout.typeV && view.pageSize == pageSize)
         var out: [Place] = []
         var g = 0, used = 0
-        for _ in 0..<view.layers {
-            while g < groups.count && used + view.layerBytes > groups[g].pageBytes { g += 1; used = 0 }
+        for l in 0..<view.layers {
+            let bytes = view.layerBytes(layer: l)
+            while g < groups.count && used + bytes > groups[g].pageBytes { g += 1; used = 0 }
             guard g < groups.count else {
                 throw VeloError(.invalidArgument, "a model with \(view.layers) layers of \(view.kvDim) K/V values does not fit the KV pages (\(layout.layers) × \(layout.kvDim))")
             }
             out.append(Place(buffer: groups[g].buffer, pageStride: groups[g].pageBytes / 4, layerOff: used / 4))
-            used += view.layerBytes
+            used += bytes
         }
         return out
     }
@@ -85,13 +86,13 @@ final class GPUKVPages {
     /// A whole page in `PagePool`'s layout (prefix files): each buffer's part in turn.
     func readPage(_ page: Int32, device: GPUDevice, into dst: UnsafeMutableRawPointer) throws {
         for g in groups {
-            try device.download(g.buffer, offset: Int(page) * g.pageBytes, into: dst + g.firstLayer * layout.layerBytes, bytes: g.pageBytes)
+            try device.download(g.buffer, offset: Int(page) * g.pageBytes, into: dst + layout.offset(layer: g.firstLayer), bytes: g.pageBytes)
         }
     }
 
     func writePage(_ page: Int32, device: GPUDevice, from src: UnsafeRawPointer) throws {
         for g in groups {
-            try device.upload(g.buffer, offset: Int(page) * g.pageBytes, from: src + g.firstLayer * layout.layerBytes, bytes: g.pageBytes)
+            try device.upload(g.buffer, offset: Int(page) * g.pageBytes, from: src + layout.offset(layer: g.firstLayer), bytes: g.pageBytes)
         }
     }
 }

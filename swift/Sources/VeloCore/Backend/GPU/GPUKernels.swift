@@ -684,7 +684,7 @@ enum GPUKernels {
     /// steps of 16, no soft cap or window on any layer (a layer on attention_coop would need a
     /// plan of its own). The memory plan counts its copy from this.
     static func attentionCM2Model(_ device: GPUDevice, _ c: ModelConfig) -> Bool {
-        hasCM2(device) && useCoop(device) && !attentionCM2Disabled && c.headDim % 16 == 0 && (64...128).contains(c.headDim)
+        hasCM2(device) && useCoop(device) && !attentionCM2Disabled && c.layerHeads.isEmpty && c.headDim % 16 == 0 && (64...128).contains(c.headDim)
             && c.attentionSoftcap == 0 && c.layerWindow.allSatisfy { $0 == 0 }
     }
     /// ... and the pages: f16 K and V whose 8-key runs sit at 16-byte boundaries (kv_gather's copies).
@@ -834,6 +834,11 @@ enum GPUKernels {
     /// Gated attention's query split and output gate: (ceil(qDim / 256), rows, 1) workgroups.
     static let splitQuery = Kernel(name: "split_query", buffers: 2, constants: [256])
     static let sigmoidGate = Kernel(name: "sigmoid_gate", buffers: 2, constants: [256])
+    /// Gemma 4: x *= s (grid-stride); the per-layer inputs, a workgroup a (layer, token):
+    /// (layers, tokens, 1); one layer's gated slice of them: (ceil(width / 256), rows, 1).
+    static let scale = Kernel(name: "scale", buffers: 1, constants: [256])
+    static let perLayerInputs = Kernel(name: "per_layer_inputs", buffers: 3, constants: [128])
+    static let perLayerGate = Kernel(name: "per_layer_gate", buffers: 2, constants: [256])
     /// Each expert-ordered row's expert's bias: (ceil(n / 256), rows, 1) workgroups.
     static let addBiasID = Kernel(name: "add_bias_id", buffers: 3, constants: [256])
     /// cap·tanh(x/cap) in place (grid-stride, so at most 65535 groups).

@@ -90,6 +90,15 @@ enum GPUParams {
     }
     /// split_query.comp, sigmoid_gate.comp: `stride` the Q or attention rows'
     struct GatedQuery: KernelParams { var qDim: UInt32 = 0, headDim: UInt32 = 0, rows: UInt32 = 0, stride: UInt32 = 0 }
+    /// scale.comp
+    struct Scale: KernelParams { var count: UInt32 = 0, s: Float = 0 }
+    /// per_layer_inputs.comp: rows of `layers` × `width`
+    struct PerLayerInputs: KernelParams {
+        var width: UInt32 = 0, layers: UInt32 = 0
+        var eps: Float = 0, projScale: Float = 0, mix: Float = 0
+    }
+    /// per_layer_gate.comp: the inputs' rows `iStride` floats apart, the layer's slice `iOff` into each
+    struct PerLayerGate: KernelParams { var width: UInt32 = 0, rows: UInt32 = 0, iStride: UInt32 = 0, iOff: UInt32 = 0 }
     /// add_bias_id.comp
     struct AddBiasID: KernelParams { var n: UInt32 = 0, rows: UInt32 = 0, stride: UInt32 = 0, idsOff: UInt32 = 0 }
     /// matvec.comp, matvec_dot.comp, matvec_dot_batch.comp: Y (M rows, yStride apart) = W
