@@ -4,7 +4,9 @@
 // L[t·experts ..], the `used` most probable experts (largest first; ties: the lower expert), their
 // probabilities as weights, divided by their sum (clamped to 6.103515625e-5, float16's smallest
 // normal, as llama.cpp) where `normalize` is 1. With `softmaxChosen` (gpt-oss) the picks are by
-// logit and their weights the softmax of the chosen logits alone. Then the (token, expert) pairs grouped by expert:
+// logit and their weights the softmax of the chosen logits alone. With `scaled` (Gemma 4) each
+// weight is then times its expert's factor S[expert] (ffn_down_exps.scale: one factor an expert
+// on its output). Then the (token, expert) pairs grouped by expert:
 // pair p = t·used + k is row slot[p] of the pairs in expert order (expert 0's first, each
 // expert's in token order), and for each of those rows i, rows[i] its token and ids[i] its
 // expert; experts[2e], experts[2e + 1] are expert e's first row and row count.
@@ -33,7 +35,8 @@ layout(local_size_x = 512, local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer LBuf { float L[]; };
 layout(std430, binding = 1) buffer RBuf { uint R[]; };
-layout(std140, binding = 2) uniform Params { uint tokens, experts, used, normalize, cap, softmaxChosen; } p;
+layout(std430, binding = 2) readonly buffer SBuf { float S[]; };  // read only where scaled is 1
+layout(std140, binding = 3) uniform Params { uint tokens, experts, used, normalize, cap, softmaxChosen, scaled; } p;
 
 const uint MAX_EXPERTS = 512u;
 const uint CHUNK = 1024u;
@@ -100,6 +103,7 @@ void main() {
                 }
             }
         }
+        memoryBarrierBuffer(); // (the picks' experts in R, for step 3's factors)
         barrier();
         // 3. the weights, divided by their sum (in pick order) where asked
         for (uint tl = lid; tl < tc; tl += WG) {
@@ -117,8 +121,8 @@ void main() {
             for (uint k = 0u; k < used; k++) sum += pick[tl * used + k];
             sum = p.normalize != 0u ? max(sum, 6.103515625e-5) : 1.0;
             for (uint k = 0u; k < used; k++) {
-                const float w = pick[tl * used + k];
-                R[WEIGHT + (t0 + tl) * used + k] = floatBitsToUint(p.normalize != 0u ? w / sum : w);
+                const float w = pick[tl * used + k], f = p.scaled != 0u ? S[R[CHOICE + (t0 + tl) * used + k]] : 1.0;
+                R[WEIGHT + (t0 + tl) * used + k] = floatBitsToUint((p.normalize != 0u ? w / sum : w) * f);
             }
         }
         barrier();

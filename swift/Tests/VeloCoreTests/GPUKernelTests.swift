@@ -233,12 +233,14 @@ final class GPUKernelTests: XCTestCase {
     }
 
     /// moe_route's output for these logits: the routing buffer and its words.
-    func route(_ logits: [Float], tokens: Int, experts: Int, used: Int, normalize: Bool, softmaxChosen: Bool = false) throws -> (buffer: GPUBuffer, words: [UInt32], cap: Int) {
+    func route(_ logits: [Float], tokens: Int, experts: Int, used: Int, normalize: Bool, softmaxChosen: Bool = false,
+               factors: [Float]? = nil) throws -> (buffer: GPUBuffer, words: [UInt32], cap: Int) {
         let d = try device()
         let cap = MoEBuffers.cap(pairs: tokens * used, alignment: d.bindingAlignment)
         let words = 5 * cap + 2 * experts
         let lb = try upload(logits), rb = try upload([UInt8](repeating: 0xEE, count: words * 4))
-        try run(GPUKernels.moeRoute, [lb, rb], [UInt32(tokens), UInt32(experts), UInt32(used), normalize ? 1 : 0, UInt32(cap), softmaxChosen ? 1 : 0], (1, 1, 1))
+        try run(GPUKernels.moeRoute, [lb, rb, try upload(factors ?? [0])],
+                [UInt32(tokens), UInt32(experts), UInt32(used), normalize ? 1 : 0, UInt32(cap), softmaxChosen ? 1 : 0, factors == nil ? 0 : 1], (1, 1, 1))
         var out = [UInt32](repeating: 0, count: words)
         try out.withUnsafeMutableBytes { try d.download(rb, offset: 0, into: $0.baseAddress!, bytes: $0.count) }
         return (rb, out, cap)
@@ -249,17 +251,20 @@ final class GPUKernelTests: XCTestCase {
     /// exact ties (the lower expert wins), experts that get no rows, experts with more rows than
     /// a matmul tile, and more pairs than one of the kernel's chunks.
     func testMoERoute() throws {
-        // (chosen: gpt-oss's routing, picks by logit and the softmax of the chosen logits)
-        let cases: [(tokens: Int, experts: Int, used: Int, normalize: Bool, chosen: Bool)] = [
-            (1, 128, 8, true, false), (300, 16, 4, true, false), (37, 60, 4, false, false), (2100, 8, 2, true, false), (5, 3, 3, true, false),
-            (3, 512, 8, true, false), (1, 32, 4, false, true), (300, 128, 4, false, true), (37, 24, 4, true, true),
+        // (chosen: gpt-oss's routing, picks by logit and the softmax of the chosen logits;
+        // scaled: Gemma 4's, each weight then times its expert's factor)
+        let cases: [(tokens: Int, experts: Int, used: Int, normalize: Bool, chosen: Bool, scaled: Bool)] = [
+            (1, 128, 8, true, false, false), (300, 16, 4, true, false, false), (37, 60, 4, false, false, false), (2100, 8, 2, true, false, false),
+            (5, 3, 3, true, false, false), (3, 512, 8, true, false, false), (1, 32, 4, false, true, false), (300, 128, 4, false, true, false),
+            (37, 24, 4, true, true, false), (300, 16, 4, true, false, true), (1, 128, 8, true, false, true),
         ]
         for c in cases {
-            let what = "moe_route \(c.tokens) tokens, \(c.used) of \(c.experts) experts\(c.chosen ? ", softmax of the chosen" : "")"
+            let what = "moe_route \(c.tokens) tokens, \(c.used) of \(c.experts) experts\(c.chosen ? ", softmax of the chosen" : "")\(c.scaled ? ", scaled" : "")"
             var bias = [Float](repeating: 0, count: c.experts)
             if c.experts > 4 { bias[1] = 2; bias[c.experts - 1] = -12; bias[c.experts / 2] = -12 }
             let logits = routerLogits(tokens: c.tokens, bias: bias)
-            let (_, r, cap) = try route(logits, tokens: c.tokens, experts: c.experts, used: c.used, normalize: c.normalize, softmaxChosen: c.chosen)
+            let factors = c.scaled ? random(c.experts).map { 1 + $0 } : nil
+            let (_, r, cap) = try route(logits, tokens: c.tokens, experts: c.experts, used: c.used, normalize: c.normalize, softmaxChosen: c.chosen, factors: factors)
             var probs = logits
             var e = Experts(count: c.experts, used: c.used, ffnDim: 1, normalizeWeights: c.normalize)
             if c.chosen { e.gating = .softmaxChosen }
@@ -277,14 +282,14 @@ final class GPUKernelTests: XCTestCase {
                         XCTFail("\(what): no pair of token \(t) at row \(row)")
                         continue
                     }
-                    let w = Float(bitPattern: r[2 * cap + t * c.used + k])
-                    XCTAssertEqual(w, want.weights[e][i], accuracy: 1e-5 * max(1, want.weights[e][i]), "\(what): token \(t)'s weight for expert \(e)")
+                    let w = Float(bitPattern: r[2 * cap + t * c.used + k]), wanted = want.weights[e][i] * (factors?[e] ?? 1)
+                    XCTAssertEqual(w, wanted, accuracy: 1e-5 * max(1, wanted), "\(what): token \(t)'s weight for expert \(e)")
                 }
                 first += rows.count
             }
             XCTAssertEqual(first, c.tokens * c.used, what)
-            // each token's picks, largest weight first
-            for t in 0..<c.tokens {
+            // each token's picks, largest weight first (before the factors)
+            for t in 0..<c.tokens where !c.scaled {
                 let w = (0..<c.used).map { Float(bitPattern: r[2 * cap + t * c.used + $0]) }
                 XCTAssertEqual(w, w.sorted(by: >), "\(what): token \(t)'s weights in order")
             }

@@ -30,6 +30,9 @@ extension GPUForward {
     /// Each weight times src's rows, into its activation.
     func products(_ src: Activation, _ pairs: [(WeightMatrix, Activation)]) {
         for (w, dst) in pairs {
+            // an activation of its own buffer takes the product's rows as they are (Gemma 4's
+            // dense MLP output waits in .attn, model-width rows: FeedForward.mixed)
+            if [.attn, .gate, .up].contains(dst) { setRowWidth(dst, w.rows) }
             multiply(w, act(src), rows: n, xStride: stride(src), into: act(dst), yStride: stride(dst), op: .matmul)
         }
     }
@@ -207,15 +210,26 @@ extension GPUForward {
     /// (gate and up read each pair's token row from the layer's input, down the pairs' hidden
     /// rows), SwiGLU over all the pairs, and moe_combine's weighted sum into dst.
     func experts(_ src: Activation, _ l: ExpertLayer, routedBy router: Activation, into dst: Activation) {
-        precondition(router == src, "a router reading other rows than its experts (GPUForward.lacking refuses such models)")
         let c = config, e = c.experts!, m = moe!, d = c.dim, h = e.ffnDim
         let x = act(src), xs = stride(src)
-        multiply(l.router, x, rows: n, xStride: xs, into: GPUBinding(m.router), yStride: e.count, op: .matmul)
+        if let scale = l.routerScale {
+            // Gemma 4's router reads rmsnorm(its rows) · scale (the expert outputs' buffer is
+            // free until the down product)
+            dispatch(GPUKernels.rmsNorm, [act(router), GPUBinding(vectors[scale.name]!), GPUBinding(m.output), input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
+                     GPUParams.RMSNorm(n: UInt32(d), rows: UInt32(n), eps: c.normEps, useRowsel: 0, xStride: UInt32(stride(router)), heads: 1, yStride: UInt32(d)),
+                     (n, 1, 1), .norm)
+            multiply(l.router, GPUBinding(m.output), rows: n, xStride: d, into: GPUBinding(m.router), yStride: e.count, op: .matmul)
+        } else {
+            precondition(router == src, "a router reading other rows than its experts without a router scale")
+            multiply(l.router, x, rows: n, xStride: xs, into: GPUBinding(m.router), yStride: e.count, op: .matmul)
+        }
         let b = l.biases
         if let b { addBias(GPUBinding(m.router), b.router, rows: n, stride: e.count) }
-        dispatch(GPUKernels.moeRoute, [GPUBinding(m.router), GPUBinding(m.routing)],
+        // (Gemma 4's per-expert output factors go into the weights; any buffer where unused)
+        let factors = l.downScale.map { GPUBinding(vectors[$0.name]!) }
+        dispatch(GPUKernels.moeRoute, [GPUBinding(m.router), GPUBinding(m.routing), factors ?? GPUBinding(m.router)],
                  GPUParams.MoERoute(tokens: UInt32(n), experts: UInt32(e.count), used: UInt32(e.used), normalize: e.normalizeWeights ? 1 : 0, cap: UInt32(m.cap),
-                                    softmaxChosen: e.gating == .softmaxChosen ? 1 : 0),
+                                    softmaxChosen: e.gating == .softmaxChosen ? 1 : 0, scaled: factors == nil ? 0 : 1),
                  (1, 1, 1), .other)
         let pairs = n * e.used, gate = expertStacks[l.gate[0].data]!
         if gate.expert.rows == h {

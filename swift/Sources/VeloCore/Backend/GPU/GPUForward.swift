@@ -305,8 +305,11 @@ final class GPUForward: ForwardOps {
                     let rows = InterleavedRows(blocks: zip(l.gate, l.up).map { [$0.data, $1.data] }, rows: w.rows, rowBytes: w.rowBytes)
                     try device.upload(b, offset: 0, bytes: rows.bytes) { rows.write(into: $0, at: $1, count: $2) }
                     paired.formUnion(l.up.map(\.data))
-                } else {
+                } else if zip(stack, stack.dropFirst()).allSatisfy({ $1.data == $0.data + bytes }) {
                     try device.upload(b, offset: 0, from: w.data, bytes: bytes * stack.count)
+                } else {
+                    // views of a tensor that holds more (Gemma 4's gate and up stacked in one)
+                    for (i, x) in stack.enumerated() { try device.upload(b, offset: i * bytes, from: x.data, bytes: bytes) }
                 }
                 let expert = WeightMatrix(name: w.name, type: w.type, data: w.data, rows: w.rows * (pair ? 2 : 1), cols: w.cols, rowBytes: w.rowBytes)
                 expertStacks[w.data] = ExpertStack(buffer: b, expert: expert)
@@ -808,7 +811,6 @@ extension GPUForward {
         if let e = c.experts {
             if e.gating == .sigmoid || e.selectionBias || e.groups != nil || e.weightsScale != 1 { missing.append("DeepSeek's expert routing") }
             if e.sharedFFNDim > 0 && !e.sharedGated { missing.append("ungated shared experts") }
-            if e.mlpBeside { missing.append("Gemma 4's experts") }
         }
         if let t = Set(model.matrices.map(\.type)).first(where: { !GPUKernels.weightTypes.contains($0) }) { missing.append("\(t.name) weights") }
         // quants.glsl reads rows from a word boundary: MXFP4's 17-byte blocks need an even count a row

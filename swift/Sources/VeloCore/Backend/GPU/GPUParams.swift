@@ -75,6 +75,8 @@ enum GPUParams {
         var tokens: UInt32 = 0, experts: UInt32 = 0, used: UInt32 = 0, normalize: UInt32 = 0, cap: UInt32 = 0
         /// 1: the weights are the softmax of the chosen logits (picked by logit), not the chosen probabilities
         var softmaxChosen: UInt32 = 0
+        /// 1: each weight times its expert's factor (the S buffer: Gemma 4's ffn_down_exps.scale)
+        var scaled: UInt32 = 0
     }
     /// deltanet_conv.comp: `layerOff` the layer's floats into a slot; `grouped` reads Qwen3-Next's
     /// ssm_in rows (hk, hv: a key head's q/k and v widths)
