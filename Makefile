@@ -87,7 +87,7 @@ test-neon:
 # Weight kernels are built once per weight type (-DWTYPE_<TYPE>), named <kernel>_<type>.
 WTYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k q2_k q3_k iq4_nl iq4_xs mxfp4
 WEIGHT_KERNELS := get_rows matvec matmul matmul_coop
-PLAIN_KERNELS := rms_norm add_rms_norm add_rms_norm_q8 rope kv_store rope_store attention attention_tiled attention_combine swiglu swiglu_pairs add add_bias add_bias_id softcap argmax_rows quantize_q8 to_f16 sum_splits moe_route moe_combine deltanet_conv deltanet_recur split_query sigmoid_gate scale per_layer_inputs per_layer_gate
+PLAIN_KERNELS := rms_norm add_rms_norm add_rms_norm_q8 rope kv_store rope_store attention attention_tiled attention_combine swiglu swiglu_pairs add add_bias add_bias_id softcap argmax_rows quantize_q8 to_f16 sum_splits moe_route moe_combine deltanet_conv deltanet_recur split_query sigmoid_gate scale per_layer_inputs per_layer_gate copy_rows
 # mixture-of-experts products over a stacked expert tensor, indexed by moe_route's output:
 # <kernel>.comp built with -DEXPERTS once per weight type, named <kernel>_id_<type> (Metal: the
 # shapes below; matmul_coop_id, on tensor cores, Vulkan only)

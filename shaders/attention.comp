@@ -3,7 +3,9 @@
 // position tokpos[t] of its sequence, whose page list starts at pagetab[tokpt[t]]) attends over
 // keys 0 .. tokpos[t] of that sequence, for the heads/kvHeads query heads that share KV head kvh:
 //   out[t][h] = sum_j softmax_j(scale * q[t][h] . k[j]) v[j]
-// Q rows are qStride floats apart, out rows heads*headDim floats (head h at h*headDim in both);
+// Q rows are qStride floats apart (head h at h*headDim), out rows heads*vDim floats (head h at
+// h*vDim): v[j] is vDim values from vOff of the key's V head (MLA: the latent after its RoPE part;
+// vDim 0 means headDim, all of it);
 // K/V live in the pages at this layer (README.md, "K/V pages"). One workgroup per (token, KV
 // head, split); dispatch (n, kvHeads, splits). Split s takes keys [s*chunk, min((s+1)*chunk, tokpos[t]+1)) (a split past
 // the token's last key does nothing).
@@ -11,7 +13,7 @@
 //   sinks: a head's sink logit joins its softmax (attention_sink.glsl; binding SINK_BINDING,
 //   the last buffer), where the output is normalised: here, or in the merge of the splits.
 //   splits  > 1: it writes a partial for each head h to part, row r = (t*heads + h)*splits + s of
-//                headDim+2 floats: sum_j exp(x_j - m) v[j] (headDim floats), m, sum_j exp(x_j - m);
+//                vDim+2 floats: sum_j exp(x_j - m) v[j] (vDim floats), m, sum_j exp(x_j - m);
 //                attention_combine then merges the splits into out.
 //
 // Keys go up to TK = 128 at a time with an online softmax, three barriers a tile:
@@ -36,7 +38,7 @@
 // heads of a KV group share every K/V load; a pass takes min(GS, 2048/headDim) of them (GS:
 // constant 1, at most 8; the host gives the heads of a group where fewer).
 // Needs: a workgroup of 128 (constant 0), subgroups of at least 4 (consecutive invocations), headDim a multiple of 4, at
-// most 512. K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
+// most 576, values at most 512 of it. K/V in any of the cache types (kv_types.glsl: one build per K type and V type).
 // Built with -DF16OUT (attention_x16*), the same merge writes the output also as to_f16's float16
 // rows (binding 7, x16Stride halves apart; counters at binding 8), for a decode batch whose O
 // product runs on tensor cores: no attention_combine and no to_f16 after it.
@@ -100,6 +102,7 @@ layout(std140, binding = PARAMS_BINDING) uniform Params {
     uint chunk, splits, qStride;
     float softcap;
     uint window, sinks;
+    uint vOff, vDim;  // the values: vDim dimensions from vOff of each V head (0: headDim from 0)
 #ifdef F16OUT
     uint x16Stride;
 #endif
@@ -120,8 +123,8 @@ const uint GS = GMAX; // Metal's functions take no constant after 0 (MetalDevice
 #else
 layout(constant_id = 1) const uint GS = GMAX;
 #endif
-const uint QMAX = 2048u; // floats of the heads of a pass
-const uint CMAX = 128u;  // columns (4 dimensions) of a head: headDim up to 512
+const uint QMAX = 2304u; // floats of the heads of a pass (4 heads of MLA's 576)
+const uint CMAX = 128u;  // columns (4 dimensions) of a head's values: up to 512
 const uint SGMAX = 32u;  // subgroups of a workgroup (subgroups of at least 4)
 const float NEG = -1.0e30; // "minus infinity" that stays finite in exp(a - b)
 
@@ -155,12 +158,14 @@ void main() {
     // a split wholly before the window runs no tile and leaves an empty partial (m = NEG, l = 0)
     const uint kstart = max(kbeg, first_key(nkeys));
     const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, nsg = gl_NumSubgroups;
-    const uint hd = p.headDim, G = p.heads / p.kvHeads, ps0 = p.pageSize;
+    // (vd: the values' width, from vOff into each V head: all of it but for MLA's latent rows)
+    const uint hd = p.headDim, vd = p.vDim != 0u ? p.vDim : hd, G = p.heads / p.kvHeads, ps0 = p.pageSize;
     const uint pt = uint(tokpt[t]);
-    const uint kOff = kvh * hd, plane = kv_kplane_words();
-    const uint gpass = max(1u, min(GS, QMAX / hd));
+    const uint kOff = kvh * hd, vOff = kOff + p.vOff, plane = kv_kplane_words();
+    // heads a pass: whole vec4s of Qs ([d][head / 4]) for hd dimensions each
+    const uint gpass = max(1u, min(GS, 4u * (QMAX / (4u * hd))));
     // weighted V: column c (dimensions 4c .. 4c+3) of key group kq of `groups`
-    const uint cols = hd / 4u, groups = TK / cols, c = tid % cols, kq = tid / cols;
+    const uint cols = vd / 4u, groups = TK / cols, c = tid % cols, kq = tid / cols;
     // scores: KT threads a key (short splits: 2 or 4, each over a slice of the dimensions, so a
     // tile is not mostly idle threads), key kt of the tile, dimensions d0 .. d0 + dl
     const uint KT0 = hd % 16u != 0u ? 1u : p.chunk <= 32u ? 4u : p.chunk <= 64u ? 2u : 1u;
@@ -231,7 +236,7 @@ void main() {
                 [[unroll]] for (uint i = 0u; i < VUNITS; i++) {
                     const uint k = kq + i * groups, j = j0 + k;
                     vreg[i] = kq < groups && k < nt && j >= kstart
-                        ? kvq[(v_row(pbase[pb0 + j / ps0 - pfirst] + plane, j % ps0) + kOff + 4u * c) >> 2]
+                        ? kvq[(v_row(pbase[pb0 + j / ps0 - pfirst] + plane, j % ps0) + vOff + 4u * c) >> 2]
                         : uvec2(0u);
                 }
                 [[unroll]] for (uint i = 0u; i < KUNITS; i++) {
@@ -323,14 +328,14 @@ void main() {
                 uint k = kq;
                 for (; k + 3u * groups < nt; k += 4u * groups) {
                     vec4 v[4];
-                    [[unroll]] for (uint u = 0u; u < 4u; u++) v[u] = v_at4(Vb[k + u * groups], kOff + 4u * c);
+                    [[unroll]] for (uint u = 0u; u < 4u; u++) v[u] = v_at4(Vb[k + u * groups], vOff + 4u * c);
                     [[unroll]] for (uint u = 0u; u < 4u; u++) {
                         [[unroll]] for (uint g = 0u; g < GS; g++)
                             if (g < GC) o[g] = fma(vec4(Ps[g * TK + k + u * groups]), v[u], o[g]);
                     }
                 }
                 for (; k < nt; k += groups) {
-                    const vec4 v = v_at4(Vb[k], kOff + 4u * c);
+                    const vec4 v = v_at4(Vb[k], vOff + 4u * c);
                     [[unroll]] for (uint g = 0u; g < GS; g++)
                         if (g < GC) o[g] = fma(vec4(Ps[g * TK + k]), v, o[g]);
                 }
@@ -359,27 +364,27 @@ void main() {
             vec4 acc = vec4(0.0);
             for (uint q = 0u; q < groups; q++) acc += uintBitsToFloat(KO[(q * GMAX + g) * cols + cc]);
             if (p.splits == 1u) {
-                const uint ob = (t * p.heads + h) * hd + 4u * cc;
+                const uint ob = (t * p.heads + h) * vd + 4u * cc;
                 const vec4 r = acc / with_sink(l, mS[g], h);
                 outv[ob] = r.x; outv[ob + 1u] = r.y; outv[ob + 2u] = r.z; outv[ob + 3u] = r.w;
 #ifdef Q8
-                [[unroll]] for (uint i = 0u; i < 4u; i++) q8src[g * hd + 4u * cc + i] = r[i];
+                [[unroll]] for (uint i = 0u; i < 4u; i++) q8src[g * vd + 4u * cc + i] = r[i];
 #elif defined(F16OUT)
-                const uint xb = (t * p.x16Stride + h * hd + 4u * cc) / 2u;
+                const uint xb = (t * p.x16Stride + h * vd + 4u * cc) / 2u;
                 X16[xb] = packHalf2x16(r.xy);
                 X16[xb + 1u] = packHalf2x16(r.zw);
 #endif
             } else {
-                const uint rb = ((t * p.heads + h) * p.splits + split) * (hd + 2u);
+                const uint rb = ((t * p.heads + h) * p.splits + split) * (vd + 2u);
                 part[rb + 4u * cc] = acc.x; part[rb + 4u * cc + 1u] = acc.y;
                 part[rb + 4u * cc + 2u] = acc.z; part[rb + 4u * cc + 3u] = acc.w;
-                if (cc == 0u) { part[rb + hd] = mS[g]; part[rb + hd + 1u] = l; }
+                if (cc == 0u) { part[rb + vd] = mS[g]; part[rb + vd + 1u] = l; }
             }
         }
 #ifdef Q8
-        // the pass's heads are consecutive in the row: GC*hd values from head kvh*G + g0, whole blocks
+        // the pass's heads are consecutive in the row: GC*vd values from head kvh*G + g0, whole blocks
         barrier();
-        if (p.splits == 1u) q8_store(GC * hd, (t * p.heads + kvh * G + g0) * hd / 32u);
+        if (p.splits == 1u) q8_store(GC * vd, (t * p.heads + kvh * G + g0) * vd / 32u);
 #endif
         barrier(); // Qs, red and Os are reused by the next pass
     }
@@ -394,46 +399,46 @@ void main() {
         if (!lastSplit) return;
         memoryBarrierBuffer();
         if (tid == 0u) done[t * p.kvHeads + kvh] = 0u; // for the next dispatch
-        const uint stride = hd + 2u;
+        const uint stride = vd + 2u;
         for (uint g0 = 0u; g0 < G; g0 += gpass) {
             const uint GC = min(gpass, G - g0), h0 = kvh * G + g0;
             if (tid < GC) {
                 const uint rb = (t * p.heads + h0 + tid) * p.splits * stride;
                 float M = NEG;
-                for (uint s = 0u; s < ns; s++) M = max(M, partR[rb + s * stride + hd]);
+                for (uint s = 0u; s < ns; s++) M = max(M, partR[rb + s * stride + vd]);
                 float L = 0.0;
                 for (uint s = 0u; s < ns; s++) {
-                    const float w = exp(partR[rb + s * stride + hd] - M);
+                    const float w = exp(partR[rb + s * stride + vd] - M);
                     jw[tid * JMAX + s] = w;
-                    L = fma(w, partR[rb + s * stride + hd + 1u], L);
+                    L = fma(w, partR[rb + s * stride + vd + 1u], L);
                 }
                 jl[tid] = with_sink(L, M, h0 + tid);
             }
             barrier();
 #ifdef Q8
-            for (uint e = tid; e < GC * hd; e += TK) {
-                const uint g = e / hd, d = e % hd, rb = (t * p.heads + h0 + g) * p.splits * stride + d;
+            for (uint e = tid; e < GC * vd; e += TK) {
+                const uint g = e / vd, d = e % vd, rb = (t * p.heads + h0 + g) * p.splits * stride + d;
                 float a = 0.0;
                 for (uint s = 0u; s < ns; s++) a = fma(jw[g * JMAX + s], partR[rb + s * stride], a);
                 const float o = a / jl[g];
-                outv[(t * p.heads + h0) * hd + e] = o;
+                outv[(t * p.heads + h0) * vd + e] = o;
                 q8src[e] = o;
             }
             barrier();
-            q8_store(GC * hd, (t * p.heads + h0) * hd / 32u);
+            q8_store(GC * vd, (t * p.heads + h0) * vd / 32u);
 #else
-            // two dimensions a thread (one packed pair of the float16 copy; hd is even)
-            for (uint e = 2u * tid; e < GC * hd; e += 2u * TK) {
-                const uint g = e / hd, d = e % hd, rb = (t * p.heads + h0 + g) * p.splits * stride + d;
+            // two dimensions a thread (one packed pair of the float16 copy; vd is even)
+            for (uint e = 2u * tid; e < GC * vd; e += 2u * TK) {
+                const uint g = e / vd, d = e % vd, rb = (t * p.heads + h0 + g) * p.splits * stride + d;
                 vec2 a = vec2(0.0);
                 for (uint s = 0u; s < ns; s++) {
                     a.x = fma(jw[g * JMAX + s], partR[rb + s * stride], a.x);
                     a.y = fma(jw[g * JMAX + s], partR[rb + s * stride + 1u], a.y);
                 }
                 const vec2 o = a / jl[g];
-                outv[(t * p.heads + h0) * hd + e] = o.x;
-                outv[(t * p.heads + h0) * hd + e + 1u] = o.y;
-                X16[(t * p.x16Stride + h0 * hd + e) / 2u] = packHalf2x16(o);
+                outv[(t * p.heads + h0) * vd + e] = o.x;
+                outv[(t * p.heads + h0) * vd + e + 1u] = o.y;
+                X16[(t * p.x16Stride + h0 * vd + e) / 2u] = packHalf2x16(o);
             }
 #endif
             barrier();

@@ -5,7 +5,7 @@
 // their weights; S the shared expert's output rows, G its gate vector, dotted with the layer's
 // input, which Y holds until this kernel overwrites it (one workgroup per token: the dot is taken
 // before any thread writes). Y rows are yStride apart. Without a shared expert (shared 0) S and G
-// are not read. Dispatch (tokens, blocks, 1): group (t, y) takes columns y·threads + i·blocks·threads
+// are not read; shared 2 adds S[t] ungated (DeepSeek's shared experts), G not read. Dispatch (tokens, blocks, 1): group (t, y) takes columns y·threads + i·blocks·threads
 // (i = 0, 1, ...) of token t's row; blocks must be 1 with a shared expert (each group reads the
 // whole row for the gate's dot), up to ceil(width / threads) without (decode: more groups than
 // tokens). The token's used (row, weight) pairs are read once into shared memory.
@@ -34,7 +34,7 @@ void main() {
     }
     barrier();
     float gate = 0.0;
-    if (p.shared_expert != 0u) {
+    if (p.shared_expert == 1u) {
         float s = 0.0;
         for (uint c = lid; c < p.width; c += n) s += G[c] * Y[y + c];
         partial[lid] = s;
@@ -44,6 +44,8 @@ void main() {
             barrier();
         }
         gate = 1.0 / (1.0 + exp(-partial[0]));
+    } else if (p.shared_expert == 2u) {
+        gate = 1.0;
     }
     for (uint c = gl_WorkGroupID.y * n + lid; c < p.width; c += n * gl_NumWorkGroups.y) {
         float acc = 0.0;

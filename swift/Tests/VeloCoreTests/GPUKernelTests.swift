@@ -404,10 +404,11 @@ final class GPUKernelTests: XCTestCase {
 
     /// moe_combine against float64 weighted sums: each token's rows of E (through moe_route's
     /// slots) and weights, with a shared expert (the gate's dot over the row the kernel then
-    /// overwrites; one group a token) and without (the row in column blocks), odd widths,
-    /// strided rows.
+    /// overwrites; one group a token), an ungated shared expert (mode 2: DeepSeek's) and none
+    /// (the row in column blocks), odd widths, strided rows.
     func testMoECombine() throws {
-        for (tokens, width, shared) in [(1, 2048, false), (3, 700, false), (2, 300, true), (5, 1000, true)] {
+        for (tokens, width, mode) in [(1, 2048, 0), (3, 700, 0), (2, 300, 1), (5, 1000, 1), (3, 500, 2)] as [(Int, Int, UInt32)] {
+            let shared = mode != 0
             let experts = 8, used = 3, yStride = width + 5
             let (_, r, cap) = try route(routerLogits(tokens: tokens, bias: [Float](repeating: 0, count: experts)), tokens: tokens,
                                         experts: experts, used: used, normalize: true)
@@ -418,7 +419,7 @@ final class GPUKernelTests: XCTestCase {
             for t in 0..<tokens {
                 var dot = 0.0
                 for c in 0..<width { dot += Double(g[c]) * Double(y[t * yStride + c]) }
-                let gate = 1 / (1 + exp(-dot))
+                let gate = mode == 2 ? 1 : 1 / (1 + exp(-dot))
                 for c in 0..<yStride {
                     guard c < width else { want[t * yStride + c] = Double(y[t * yStride + c]); continue }
                     var s = 0.0, a = 0.0
@@ -436,8 +437,8 @@ final class GPUKernelTests: XCTestCase {
             let shb = try upload(sh), gb = try upload(g)
             let groups = GPUKernels.moeCombineGroups(tokens: tokens, width: width, shared: shared)
             if !shared { XCTAssertGreaterThan(groups.1, 1) }
-            try run(GPUKernels.moeCombine, [yb, eb, sb, wb, shb, gb], [UInt32(width), UInt32(used), shared ? 1 : 0, UInt32(yStride), UInt32(tokens)], groups)
-            assertClose(try read(yb, tokens * yStride), want, tolerance: tol, "moe_combine \(tokens) tokens of \(width)\(shared ? ", shared expert" : "")")
+            try run(GPUKernels.moeCombine, [yb, eb, sb, wb, shb, gb], [UInt32(width), UInt32(used), mode, UInt32(yStride), UInt32(tokens)], groups)
+            assertClose(try read(yb, tokens * yStride), want, tolerance: tol, "moe_combine \(tokens) tokens of \(width), shared mode \(mode)")
         }
     }
 
@@ -1199,7 +1200,7 @@ final class GPUKernelTests: XCTestCase {
             if softcap > 0 {
                 XCTAssertGreaterThan(zip(want, reference(cap: 0, sinks: sinks)).map { abs($0 - $1) }.max()!, 1e-2, "the softcap must matter: " + what)
             }
-            let mask: [UInt32] = [softcap.bitPattern, UInt32(window), sinks ? 1 : 0]
+            let mask: [UInt32] = [softcap.bitPattern, UInt32(window), sinks ? 1 : 0, 0, 0] // (vOff, vDim 0: the whole head)
             // the host's plan (decode-sized workspace), one split (direct), and fixed chunks
             let keysMax = lengths.max()!
             let planned = GPUKernels.attentionSplits(keys: keysMax, n: n, maxTokens: 16, maxContext: 4096)

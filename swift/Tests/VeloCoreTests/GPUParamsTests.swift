@@ -32,7 +32,7 @@ final class GPUParamsTests: XCTestCase {
         ("add_bias_id.comp", [GPUParams.AddBiasID()]), ("deltanet_conv.comp", [GPUParams.DeltaNetConv()]),
         ("deltanet_recur.comp", [GPUParams.DeltaNetRecur()]), ("split_query.comp", [GPUParams.GatedQuery()]),
         ("sigmoid_gate.comp", [GPUParams.GatedQuery()]),
-        ("scale.comp", [GPUParams.Scale()]), ("per_layer_inputs.comp", [GPUParams.PerLayerInputs()]),
+        ("copy_rows.comp", [GPUParams.CopyRows()]), ("scale.comp", [GPUParams.Scale()]), ("per_layer_inputs.comp", [GPUParams.PerLayerInputs()]),
         ("per_layer_gate.comp", [GPUParams.PerLayerGate()]),
     ]
 
@@ -97,9 +97,10 @@ final class GPUParamsTests: XCTestCase {
         }
         // a nested struct's words come first, in the block's order
         let x = GPUParams.AttentionX16(attention: GPUParams.Attention(n: 1, heads: 2, kvHeads: 3, headDim: 4, kvDim: 5, pageSize: 6, pageStride: 7, layerOff: 8,
-                                                                      scale: 0.5, chunk: 10, splits: 11, qStride: 12, softcap: 2, window: 14, sinks: 1),
+                                                                      scale: 0.5, chunk: 10, splits: 11, qStride: 12, softcap: 2, window: 14, sinks: 1,
+                                                                      vOff: 16, vDim: 17),
                                        x16Stride: 15)
-        XCTAssertEqual(x.words, [1, 2, 3, 4, 5, 6, 7, 8, Float(0.5).bitPattern, 10, 11, 12, Float(2).bitPattern, 14, 1, 15])
+        XCTAssertEqual(x.words, [1, 2, 3, 4, 5, 6, 7, 8, Float(0.5).bitPattern, 10, 11, 12, Float(2).bitPattern, 14, 1, 16, 17, 15])
         XCTAssertEqual(GPUParams.Softcap(count: 7, cap: 30).words, [7, Float(30).bitPattern])
     }
 }

@@ -367,7 +367,7 @@ final class KVCacheTypeTests: XCTestCase {
                 }
                 let what = "K \(tk) V \(tv) ps \(ps) heads \(heads)/\(kvHeads) hd \(hd) softcap \(softcap) window \(window)"
                 let qB = try upload(q), kvB = try upload(pages.bytes), posB = try upload(tokpos), ptB = try upload(tokpt), tabB = try upload(pages.pagetab)
-                let mask: [UInt32] = [softcap.bitPattern, UInt32(window), 0] // no sinks (GPUKernelTests checks them)
+                let mask: [UInt32] = [softcap.bitPattern, UInt32(window), 0, 0, 0] // no sinks (GPUKernelTests checks them), the whole head
                 let none = try upload([Float(0)]) // the sinks binding
                 func check(_ got: [Float], _ label: String) {
                     let err = zip(got, want).map { abs($0 - $1) / (abs($1) + 1e-2) }.max()!

@@ -33,6 +33,8 @@ final class WidenTests: XCTestCase {
         func gatedQuery(_ src: Activation, _ w: WeightMatrix) { op("gated query") }
         func gateAttention() { op("gate") }
         func scale(_ a: Activation, by s: Float) { op("scale") }
+        func latentQKV(_ src: Activation, _ layer: MLALayer) { op("latent qkv") }
+        func latentOutput(_ layer: MLALayer, into dst: Activation) { op("latent output") }
         func perLayerInputs(_ p: PerLayerEmbeddings) { op("per-layer inputs") }
         func perLayerEmbedding(layer: Int, _ b: PerLayerBlock) { op("per-layer \(layer)") }
         func logits(norm: WeightVector, output: WeightMatrix, softcap: Float) { op("logits") }

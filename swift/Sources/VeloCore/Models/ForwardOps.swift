@@ -91,10 +91,6 @@ protocol ForwardOps: AnyObject {
 }
 
 extension ForwardOps {
-    // What only the CPU runs so far: a GPU backend refuses such a model at load (GPUForward.lacking).
-    func latentQKV(_ src: Activation, _ layer: MLALayer) { preconditionFailure("latent attention runs on the CPU only (refused at load elsewhere)") }
-    func latentOutput(_ layer: MLALayer, into dst: Activation) { preconditionFailure("latent attention runs on the CPU only (refused at load elsewhere)") }
-
     func experts(_ src: Activation, _ layer: ExpertLayer, into dst: Activation) { experts(src, layer, routedBy: src, into: dst) }
 
     /// Backends that round through nothing narrower than float32 never re-run a pass.

@@ -59,8 +59,8 @@ extension GPUForward {
     }
 
     func attention(layer: Int, _ a: AttentionParams) {
-        // the output's rows are the layer's heads × headDim (the O product reads them so)
-        setRowWidth(.attn, a.shape.qDim)
+        // the output's rows are the layer's heads × their values (the O product reads them so)
+        setRowWidth(.attn, a.shape.heads * valueRange(a.shape).count)
         if attentionTokens > 0 { pagedAttention(layer: layer, a, n: attentionTokens) }
         guard let step = cm2AttentionStep, let cm2 = cm2Attention else { return }
         // GPUKernels.attentionCM2Model leaves out models with a window or soft cap on any layer
@@ -89,12 +89,15 @@ extension GPUForward {
     /// decode's split-K kernels and what merges their splits.
     private func pagedAttention(layer: Int, _ a: AttentionParams, n: Int) {
         let s = a.shape, ps = kv.pageSize, kvDim = kvLayout.kvDim(layer: layer)
+        // each head's output: `values.count` of its V head's values (MLA: the latent alone), `out` a row
+        let values = valueRange(s), out = s.heads * values.count
         let (chunk, splits) = attentionPlan, place = kvPlace(layer)
         // the layer's sinks: every kernel's last buffer (any buffer, flag 0, where it has none)
         let sink = a.sinks.map { GPUBinding(vectors[$0.name]!) } ?? GPUBinding(attnScratch), sinks: UInt32 = a.sinks == nil ? 0 : 1
-        let combineGroups = GPUKernels.attentionCombineGroups(n: n, heads: s.heads, headDim: s.headDim)
-        let combine = GPUParams.AttentionCombine(n: UInt32(n), heads: UInt32(s.heads), headDim: UInt32(s.headDim), chunk: UInt32(chunk), splits: UInt32(splits), sinks: sinks)
+        let combineGroups = GPUKernels.attentionCombineGroups(n: n, heads: s.heads, headDim: values.count)
+        let combine = GPUParams.AttentionCombine(n: UInt32(n), heads: UInt32(s.heads), headDim: UInt32(values.count), chunk: UInt32(chunk), splits: UInt32(splits), sinks: sinks)
         if tiledBlocks > 0 {
+            precondition(values.count == s.headDim, "tiled attention over part of the values")
             dispatch(coopAttention ? attentionCoopKernel : attentionTiledKernel,
                      [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, input(sections.blocks, 2 * maxTokens), GPUBinding(attnScratch), sink],
                      GPUParams.AttentionTiles(heads: UInt32(s.heads), kvHeads: UInt32(s.kvHeads), headDim: UInt32(s.headDim), kvDim: UInt32(kvDim),
@@ -109,22 +112,24 @@ extension GPUForward {
         }
         // the output as 8-bit blocks too, for the O product's matvec_dot: by the attention
         // kernel itself (a single split, or the last of a few), else by the combine
-        let q8Out = q8 != nil && cm2AttentionStep == nil && n <= matvecMaxRows && s.headDim % 32 == 0
+        // (not for MLA's latents: copy_rows reads them next)
+        let q8Out = q8 != nil && cm2AttentionStep == nil && n <= matvecMaxRows && s.headDim % 32 == 0 && config.mla == nil
             && s.headDim <= GPUKernels.attentionCombineQ8MaxHeadDim && s.qDim <= q8Width
         var buffers = [act(.q), kvBinding(layer), act(.attn), tokpos, tokpt, pagetab, GPUBinding(attnScratch)]
         let params = GPUParams.Attention(n: UInt32(n), heads: UInt32(s.heads), kvHeads: UInt32(s.kvHeads), headDim: UInt32(s.headDim), kvDim: UInt32(kvDim),
                                          pageSize: UInt32(ps), pageStride: place.pageStride, layerOff: place.layerOff, scale: a.scale, chunk: UInt32(chunk),
-                                         splits: UInt32(splits), qStride: UInt32(stride(.q)), softcap: a.softcap, window: UInt32(a.window), sinks: sinks)
+                                         splits: UInt32(splits), qStride: UInt32(stride(.q)), softcap: a.softcap, window: UInt32(a.window), sinks: sinks,
+                                         vOff: UInt32(values.offset), vDim: UInt32(values.count))
         let kernels = stagedStep ? attentionStagedKernels! : (plain: attentionKernel, q8: attentionQ8Kernel)
         var kernel = kernels.plain
         // which copy of the output the kernel also writes, merging its splits itself
         var joined: (q8: Bool, x16: Bool) = (false, false)
-        let x16Row = GPUKernels.f16Row(s.qDim)
+        let x16Row = GPUKernels.f16Row(out)
         if splits <= GPUKernels.attentionJoinMaxSplits, q8Out, let q8, let done = attnDone {
             buffers += [GPUBinding(q8.values), GPUBinding(q8.scales), GPUBinding(done)]
             kernel = kernels.q8
             joined.q8 = true
-        } else if splits <= GPUKernels.attentionJoinMaxSplits, cm2AttentionStep == nil, !GPUKernels.attentionX16Disabled, !stagedStep, n > matvecMaxRows, n <= GPUKernels.attentionJoinRows,
+        } else if splits <= GPUKernels.attentionJoinMaxSplits, cm2AttentionStep == nil, !GPUKernels.attentionX16Disabled, !stagedStep, config.mla == nil, n > matvecMaxRows, n <= GPUKernels.attentionJoinRows,
                   f16Inputs, let x16, x16.size >= n * x16Row * 2, let done = attnDone {
             // a decode batch whose O product runs on tensor cores: its float16 input written here
             buffers += [GPUBinding(x16), GPUBinding(done)]
@@ -137,14 +142,14 @@ extension GPUForward {
         } else {
             dispatch(kernel, buffers, params, (n, s.kvHeads, splits), .attention)
         }
-        if joined.q8 { holdQ8(rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: s.qDim)) }
-        if joined.x16 { x16Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: s.qDim) }
+        if joined.q8 { holdQ8(rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: out)) }
+        if joined.x16 { x16Source = rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: out) }
         guard splits > 1 && !joined.q8 && !joined.x16 else { return }
         if let q8, q8Out {
             // the output also as 8-bit blocks, for the O product's matvec_dot
             dispatch(GPUKernels.attentionCombineQ8, [GPUBinding(attnScratch), act(.attn), tokpos, GPUBinding(q8.values), GPUBinding(q8.scales), sink],
                      combine, combineGroups, .attention)
-            holdQ8(rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: s.qDim))
+            holdQ8(rowsKey(act(.attn), rows: n, xStride: stride(.attn), k: out))
         } else {
             dispatch(GPUKernels.attentionCombine, [GPUBinding(attnScratch), act(.attn), tokpos, sink], combine, combineGroups, .attention)
         }

@@ -225,8 +225,9 @@ extension GPUForward {
         }
         let b = l.biases
         if let b { addBias(GPUBinding(m.router), b.router, rows: n, stride: e.count) }
-        // (Gemma 4's per-expert output factors go into the weights; any buffer where unused)
-        let factors = l.downScale.map { GPUBinding(vectors[$0.name]!) }
+        // (Gemma 4's per-expert output factors, or DeepSeek's scale of every weight, go into the
+        // weights; any buffer where unused)
+        let factors = l.downScale.map { GPUBinding(vectors[$0.name]!) } ?? weightsScale.map { GPUBinding($0) }
         dispatch(GPUKernels.moeRoute, [GPUBinding(m.router), GPUBinding(m.routing), factors ?? GPUBinding(m.router)],
                  GPUParams.MoERoute(tokens: UInt32(n), experts: UInt32(e.count), used: UInt32(e.used), normalize: e.normalizeWeights ? 1 : 0, cap: UInt32(m.cap),
                                     softmaxChosen: e.gating == .softmaxChosen ? 1 : 0, scaled: factors == nil ? 0 : 1),
@@ -260,11 +261,13 @@ extension GPUForward {
             multiply(sh.up, x, rows: n, xStride: xs, into: act(.up), yStride: w, op: .matmul)
             swiglu(act(.gate), act(.up), count: n * w)
             multiply(sh.down, act(.gate), rows: n, xStride: w, into: GPUBinding(out), yStride: d, op: .matmul)
-            shared = (GPUBinding(out), GPUBinding(vectors[sh.gateInput!.name]!))
+            // (ungated: DeepSeek's shared experts, added as they are)
+            shared = (GPUBinding(out), sh.gateInput.map { GPUBinding(vectors[$0.name]!) } ?? GPUBinding(out))
         }
+        let sharedMode: UInt32 = l.shared == nil ? 0 : l.shared!.gateInput == nil ? 2 : 1
         dispatch(GPUKernels.moeCombine,
                  [act(dst), GPUBinding(m.output), m.section(.slot), m.section(.weight), shared.out, shared.gate],
-                 GPUParams.MoECombine(width: UInt32(d), used: UInt32(e.used), sharedExpert: l.shared == nil ? 0 : 1, yStride: UInt32(stride(dst)), tokens: UInt32(n)),
+                 GPUParams.MoECombine(width: UInt32(d), used: UInt32(e.used), sharedExpert: sharedMode, yStride: UInt32(stride(dst)), tokens: UInt32(n)),
                  GPUKernels.moeCombineGroups(tokens: n, width: d, shared: l.shared != nil), .other)
     }
 

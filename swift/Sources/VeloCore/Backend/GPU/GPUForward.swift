@@ -100,6 +100,11 @@ final class GPUForward: ForwardOps {
     let recurrent: GPURecurrentBuffers?
     /// Per-layer embeddings' buffers (nil: none; Gemma 4's E2B/E4B have them).
     let perLayer: GPUPerLayerBuffers?
+    /// Multi-head latent attention's buffers (nil: not an MLA model).
+    let latent: GPULatentBuffers?
+    /// Each expert's factor on its routing weight where every layer scales its weights alike
+    /// (DeepSeek's expert_weights_scale; nil: 1).
+    var weightsScale: GPUBuffer?
     /// Ones, as wide as the widest head: the gain of a head norm that has none (Gemma 4's V).
     private var ones: GPUBuffer?
     /// The states of a pass that may round through float16, as they were before it (a slot
@@ -186,8 +191,9 @@ final class GPUForward: ForwardOps {
         self.profiler = profiler
         self.maxContext = maxContext
         let c = config
-        if let wrong = c.headShapes.first(where: { !GPUKernels.attentionFits(headDim: $0.headDim) }) {
-            throw VeloError(.unsupported, "the GPU attention kernels take head sizes that are multiples of 4 up to \(GPUKernels.attentionMaxHeadDim); this model's are \(wrong.headDim) (use --backend cpu)")
+        let valueDim = c.mla?.kvLora
+        if let wrong = c.headShapes.first(where: { !GPUKernels.attentionFits(headDim: $0.headDim, valueDim: valueDim ?? $0.headDim) }) {
+            throw VeloError(.unsupported, "the GPU attention kernels take head sizes that are multiples of 4 up to \(GPUKernels.attentionMaxValueDim) (\(GPUKernels.attentionMaxHeadDim) for MLA's rows); this model's are \(wrong.headDim) (use --backend cpu)")
         }
         kvLayout = KVLayout(pageSize: kv.pageSize, layers: layers, kvDim: kvDim, typeK: kv.layout.typeK, typeV: kv.layout.typeV,
                             layerDims: layers == c.kvLayers && kvDim == c.kvDim ? c.kvLayerDims : [])
@@ -320,6 +326,7 @@ final class GPUForward: ForwardOps {
         recurrent = c.deltaNet == nil ? nil
             : try GPURecurrentBuffers(device: device, config: c, maxTokens: maxTokens, sequences: maxSequences, checkpoints: checkpoints)
         perLayer = c.perLayerWidth == 0 ? nil : try GPUPerLayerBuffers(device: device, config: c, maxTokens: maxTokens)
+        latent = c.mla == nil ? nil : try GPULatentBuffers(device: device, config: c, maxTokens: maxTokens)
         // weights: once, in the file's own formats
         for w in model.matrices where weights[w.data] == nil && !paired.contains(w.data) {
             let bytes = w.rowBytes * w.rows
@@ -337,6 +344,7 @@ final class GPUForward: ForwardOps {
         }
         for v in model.vectors { vectors[v.name] = try upload(v.values, label: v.name) }
         if c.valueNorm { ones = try upload([Float](repeating: 1, count: c.maxHeadDim), label: "ones") }
+        if let e = c.experts, e.weightsScale != 1 { weightsScale = try upload([Float](repeating: e.weightsScale, count: e.count), label: "expert weights scale") }
         if ropeJoin != nil {
             for (q, k, v) in model.attentionBiases where q.values.count == c.qDim && k.values.count == kvDim && v.values.count == kvDim {
                 qkvBiases[q.name] = (try upload(q.values + k.values + v.values, label: q.name), k.name, v.name)
@@ -427,6 +435,7 @@ final class GPUForward: ForwardOps {
             for k in [GPUKernels.perLayerInputs, GPUKernels.perLayerGate, GPUKernels.getRows(p.tokens.type)] { want(k) }
         }
         if (model as? DecoderModel)?.layers.contains(where: { $0.outScale != nil }) ?? false { want(GPUKernels.scale) }
+        if latent != nil { want(GPUKernels.copyRows) }
         if let a = cm2Attention { want(a.kernel); want(GPUKernels.kvGather) }
         want(GPUKernels.getRows(model.matrices[0].type))
         if moe != nil {
@@ -482,6 +491,7 @@ final class GPUForward: ForwardOps {
         return b + MoEBuffers.bytes(config: c, maxTokens: maxTokens)
             + GPURecurrentBuffers.bytes(config: c, maxTokens: maxTokens, sequences: maxSequences, checkpoints: checkpoints)
             + GPUPerLayerBuffers.bytes(config: c, maxTokens: maxTokens) + (c.valueNorm ? c.maxHeadDim * 4 : 0)
+            + GPULatentBuffers.bytes(config: c, maxTokens: maxTokens) + (c.experts.map { $0.count * 4 } ?? 0)
     }
 
     /// Bytes of the 8-bit activations' buffers (values, scales), nil without matvec_dot: up to
@@ -657,8 +667,9 @@ final class GPUForward: ForwardOps {
             }
         }
         let na = attentionTokens, sequence = Array(batch.sequence[0..<na])
-        // (blocks of as few tokens as the largest group's: each layer's group takes them)
-        let blocks = na > matvecMaxRows && config.headShapes.allSatisfy({ GPUKernels.attentionTiledFits(heads: $0.heads, kvHeads: $0.kvHeads, headDim: $0.headDim) })
+        // (blocks of as few tokens as the largest group's: each layer's group takes them; MLA's
+        // rows, whose values are part of a head, take the split-K kernels)
+        let blocks = na > matvecMaxRows && config.mla == nil && config.headShapes.allSatisfy({ GPUKernels.attentionTiledFits(heads: $0.heads, kvHeads: $0.kvHeads, headDim: $0.headDim) })
             ? GPUKernels.attentionBlocks(sequence: sequence, heads: config.heads, kvHeads: config.heads / config.maxGroup, headDim: config.maxHeadDim,
                                          rows: coopAttention ? GPUKernels.attentionCoopRows : GPUKernels.attentionTiledRows) : nil
         if let blocks { write(sections.blocks, blocks) }
@@ -806,11 +817,8 @@ extension GPUForward {
             if d.state > GPUKernels.deltaNetMaxState { missing.append("DeltaNet states wider than \(GPUKernels.deltaNetMaxState)") }
             if d.conv > GPUKernels.deltaNetMaxTaps { missing.append("DeltaNet convolutions of more than \(GPUKernels.deltaNetMaxTaps) taps") }
         }
-        if c.mla != nil { missing.append("multi-head latent attention") }
-        if c.leadingDenseLayers > 0 && c.experts != nil { missing.append("dense layers before the experts") }
         if let e = c.experts {
-            if e.gating == .sigmoid || e.selectionBias || e.groups != nil || e.weightsScale != 1 { missing.append("DeepSeek's expert routing") }
-            if e.sharedFFNDim > 0 && !e.sharedGated { missing.append("ungated shared experts") }
+            if e.gating == .sigmoid || e.selectionBias || e.groups != nil { missing.append("DeepSeek-V3's expert routing (sigmoid, choice biases, groups)") }
         }
         if let t = Set(model.matrices.map(\.type)).first(where: { !GPUKernels.weightTypes.contains($0) }) { missing.append("\(t.name) weights") }
         // quants.glsl reads rows from a word boundary: MXFP4's 17-byte blocks need an even count a row

@@ -582,9 +582,12 @@ enum GPUKernels {
         let chunk = (tiles + cap - 1) / cap * tile
         return (chunk, (keys + chunk - 1) / chunk)
     }
-    static let attentionMaxHeadDim = 512
-    /// Head sizes the attention kernels take (every model's so far: 64 to 256).
-    static func attentionFits(headDim: Int) -> Bool { headDim % 4 == 0 && headDim <= attentionMaxHeadDim }
+    static let attentionMaxHeadDim = 576, attentionMaxValueDim = 512
+    /// Head sizes the attention kernels take (64 to 512, and MLA's 576-wide rows of which the
+    /// values are the 512 after the RoPE part).
+    static func attentionFits(headDim: Int, valueDim: Int) -> Bool {
+        headDim % 4 == 0 && headDim <= attentionMaxHeadDim && valueDim % 4 == 0 && valueDim <= attentionMaxValueDim
+    }
     static let attentionCombine = Kernel(name: "attention_combine", buffers: 4, constants: [128])
     /// attention_combine's (and attention_combine_q8's) grid: a workgroup a (token, head, block of
     /// 32 dimensions).
@@ -834,6 +837,8 @@ enum GPUKernels {
     /// Gated attention's query split and output gate: (ceil(qDim / 256), rows, 1) workgroups.
     static let splitQuery = Kernel(name: "split_query", buffers: 2, constants: [256])
     static let sigmoidGate = Kernel(name: "sigmoid_gate", buffers: 2, constants: [256])
+    /// Rows between layouts (MLA's query heads, latent rows and outputs): (⌈width / 64⌉, B, A).
+    static let copyRows = Kernel(name: "copy_rows", buffers: 2, constants: [64])
     /// Gemma 4: x *= s (grid-stride); the per-layer inputs, a workgroup a (layer, token):
     /// (layers, tokens, 1); one layer's gated slice of them: (ceil(width / 256), rows, 1).
     static let scale = Kernel(name: "scale", buffers: 1, constants: [256])

@@ -92,6 +92,10 @@ enum GPUParams {
     }
     /// split_query.comp, sigmoid_gate.comp: `stride` the Q or attention rows'
     struct GatedQuery: KernelParams { var qDim: UInt32 = 0, headDim: UInt32 = 0, rows: UInt32 = 0, stride: UInt32 = 0 }
+    /// copy_rows.comp: row (a, b) at a·xA + b·xB + xOff in X, a·yA + b·yB + yOff in Y
+    struct CopyRows: KernelParams {
+        var width: UInt32 = 0, xA: UInt32 = 0, xB: UInt32 = 0, xOff: UInt32 = 0, yA: UInt32 = 0, yB: UInt32 = 0, yOff: UInt32 = 0
+    }
     /// scale.comp
     struct Scale: KernelParams { var count: UInt32 = 0, s: Float = 0 }
     /// per_layer_inputs.comp: rows of `layers` × `width`
@@ -159,6 +163,8 @@ enum GPUParams {
         var window: UInt32 = 0
         /// 1: the layer's attention sinks (attention_sink.glsl) are bound
         var sinks: UInt32 = 0
+        /// The values: vDim dimensions from vOff of each V head (0: all headDim; MLA's latent part)
+        var vOff: UInt32 = 0, vDim: UInt32 = 0
     }
     /// attention.comp with F16OUT: the output also as to_f16's rows, x16Stride halves apart
     struct AttentionX16: KernelParams {

@@ -1,0 +1,83 @@
+/// GPUForward's multi-head latent attention (MLA.swift, as CPUForward's latentQKV and
+/// latentOutput): the query and latent products, the latent's norm, copy_rows moving the parts
+/// into the [RoPE part, latent] rows of Q, K and V, each head's attn_k_b and attn_v_b product.
+/// Attention itself reads only the latent of each V row (GPUForward.valueRange).
+struct GPULatentBuffers {
+    /// `maxTokens` rows each: the query product, q_a's, kv_a's, the normed latent, and one
+    /// head's gathered input and its product.
+    let q, qa, kva, latent, gin, gout: GPUBuffer
+
+    static func widths(_ c: ModelConfig) -> [Int] {
+        let s = c.mla!, g = max(s.nope, s.kvLora, s.vHead)
+        return [c.heads * s.queryHead, max(s.qLora, 1), s.rowWidth, s.kvLora, g, g]
+    }
+
+    init(device: GPUDevice, config c: ModelConfig, maxTokens: Int) throws {
+        let w = Self.widths(c)
+        func make(_ i: Int, _ label: String) throws -> GPUBuffer { try device.makeBuffer(bytes: maxTokens * w[i] * 4, memory: .device, label: label) }
+        (q, qa, kva, latent, gin, gout) = (try make(0, "MLA query products"), try make(1, "MLA q_a products"), try make(2, "MLA kv_a products"),
+                                           try make(3, "MLA latents"), try make(4, "MLA head inputs"), try make(5, "MLA head products"))
+    }
+
+    static func bytes(config c: ModelConfig, maxTokens: Int) -> Int { c.mla == nil ? 0 : maxTokens * widths(c).reduce(0, +) * 4 }
+}
+
+extension GPUForward {
+    /// What attention's output holds of each V head: its values from `offset`, `count` of them
+    /// (MLA: the latent after the RoPE part; else the whole head).
+    func valueRange(_ s: HeadShape) -> (offset: Int, count: Int) {
+        config.mla.map { ($0.rope, $0.kvLora) } ?? (0, s.headDim)
+    }
+
+    /// Y's rows (a, b) = X's, `width` values each (copy_rows), for a < a.count, b < b.count.
+    func copyRows(_ x: GPUBinding, _ xa: Int, _ xb: Int, _ xOff: Int, into y: GPUBinding, _ ya: Int, _ yb: Int, _ yOff: Int,
+                  width: Int, rows: (a: Int, b: Int)) {
+        dispatch(GPUKernels.copyRows, [x, y],
+                 GPUParams.CopyRows(width: UInt32(width), xA: UInt32(xa), xB: UInt32(xb), xOff: UInt32(xOff), yA: UInt32(ya), yB: UInt32(yb), yOff: UInt32(yOff)),
+                 ((width + 63) / 64, rows.b, rows.a), .other)
+    }
+
+    /// y = rmsnorm(x) * gain over `rows` rows of `width` (strides apart; y may be x).
+    func normRows(_ x: GPUBinding, xStride: Int, width: Int, rows: Int, gain: WeightVector, into y: GPUBinding, yStride: Int) {
+        dispatch(GPUKernels.rmsNorm, [x, GPUBinding(vectors[gain.name]!), y, input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
+                 GPUParams.RMSNorm(n: UInt32(width), rows: UInt32(rows), eps: config.normEps, useRowsel: 0, xStride: UInt32(xStride), heads: 1, yStride: UInt32(yStride)),
+                 (rows, 1, 1), .norm)
+    }
+
+    func latentQKV(_ src: Activation, _ l: MLALayer) {
+        let s = config.mla!, b = latent!, heads = config.heads, qh = s.queryHead, row = s.rowWidth
+        let x = act(src), xs = stride(src), qRow = heads * qh
+        switch l.query {
+        case let .direct(wq):
+            multiply(wq, x, rows: n, xStride: xs, into: GPUBinding(b.q), yStride: qRow, op: .matmul)
+        case let .lowRank(a, norm, wb):
+            multiply(a, x, rows: n, xStride: xs, into: GPUBinding(b.qa), yStride: s.qLora, op: .matmul)
+            normRows(GPUBinding(b.qa), xStride: s.qLora, width: s.qLora, rows: n, gain: norm, into: GPUBinding(b.qa), yStride: s.qLora)
+            multiply(wb, GPUBinding(b.qa), rows: n, xStride: s.qLora, into: GPUBinding(b.q), yStride: qRow, op: .matmul)
+        }
+        multiply(l.kvA, x, rows: n, xStride: xs, into: GPUBinding(b.kva), yStride: row, op: .matmul)
+        // kv_a's row is [latent, RoPE part]; K's and V's [RoPE part, normed latent]
+        normRows(GPUBinding(b.kva), xStride: row, width: s.kvLora, rows: n, gain: l.kvANorm, into: GPUBinding(b.latent), yStride: s.kvLora)
+        for dst in [Activation.k, .v] {
+            copyRows(GPUBinding(b.kva), row, 0, s.kvLora, into: act(dst), stride(dst), 0, 0, width: s.rope, rows: (n, 1))
+            copyRows(GPUBinding(b.latent), s.kvLora, 0, 0, into: act(dst), stride(dst), 0, s.rope, width: s.kvLora, rows: (n, 1))
+        }
+        // each head's query: its RoPE part, then q_nope through its attn_k_b into latent space
+        copyRows(GPUBinding(b.q), qRow, qh, s.nope, into: act(.q), stride(.q), row, 0, width: s.rope, rows: (n, heads))
+        for h in 0..<heads {
+            copyRows(GPUBinding(b.q), qRow, 0, h * qh, into: GPUBinding(b.gin), s.nope, 0, 0, width: s.nope, rows: (n, 1))
+            multiply(l.kB[h], GPUBinding(b.gin), rows: n, xStride: s.nope, into: GPUBinding(b.gout), yStride: s.kvLora, op: .matmul)
+            copyRows(GPUBinding(b.gout), s.kvLora, 0, 0, into: act(.q), stride(.q), 0, h * row + s.rope, width: s.kvLora, rows: (n, 1))
+        }
+    }
+
+    func latentOutput(_ l: MLALayer, into dst: Activation) {
+        let s = config.mla!, b = latent!, heads = config.heads
+        // attention's rows hold each head's latent (valueRange), kvLora values a head
+        for h in 0..<heads {
+            copyRows(act(.attn), stride(.attn), 0, h * s.kvLora, into: GPUBinding(b.gin), s.kvLora, 0, 0, width: s.kvLora, rows: (n, 1))
+            multiply(l.vB[h], GPUBinding(b.gin), rows: n, xStride: s.kvLora, into: GPUBinding(b.gout), yStride: s.vHead, op: .matmul)
+            copyRows(GPUBinding(b.gout), s.vHead, 0, 0, into: act(dst), stride(dst), 0, h * s.vHead, width: s.vHead, rows: (n, 1))
+        }
+    }
+}
