@@ -4,7 +4,11 @@
 // L[t·experts ..], the `used` most probable experts (largest first; ties: the lower expert), their
 // probabilities as weights, divided by their sum (clamped to 6.103515625e-5, float16's smallest
 // normal, as llama.cpp) where `normalize` is 1. With `softmaxChosen` (gpt-oss) the picks are by
-// logit and their weights the softmax of the chosen logits alone. With `scaled` (Gemma 4) each
+// logit and their weights the softmax of the chosen logits alone. With `sigmoid` (DeepSeek-V3)
+// the probabilities are each logit's sigmoid; with `biased` the picks are by probability plus
+// B[expert] (exp_probs_b) and the weights the probabilities alone (sigmoid only); with `groups`
+// > 0 the experts are that many groups of experts/groups, and only the `groupsUsed` groups whose
+// two best scores sum highest (ties: the lower group) are picked from. With `scaled` (Gemma 4) each
 // weight is then times its expert's factor S[expert] (ffn_down_exps.scale: one factor an expert
 // on its output). Then the (token, expert) pairs grouped by expert:
 // pair p = t·used + k is row slot[p] of the pairs in expert order (expert 0's first, each
@@ -36,13 +40,15 @@ layout(local_size_x = 512, local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer LBuf { float L[]; };
 layout(std430, binding = 1) buffer RBuf { uint R[]; };
 layout(std430, binding = 2) readonly buffer SBuf { float S[]; };  // read only where scaled is 1
-layout(std140, binding = 3) uniform Params { uint tokens, experts, used, normalize, cap, softmaxChosen, scaled; } p;
+layout(std430, binding = 3) readonly buffer BBuf { float B[]; };  // read only where biased is 1
+layout(std140, binding = 4) uniform Params { uint tokens, experts, used, normalize, cap, softmaxChosen, scaled, sigmoid, biased, groups, groupsUsed; } p;
 
 const uint MAX_EXPERTS = 512u;
 const uint CHUNK = 1024u;
 const uint QCAP = 2048u;   // probabilities (and picks' weights) of a chunk of tokens
 const uint MAX_SUBGROUPS = 128u;
 const float PICKED = -3.402823466e38; // below every logit and probability: taken
+const uint MAX_GROUPS = 64u;
 shared uint counts[MAX_EXPERTS];
 shared uint fill[MAX_EXPERTS];
 shared uint chunk[CHUNK];
@@ -72,11 +78,48 @@ void main() {
                 mx = max(mx, v);
             }
             if (p.softmaxChosen != 0u) continue;
-            mx = subgroupMax(mx);
-            float s = 0.0;
-            for (uint j = lane; j < E; j += SG) s += exp(q[qb + j] - mx);
-            const float inv = 1.0 / subgroupAdd(s);
-            for (uint j = lane; j < E; j += SG) q[qb + j] = exp(q[qb + j] - mx) * inv;
+            if (p.sigmoid != 0u) {
+                for (uint j = lane; j < E; j += SG) q[qb + j] = 1.0 / (1.0 + exp(-q[qb + j]));
+            } else {
+                mx = subgroupMax(mx);
+                float s = 0.0;
+                for (uint j = lane; j < E; j += SG) s += exp(q[qb + j] - mx);
+                const float inv = 1.0 / subgroupAdd(s);
+                for (uint j = lane; j < E; j += SG) q[qb + j] = exp(q[qb + j] - mx) * inv;
+            }
+            if (p.biased != 0u) for (uint j = lane; j < E; j += SG) q[qb + j] += B[j];
+            if (p.groups > 0u) {
+                // each group's two best scores summed (the subgroup's uniform values), the best
+                // groupsUsed kept, the other groups' experts taken out of the picks
+                const uint size = E / p.groups;
+                float gs[MAX_GROUPS];
+                for (uint g = 0u; g < p.groups; g++) {
+                    float t1 = PICKED, t2 = PICKED;
+                    for (uint j = lane; j < size; j += SG) {
+                        const float v = q[qb + g * size + j];
+                        if (v > t1) { t2 = t1; t1 = v; } else if (v > t2) t2 = v;
+                    }
+                    const float m1 = subgroupMax(t1);
+                    const uint at = subgroupMin(t1 == m1 ? lane : 0xFFFFFFFFu);
+                    const float m2 = subgroupMax(lane == at ? t2 : t1);
+                    gs[g] = size > 1u ? m1 + m2 : m1;
+                }
+                uint keep0 = 0u, keep1 = 0u; // groups 0-31, 32-63
+                for (uint r = 0u; r < p.groupsUsed; r++) {
+                    uint bg = 0u;
+                    float bv = PICKED;
+                    bool found = false;
+                    for (uint g = 0u; g < p.groups; g++) {
+                        const bool kept = ((g < 32u ? keep0 >> g : keep1 >> (g - 32u)) & 1u) != 0u;
+                        if (!kept && (!found || gs[g] > bv)) { bv = gs[g]; bg = g; found = true; }
+                    }
+                    if (bg < 32u) keep0 |= 1u << bg; else keep1 |= 1u << (bg - 32u);
+                }
+                for (uint j = lane; j < E; j += SG) {
+                    const uint g = j / size;
+                    if (((g < 32u ? keep0 >> g : keep1 >> (g - 32u)) & 1u) == 0u) q[qb + j] = PICKED;
+                }
+            }
         }
         barrier();
         // 2. each token's picks, largest first (ties: the lower expert): a subgroup per token,
@@ -96,7 +139,8 @@ void main() {
                 if (lane == j % SG) q[qb + j] = PICKED;
                 if (subgroupElect()) {
                     const uint pr = (t0 + tl) * used + k;
-                    pick[tl * used + k] = m;
+                    // (biased: the weight is the probability alone, the sigmoid of the logit)
+                    pick[tl * used + k] = p.biased != 0u ? 1.0 / (1.0 + exp(-L[(t0 + tl) * E + j])) : m;
                     R[CHOICE + pr] = j;
                     if (pr < CHUNK) chunk[pr] = j;
                     atomicAdd(counts[j], 1u);

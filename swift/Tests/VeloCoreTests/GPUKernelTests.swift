@@ -234,13 +234,15 @@ final class GPUKernelTests: XCTestCase {
 
     /// moe_route's output for these logits: the routing buffer and its words.
     func route(_ logits: [Float], tokens: Int, experts: Int, used: Int, normalize: Bool, softmaxChosen: Bool = false,
-               factors: [Float]? = nil) throws -> (buffer: GPUBuffer, words: [UInt32], cap: Int) {
+               factors: [Float]? = nil, sigmoid: Bool = false, bias: [Float]? = nil, groups: (count: Int, used: Int)? = nil) throws -> (buffer: GPUBuffer, words: [UInt32], cap: Int) {
         let d = try device()
         let cap = MoEBuffers.cap(pairs: tokens * used, alignment: d.bindingAlignment)
         let words = 5 * cap + 2 * experts
         let lb = try upload(logits), rb = try upload([UInt8](repeating: 0xEE, count: words * 4))
-        try run(GPUKernels.moeRoute, [lb, rb, try upload(factors ?? [0])],
-                [UInt32(tokens), UInt32(experts), UInt32(used), normalize ? 1 : 0, UInt32(cap), softmaxChosen ? 1 : 0, factors == nil ? 0 : 1], (1, 1, 1))
+        try run(GPUKernels.moeRoute, [lb, rb, try upload(factors ?? [0]), try upload(bias ?? [0])],
+                GPUParams.MoERoute(tokens: UInt32(tokens), experts: UInt32(experts), used: UInt32(used), normalize: normalize ? 1 : 0, cap: UInt32(cap),
+                                   softmaxChosen: softmaxChosen ? 1 : 0, scaled: factors == nil ? 0 : 1, sigmoid: sigmoid ? 1 : 0, biased: bias == nil ? 0 : 1,
+                                   groups: UInt32(groups?.count ?? 0), groupsUsed: UInt32(groups?.used ?? 0)).words, (1, 1, 1))
         var out = [UInt32](repeating: 0, count: words)
         try out.withUnsafeMutableBytes { try d.download(rb, offset: 0, into: $0.baseAddress!, bytes: $0.count) }
         return (rb, out, cap)
@@ -252,23 +254,28 @@ final class GPUKernelTests: XCTestCase {
     /// a matmul tile, and more pairs than one of the kernel's chunks.
     func testMoERoute() throws {
         // (chosen: gpt-oss's routing, picks by logit and the softmax of the chosen logits;
-        // scaled: Gemma 4's, each weight then times its expert's factor)
-        let cases: [(tokens: Int, experts: Int, used: Int, normalize: Bool, chosen: Bool, scaled: Bool)] = [
-            (1, 128, 8, true, false, false), (300, 16, 4, true, false, false), (37, 60, 4, false, false, false), (2100, 8, 2, true, false, false),
-            (5, 3, 3, true, false, false), (3, 512, 8, true, false, false), (1, 32, 4, false, true, false), (300, 128, 4, false, true, false),
-            (37, 24, 4, true, true, false), (300, 16, 4, true, false, true), (1, 128, 8, true, false, true),
+        // scaled: Gemma 4's, each weight then times its expert's factor; v3: DeepSeek-V3's,
+        // sigmoid probabilities picked with choice biases from the best 2 of 4 groups, or of 8)
+        let cases: [(tokens: Int, experts: Int, used: Int, normalize: Bool, chosen: Bool, scaled: Bool, v3: Int)] = [
+            (1, 128, 8, true, false, false, 0), (300, 16, 4, true, false, false, 0), (37, 60, 4, false, false, false, 0), (2100, 8, 2, true, false, false, 0),
+            (5, 3, 3, true, false, false, 0), (3, 512, 8, true, false, false, 0), (1, 32, 4, false, true, false, 0), (300, 128, 4, false, true, false, 0),
+            (37, 24, 4, true, true, false, 0), (300, 16, 4, true, false, true, 0), (1, 128, 8, true, false, true, 0),
+            (300, 16, 4, true, false, false, 4), (5, 256, 8, true, false, false, 8), (40, 64, 6, true, false, true, 8),
         ]
         for c in cases {
-            let what = "moe_route \(c.tokens) tokens, \(c.used) of \(c.experts) experts\(c.chosen ? ", softmax of the chosen" : "")\(c.scaled ? ", scaled" : "")"
+            let what = "moe_route \(c.tokens) tokens, \(c.used) of \(c.experts) experts\(c.chosen ? ", softmax of the chosen" : "")\(c.scaled ? ", scaled" : "")\(c.v3 > 0 ? ", V3 in \(c.v3) groups" : "")"
             var bias = [Float](repeating: 0, count: c.experts)
             if c.experts > 4 { bias[1] = 2; bias[c.experts - 1] = -12; bias[c.experts / 2] = -12 }
             let logits = routerLogits(tokens: c.tokens, bias: bias)
             let factors = c.scaled ? random(c.experts).map { 1 + $0 } : nil
-            let (_, r, cap) = try route(logits, tokens: c.tokens, experts: c.experts, used: c.used, normalize: c.normalize, softmaxChosen: c.chosen, factors: factors)
+            let choice = c.v3 > 0 ? random(c.experts, scale: 0.5) : nil, groups = c.v3 > 0 ? (count: c.v3, used: 2) : nil
+            let (_, r, cap) = try route(logits, tokens: c.tokens, experts: c.experts, used: c.used, normalize: c.normalize, softmaxChosen: c.chosen, factors: factors,
+                                        sigmoid: c.v3 > 0, bias: choice, groups: groups)
             var probs = logits
             var e = Experts(count: c.experts, used: c.used, ffnDim: 1, normalizeWeights: c.normalize)
             if c.chosen { e.gating = .softmaxChosen }
-            let want = probs.withUnsafeMutableBufferPointer { ExpertRoutes(logits: $0.baseAddress!, tokens: c.tokens, e) }
+            if let groups { e.gating = .sigmoid; e.groups = groups }
+            let want = probs.withUnsafeMutableBufferPointer { ExpertRoutes(logits: $0.baseAddress!, tokens: c.tokens, e, bias: choice) }
             var first = 0
             for e in 0..<c.experts {
                 let rows = want.rows[e]
@@ -288,13 +295,13 @@ final class GPUKernelTests: XCTestCase {
                 first += rows.count
             }
             XCTAssertEqual(first, c.tokens * c.used, what)
-            // each token's picks, largest weight first (before the factors)
-            for t in 0..<c.tokens where !c.scaled {
+            // each token's picks, largest weight first (before the factors; V3's by biased score)
+            for t in 0..<c.tokens where !c.scaled && c.v3 == 0 {
                 let w = (0..<c.used).map { Float(bitPattern: r[2 * cap + t * c.used + $0]) }
                 XCTAssertEqual(w, w.sorted(by: >), "\(what): token \(t)'s weights in order")
             }
-            if c.tokens == 300 { XCTAssertGreaterThan(want.rows[1].count, GPUKernels.matmulBM, what) }
-            if c.experts > 4 { XCTAssertTrue(want.rows[c.experts - 1].isEmpty, what) }
+            if c.tokens == 300 && c.v3 == 0 { XCTAssertGreaterThan(want.rows[1].count, GPUKernels.matmulBM, what) }
+            if c.experts > 4 && c.v3 == 0 { XCTAssertTrue(want.rows[c.experts - 1].isEmpty, what) }
         }
     }
 

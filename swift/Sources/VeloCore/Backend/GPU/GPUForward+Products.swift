@@ -228,9 +228,11 @@ extension GPUForward {
         // (Gemma 4's per-expert output factors, or DeepSeek's scale of every weight, go into the
         // weights; any buffer where unused)
         let factors = l.downScale.map { GPUBinding(vectors[$0.name]!) } ?? weightsScale.map { GPUBinding($0) }
-        dispatch(GPUKernels.moeRoute, [GPUBinding(m.router), GPUBinding(m.routing), factors ?? GPUBinding(m.router)],
+        let bias = l.selectionBias.map { GPUBinding(vectors[$0.name]!) }
+        dispatch(GPUKernels.moeRoute, [GPUBinding(m.router), GPUBinding(m.routing), factors ?? GPUBinding(m.router), bias ?? GPUBinding(m.router)],
                  GPUParams.MoERoute(tokens: UInt32(n), experts: UInt32(e.count), used: UInt32(e.used), normalize: e.normalizeWeights ? 1 : 0, cap: UInt32(m.cap),
-                                    softmaxChosen: e.gating == .softmaxChosen ? 1 : 0, scaled: factors == nil ? 0 : 1),
+                                    softmaxChosen: e.gating == .softmaxChosen ? 1 : 0, scaled: factors == nil ? 0 : 1, sigmoid: e.gating == .sigmoid ? 1 : 0,
+                                    biased: bias == nil ? 0 : 1, groups: UInt32(e.groups?.count ?? 0), groupsUsed: UInt32(e.groups?.used ?? 0)),
                  (1, 1, 1), .other)
         let pairs = n * e.used, gate = expertStacks[l.gate[0].data]!
         if gate.expert.rows == h {

@@ -818,7 +818,9 @@ extension GPUForward {
             if d.conv > GPUKernels.deltaNetMaxTaps { missing.append("DeltaNet convolutions of more than \(GPUKernels.deltaNetMaxTaps) taps") }
         }
         if let e = c.experts {
-            if e.gating == .sigmoid || e.selectionBias || e.groups != nil { missing.append("DeepSeek-V3's expert routing (sigmoid, choice biases, groups)") }
+            // (moe_route's choice biases recompute the weight as a sigmoid)
+            if e.selectionBias && e.gating != .sigmoid { missing.append("choice biases over softmax routing") }
+            if let g = e.groups, g.count > GPUKernels.moeRouteMaxGroups { missing.append("more than \(GPUKernels.moeRouteMaxGroups) expert groups") }
         }
         if let t = Set(model.matrices.map(\.type)).first(where: { !GPUKernels.weightTypes.contains($0) }) { missing.append("\(t.name) weights") }
         // quants.glsl reads rows from a word boundary: MXFP4's 17-byte blocks need an even count a row

@@ -783,7 +783,9 @@ enum GPUKernels {
     /// grouped by expert; one workgroup: (1, 1, 1)), the expert-indexed products over a stacked
     /// expert tensor, then the weighted sum of the experts' outputs (and the gated shared
     /// expert's) back into each token's row.
-    static let moeRoute = Kernel(name: "moe_route", buffers: 3, constants: [512])
+    static let moeRoute = Kernel(name: "moe_route", buffers: 4, constants: [512])
+    /// The most expert groups moe_route takes.
+    static let moeRouteMaxGroups = 64
     /// Most experts moe_route takes (its shared counters).
     static let moeRouteMaxExperts = 512
     static let moeCombine = Kernel(name: "moe_combine", buffers: 6, constants: [256])

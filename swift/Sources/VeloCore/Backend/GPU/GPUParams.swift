@@ -77,6 +77,9 @@ enum GPUParams {
         var softmaxChosen: UInt32 = 0
         /// 1: each weight times its expert's factor (the S buffer: Gemma 4's ffn_down_exps.scale)
         var scaled: UInt32 = 0
+        /// DeepSeek-V3's routing: sigmoid probabilities, picks by them plus the B buffer's
+        /// biases, and only the best `groupsUsed` of `groups` groups (0: no groups)
+        var sigmoid: UInt32 = 0, biased: UInt32 = 0, groups: UInt32 = 0, groupsUsed: UInt32 = 0
     }
     /// deltanet_conv.comp: `layerOff` the layer's floats into a slot; `grouped` reads Qwen3-Next's
     /// ssm_in rows (hk, hv: a key head's q/k and v widths)
