@@ -21,7 +21,8 @@
 // On the GPU (Vulkan: lavapipe here; the same kernels for Metal) every layout runs: the
 // latent rows made by copy_rows from the kv_a product and its norm, each head's attn_k_b and
 // attn_v_b product, attention over the [RoPE part, latent] rows with the latent as the values
-// (attention's vOff/vDim), the dense first layer, the ungated shared experts (moe_combine's
+// (attention's vOff/vDim; a decode step's heads in one matvec_id dispatch, the heads as its
+// experts), the dense first layer, the ungated shared experts (moe_combine's
 // shared mode 2), V3's routing in moe_route (sigmoid, the choice biases, the best groups; its
 // weights scale as per-expert factors). f32 measured 5.0e-6 (test) and 7.2e-6 (test-yarn). The q5_0 file is not
 // compared there: the GPU's products do not round their inputs to Q8_0 as both CPU engines do,

@@ -59,7 +59,7 @@ extension GPUForward {
     }
 
     /// quantize_q8 of `rows` rows of X into q8, unless it holds them already.
-    private func quantizeQ8(_ x: GPUBinding, _ q8: (values: GPUBuffer, scales: GPUBuffer), rows: Int, xStride: Int, k: Int, op: Profiler.Op) {
+    func quantizeQ8(_ x: GPUBinding, _ q8: (values: GPUBuffer, scales: GPUBuffer), rows: Int, xStride: Int, k: Int, op: Profiler.Op) {
         let key = rowsKey(x, rows: rows, xStride: xStride, k: k)
         if q8Source.map({ $0 != key }) ?? true {
             dispatch(GPUKernels.quantizeQ8, [x, GPUBinding(q8.values), GPUBinding(q8.scales)],

@@ -326,7 +326,17 @@ final class GPUForward: ForwardOps {
         recurrent = c.deltaNet == nil ? nil
             : try GPURecurrentBuffers(device: device, config: c, maxTokens: maxTokens, sequences: maxSequences, checkpoints: checkpoints)
         perLayer = c.perLayerWidth == 0 ? nil : try GPUPerLayerBuffers(device: device, config: c, maxTokens: maxTokens)
-        latent = c.mla == nil ? nil : try GPULatentBuffers(device: device, config: c, maxTokens: maxTokens)
+        latent = c.mla == nil ? nil : try GPULatentBuffers(device: device, config: c, maxTokens: maxTokens, decodeRows: matvecMaxRows)
+        // each layer's attn_k_b and attn_v_b as one stack (the heads as experts of one decode dispatch)
+        for l in (model as? MLAModel)?.layers ?? [] {
+            for stack in [l.attention.kB, l.attention.vB] {
+                let w = stack[0], bytes = w.rows * w.rowBytes
+                guard zip(stack, stack.dropFirst()).allSatisfy({ $1.data == $0.data + bytes }), bytes * stack.count <= device.maxBindingBytes else { continue }
+                let b = try device.makeBuffer(bytes: bytes * stack.count, memory: .device, label: w.name)
+                try device.upload(b, offset: 0, from: w.data, bytes: bytes * stack.count)
+                expertStacks[w.data] = ExpertStack(buffer: b, expert: w)
+            }
+        }
         // weights: once, in the file's own formats
         for w in model.matrices where weights[w.data] == nil && !paired.contains(w.data) {
             let bytes = w.rowBytes * w.rows
@@ -435,7 +445,12 @@ final class GPUForward: ForwardOps {
             for k in [GPUKernels.perLayerInputs, GPUKernels.perLayerGate, GPUKernels.getRows(p.tokens.type)] { want(k) }
         }
         if (model as? DecoderModel)?.layers.contains(where: { $0.outScale != nil }) ?? false { want(GPUKernels.scale) }
-        if latent != nil { want(GPUKernels.copyRows) }
+        if latent != nil {
+            want(GPUKernels.copyRows)
+            for s in expertStacks.values where latent != nil && (model as? MLAModel) != nil {
+                want(q8 != nil && GPUKernels.dotTypes.contains(s.expert.type) ? GPUKernels.matvecDotID(s.expert.type, k: s.expert.cols) : GPUKernels.matvecID(s.expert.type))
+            }
+        }
         if let a = cm2Attention { want(a.kernel); want(GPUKernels.kvGather) }
         want(GPUKernels.getRows(model.matrices[0].type))
         if moe != nil {
@@ -491,7 +506,8 @@ final class GPUForward: ForwardOps {
         return b + MoEBuffers.bytes(config: c, maxTokens: maxTokens)
             + GPURecurrentBuffers.bytes(config: c, maxTokens: maxTokens, sequences: maxSequences, checkpoints: checkpoints)
             + GPUPerLayerBuffers.bytes(config: c, maxTokens: maxTokens) + (c.valueNorm ? c.maxHeadDim * 4 : 0)
-            + GPULatentBuffers.bytes(config: c, maxTokens: maxTokens) + (c.experts.map { $0.count * 4 } ?? 0)
+            + GPULatentBuffers.bytes(config: c, maxTokens: maxTokens, decodeRows: GPUKernels.matvecMaxRows(device: device, model: model))
+            + (c.experts.map { $0.count * 4 } ?? 0) + (c.mla != nil ? model.matrices.filter { $0.name.contains("attn_k_b") || $0.name.contains("attn_v_b") }.reduce(0) { $0 + $1.rows * $1.rowBytes } : 0)
     }
 
     /// Bytes of the 8-bit activations' buffers (values, scales), nil without matvec_dot: up to
@@ -503,6 +519,11 @@ final class GPUForward: ForwardOps {
         var b = GPUKernels.q8Bytes(k: k, m: matvecMaxRows)
         if let e = model.config.experts, model.expertLayers.contains(where: { GPUKernels.dotTypes.contains($0.down[0].type) }) {
             let d = GPUKernels.q8Bytes(k: e.ffnDim, m: matvecMaxRows * e.used)
+            b = (max(b.values, d.values), max(b.scales, d.scales))
+        }
+        if let s = model.config.mla {
+            // a decode step's heads' rows at once (GPUForward.latentQKV's head products)
+            let d = GPUKernels.q8Bytes(k: max(s.nope, s.kvLora), m: matvecMaxRows * model.config.heads)
             b = (max(b.values, d.values), max(b.scales, d.scales))
         }
         return b
@@ -643,6 +664,7 @@ final class GPUForward: ForwardOps {
         write(sections.tokpt, batch.sequence.map { starts[$0] })
         write(sections.rowsel, batch.logitRows.map { Int32($0) })
         if !batch.hiddenRows.isEmpty { write(sections.hiddensel, batch.hiddenRows.map { Int32($0) }) }
+        if let l = latent, n <= matvecMaxRows { l.writeRouting(tokens: n, heads: config.heads) }
         if recurrent != nil {
             let r = recurrentInputs(batch)
             write(sections.dnseq, r.seqs)
