@@ -65,13 +65,6 @@ extension GPUForward {
                  ((width + 63) / 64, rows.b, rows.a), .other)
     }
 
-    /// y = rmsnorm(x) * gain over `rows` rows of `width` (strides apart; y may be x).
-    func normRows(_ x: GPUBinding, xStride: Int, width: Int, rows: Int, gain: WeightVector, into y: GPUBinding, yStride: Int) {
-        dispatch(GPUKernels.rmsNorm, [x, GPUBinding(vectors[gain.name]!), y, input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
-                 GPUParams.RMSNorm(n: UInt32(width), rows: UInt32(rows), eps: config.normEps, useRowsel: 0, xStride: UInt32(xStride), heads: 1, yStride: UInt32(yStride)),
-                 (rows, 1, 1), .norm)
-    }
-
     /// The heads' weights as one stack, for a decode step (else nil: a head at a time).
     private func headStack(_ w: [WeightMatrix]) -> ExpertStack? { n <= matvecMaxRows ? expertStacks[w[0].data] : nil }
 

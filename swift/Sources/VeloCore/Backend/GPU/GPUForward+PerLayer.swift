@@ -43,9 +43,7 @@ extension GPUForward {
                  GPUParams.PerLayerGate(width: UInt32(w), rows: UInt32(n), iStride: UInt32(c.layers * w), iOff: UInt32(layer * w)),
                  ((w + 255) / 256, n, 1), .mlpActivation)
         multiply(pb.proj, GPUBinding(b.gated), rows: n, xStride: w, into: GPUBinding(b.out), yStride: d, op: .matmul)
-        dispatch(GPUKernels.rmsNorm, [GPUBinding(b.out), GPUBinding(vectors[pb.postNorm.name]!), GPUBinding(b.out), input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
-                 GPUParams.RMSNorm(n: UInt32(d), rows: UInt32(n), eps: c.normEps, useRowsel: 0, xStride: UInt32(d), heads: 1, yStride: UInt32(d)),
-                 (n, 1, 1), .norm)
+        normRows(GPUBinding(b.out), xStride: d, width: d, rows: n, gain: pb.postNorm, into: GPUBinding(b.out), yStride: d)
         dispatch(GPUKernels.add, [act(.x), GPUBinding(b.out)], GPUParams.Add(count: UInt32(n * d)), ((n * d + 255) / 256, 1, 1), .other)
     }
 }

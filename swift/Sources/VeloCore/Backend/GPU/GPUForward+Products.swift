@@ -215,9 +215,7 @@ extension GPUForward {
         if let scale = l.routerScale {
             // Gemma 4's router reads rmsnorm(its rows) · scale (the expert outputs' buffer is
             // free until the down product)
-            dispatch(GPUKernels.rmsNorm, [act(router), GPUBinding(vectors[scale.name]!), GPUBinding(m.output), input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
-                     GPUParams.RMSNorm(n: UInt32(d), rows: UInt32(n), eps: c.normEps, useRowsel: 0, xStride: UInt32(stride(router)), heads: 1, yStride: UInt32(d)),
-                     (n, 1, 1), .norm)
+            normRows(act(router), xStride: stride(router), width: d, rows: n, gain: scale, into: GPUBinding(m.output), yStride: d)
             multiply(l.router, GPUBinding(m.output), rows: n, xStride: d, into: GPUBinding(m.router), yStride: e.count, op: .matmul)
         } else {
             precondition(router == src, "a router reading other rows than its experts without a router scale")
@@ -266,7 +264,7 @@ extension GPUForward {
             // (ungated: DeepSeek's shared experts, added as they are)
             shared = (GPUBinding(out), sh.gateInput.map { GPUBinding(vectors[$0.name]!) } ?? GPUBinding(out))
         }
-        let sharedMode: UInt32 = l.shared == nil ? 0 : l.shared!.gateInput == nil ? 2 : 1
+        let sharedMode: UInt32 = l.shared.map { $0.gateInput == nil ? 2 : 1 } ?? 0
         dispatch(GPUKernels.moeCombine,
                  [act(dst), GPUBinding(m.output), m.section(.slot), m.section(.weight), shared.out, shared.gate],
                  GPUParams.MoECombine(width: UInt32(d), used: UInt32(e.used), sharedExpert: sharedMode, yStride: UInt32(stride(dst)), tokens: UInt32(n)),

@@ -311,11 +311,8 @@ final class GPUForward: ForwardOps {
                     let rows = InterleavedRows(blocks: zip(l.gate, l.up).map { [$0.data, $1.data] }, rows: w.rows, rowBytes: w.rowBytes)
                     try device.upload(b, offset: 0, bytes: rows.bytes) { rows.write(into: $0, at: $1, count: $2) }
                     paired.formUnion(l.up.map(\.data))
-                } else if zip(stack, stack.dropFirst()).allSatisfy({ $1.data == $0.data + bytes }) {
-                    try device.upload(b, offset: 0, from: w.data, bytes: bytes * stack.count)
                 } else {
-                    // views of a tensor that holds more (Gemma 4's gate and up stacked in one)
-                    for (i, x) in stack.enumerated() { try device.upload(b, offset: i * bytes, from: x.data, bytes: bytes) }
+                    try Self.upload(stack, device: device, into: b)
                 }
                 let expert = WeightMatrix(name: w.name, type: w.type, data: w.data, rows: w.rows * (pair ? 2 : 1), cols: w.cols, rowBytes: w.rowBytes)
                 expertStacks[w.data] = ExpertStack(buffer: b, expert: expert)
@@ -327,15 +324,13 @@ final class GPUForward: ForwardOps {
             : try GPURecurrentBuffers(device: device, config: c, maxTokens: maxTokens, sequences: maxSequences, checkpoints: checkpoints)
         perLayer = c.perLayerWidth == 0 ? nil : try GPUPerLayerBuffers(device: device, config: c, maxTokens: maxTokens)
         latent = c.mla == nil ? nil : try GPULatentBuffers(device: device, config: c, maxTokens: maxTokens, decodeRows: matvecMaxRows)
-        // each layer's attn_k_b and attn_v_b as one stack (the heads as experts of one decode dispatch)
-        for l in (model as? MLAModel)?.layers ?? [] {
-            for stack in [l.attention.kB, l.attention.vB] {
-                let w = stack[0], bytes = w.rows * w.rowBytes
-                guard zip(stack, stack.dropFirst()).allSatisfy({ $1.data == $0.data + bytes }), bytes * stack.count <= device.maxBindingBytes else { continue }
-                let b = try device.makeBuffer(bytes: bytes * stack.count, memory: .device, label: w.name)
-                try device.upload(b, offset: 0, from: w.data, bytes: bytes * stack.count)
-                expertStacks[w.data] = ExpertStack(buffer: b, expert: w)
-            }
+        // each layer's attn_k_b and attn_v_b as one stack too: a decode step's heads as the experts
+        // of one dispatch (prefill reads each head's own upload below; a stack too large for one
+        // binding leaves decode a head at a time as well)
+        for stack in Self.headStacks(model) where stack[0].rows * stack[0].rowBytes * stack.count <= device.maxBindingBytes {
+            let b = try device.makeBuffer(bytes: stack[0].rows * stack[0].rowBytes * stack.count, memory: .device, label: stack[0].name)
+            try Self.upload(stack, device: device, into: b)
+            expertStacks[stack[0].data] = ExpertStack(buffer: b, expert: stack[0])
         }
         // weights: once, in the file's own formats
         for w in model.matrices where weights[w.data] == nil && !paired.contains(w.data) {
@@ -447,8 +442,8 @@ final class GPUForward: ForwardOps {
         if (model as? DecoderModel)?.layers.contains(where: { $0.outScale != nil }) ?? false { want(GPUKernels.scale) }
         if latent != nil {
             want(GPUKernels.copyRows)
-            for s in expertStacks.values where latent != nil && (model as? MLAModel) != nil {
-                want(q8 != nil && GPUKernels.dotTypes.contains(s.expert.type) ? GPUKernels.matvecDotID(s.expert.type, k: s.expert.cols) : GPUKernels.matvecID(s.expert.type))
+            for w in Self.headStacks(model).map({ $0[0] }) where expertStacks[w.data] != nil {
+                want(q8 != nil && GPUKernels.dotTypes.contains(w.type) ? GPUKernels.matvecDotID(w.type, k: w.cols) : GPUKernels.matvecID(w.type))
             }
         }
         if let a = cm2Attention { want(a.kernel); want(GPUKernels.kvGather) }
@@ -507,7 +502,7 @@ final class GPUForward: ForwardOps {
             + GPURecurrentBuffers.bytes(config: c, maxTokens: maxTokens, sequences: maxSequences, checkpoints: checkpoints)
             + GPUPerLayerBuffers.bytes(config: c, maxTokens: maxTokens) + (c.valueNorm ? c.maxHeadDim * 4 : 0)
             + GPULatentBuffers.bytes(config: c, maxTokens: maxTokens, decodeRows: GPUKernels.matvecMaxRows(device: device, model: model))
-            + (c.experts.map { $0.count * 4 } ?? 0) + (c.mla != nil ? model.matrices.filter { $0.name.contains("attn_k_b") || $0.name.contains("attn_v_b") }.reduce(0) { $0 + $1.rows * $1.rowBytes } : 0)
+            + (c.experts.map { $0.count * 4 } ?? 0) + headStacks(model).joined().reduce(0) { $0 + $1.rows * $1.rowBytes }
     }
 
     /// Bytes of the 8-bit activations' buffers (values, scales), nil without matvec_dot: up to
@@ -622,6 +617,30 @@ final class GPUForward: ForwardOps {
     func act(_ a: Activation) -> GPUBinding { GPUBinding(views[a.rawValue].buffer, offset: views[a.rawValue].offset) }
     /// Floats between rows of an activation.
     func stride(_ a: Activation) -> Int { views[a.rawValue].stride }
+    /// An expert stack's weights into one buffer, expert after expert: in one copy where they are
+    /// consecutive in the file, else one each (views of a tensor that holds more: Gemma 4's
+    /// gate and up stacked in one).
+    private static func upload(_ stack: [WeightMatrix], device: GPUDevice, into b: GPUBuffer) throws {
+        let bytes = stack[0].rows * stack[0].rowBytes
+        if zip(stack, stack.dropFirst()).allSatisfy({ $1.data == $0.data + bytes }) {
+            try device.upload(b, offset: 0, from: stack[0].data, bytes: bytes * stack.count)
+        } else {
+            for (i, w) in stack.enumerated() { try device.upload(b, offset: i * bytes, from: w.data, bytes: bytes) }
+        }
+    }
+
+    /// An MLA model's per-head weights, a stack a layer each: attn_k_b's and attn_v_b's.
+    private static func headStacks(_ model: LanguageModel) -> [[WeightMatrix]] {
+        (model as? MLAModel)?.layers.flatMap { [$0.attention.kB, $0.attention.vB] } ?? []
+    }
+
+    /// y = rmsnorm(x) * gain over `rows` rows of `width` (strides apart; y may be x).
+    func normRows(_ x: GPUBinding, xStride: Int, width: Int, rows: Int, gain: WeightVector, into y: GPUBinding, yStride: Int) {
+        dispatch(GPUKernels.rmsNorm, [x, GPUBinding(vectors[gain.name]!), y, input(sections.rowsel, maxLogitRows), GPUBinding(nonfinite)],
+                 GPUParams.RMSNorm(n: UInt32(width), rows: UInt32(rows), eps: config.normEps, useRowsel: 0, xStride: UInt32(xStride), heads: 1, yStride: UInt32(yStride)),
+                 (rows, 1, 1), .norm)
+    }
+
     /// Rows of `a` (an activation with a buffer of its own) `width` floats apart from here on:
     /// the layer's own width where layers differ (Gemma 4's heads and MLPs).
     func setRowWidth(_ a: Activation, _ width: Int) {
